@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs Drums' whole test suite on a fresh Debian 12 / Ubuntu 24.04 host, as root:
+# host set-up, the images the tests use, type-check, then unit and integration tests.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+DRUMS_SETUP_TEST=1 bash scripts/setup.sh
+bin/drums image build minimal
+bin/drums image build default
+echo "==> type-check" >&2
+.runtime/node/bin/node node_modules/typescript/bin/tsc -p tsconfig.json
+echo "==> tests" >&2
+shopt -s nullglob
+files=(tests/unit/*.test.ts tests/integration/*.test.ts)
+if [[ $# -gt 0 ]]; then files=("$@"); fi
+exec .runtime/node/bin/node --test --test-concurrency=1 --test-reporter=spec "${files[@]}"

@@ -1,0 +1,245 @@
+// A raw AT-SPI client over one D-Bus connection (dbus-native, low-level `invoke`, no proxy objects).
+//
+// Every call carries its own timeout, so a hung peer costs at most that long. Connection failures become
+// `A11yError('a11y_unavailable')`; nothing here throws from an event handler, so a dead bus cannot take the
+// process down.
+
+import { stat } from 'node:fs/promises';
+import { createClient, type MessageBus } from 'dbus-native';
+import { A11yError } from './errors.ts';
+import type { WalkOptions, WalkResult, A11yNode } from './types.ts';
+import { walk } from './walk.ts';
+
+export const DEFAULT_CALL_TIMEOUT_MS = 1000;
+
+export type A11yConnectOptions = {
+  /** Bounds the connect handshake and is the default per-call timeout. Default 1000 ms. */
+  timeoutMs?: number;
+  /** A peer-to-peer connection (an application's own socket): no bus, so no Hello. */
+  peer?: boolean;
+};
+
+export type A11yCall = {
+  destination: string;
+  path: string;
+  interface: string;
+  member: string;
+  signature?: string;
+  body?: unknown[];
+};
+
+/** How a raw call failed; the walker decides what each means. */
+export class A11yCallError extends Error {
+  readonly kind: 'timeout' | 'closed' | 'dbus';
+  readonly dbusName: string | undefined;
+
+  constructor(kind: 'timeout' | 'closed' | 'dbus', message: string, dbusName?: string) {
+    super(message);
+    this.name = 'A11yCallError';
+    this.kind = kind;
+    this.dbusName = dbusName;
+  }
+}
+
+type DbusErrorLike = { code?: string; dbusName?: string; message?: string };
+
+function classify(err: unknown): A11yCallError {
+  const e = (err ?? {}) as DbusErrorLike;
+  if (e.code === 'ETIMEDOUT') return new A11yCallError('timeout', String(e.message));
+  if (e.code === 'ECONNCLOSED') return new A11yCallError('closed', String(e.message));
+  if (e.dbusName) return new A11yCallError('dbus', String(e.message), e.dbusName);
+  return new A11yCallError('closed', err instanceof Error ? err.message : String(err));
+}
+
+/** `unix:path=/x/y,guid=…` → connection options; anything without `=` is taken as a socket path. */
+function connectionTarget(addressOrPath: string): { socket: string } | { busAddress: string } {
+  if (addressOrPath.includes('=')) return { busAddress: addressOrPath };
+  return { socket: addressOrPath };
+}
+
+/** The path in a `unix:path=` address, or undefined for other transports. */
+export function socketPathFromAddress(address: string): string | undefined {
+  for (const part of address.split(';')) {
+    const [transport, rest] = part.split(/:(.*)/s, 2);
+    if (transport !== 'unix' || rest === undefined) continue;
+    for (const kv of rest.split(',')) {
+      const eq = kv.indexOf('=');
+      if (kv.slice(0, eq) === 'path') return decodeURIComponent(kv.slice(eq + 1));
+    }
+  }
+  return undefined;
+}
+
+export class A11yClient {
+  readonly address: string;
+  readonly timeoutMs: number;
+  private readonly _bus: MessageBus;
+  private _closedReason: string | undefined;
+  /** Peer-to-peer connections to applications, by their unique name on this bus. */
+  private readonly _peers = new Map<string, Promise<A11yClient | undefined>>();
+
+  private constructor(address: string, bus: MessageBus, timeoutMs: number) {
+    this.address = address;
+    this._bus = bus;
+    this.timeoutMs = timeoutMs;
+  }
+
+  /**
+   * Connect to an AT-SPI bus, given a D-Bus address (`unix:path=…`) or a host path to its unix socket.
+   * Rejects with `A11yError('a11y_unavailable')` when the bus cannot be reached or does not answer Hello
+   * within `timeoutMs`.
+   */
+  static async connect(busAddressOrSocketPath: string, options: A11yConnectOptions = {}): Promise<A11yClient> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    const target = connectionTarget(busAddressOrSocketPath);
+    const socketPath = 'socket' in target ? target.socket : socketPathFromAddress(target.busAddress);
+    if (socketPath !== undefined) {
+      // Note: checked first so a missing socket fails fast and says so.
+      const st = await stat(socketPath).catch(() => undefined);
+      if (!st?.isSocket()) {
+        throw new A11yError('a11y_unavailable', `no AT-SPI bus socket at ${socketPath}`);
+      }
+    }
+    let bus: MessageBus;
+    try {
+      // direct: we send Hello ourselves; dbus-native's own Hello throws from a callback if it fails.
+      bus = createClient({ ...target, direct: true, timeout: timeoutMs, fdTransport: false });
+    } catch (err) {
+      throw new A11yError('a11y_bad_address', `cannot use AT-SPI bus address ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });
+    }
+    const client = new A11yClient(busAddressOrSocketPath, bus, timeoutMs);
+    let failConnect: (err: Error) => void = () => {};
+    const connectFailed = new Promise<never>((_, reject) => { failConnect = reject; });
+    connectFailed.catch(() => {});
+    bus.connection.on('error', (err: Error) => {
+      client._closedReason ??= err.message;
+      failConnect(err);
+    });
+    bus.connection.on('close', () => {
+      client._closedReason ??= 'connection closed';
+      failConnect(new Error(client._closedReason));
+    });
+    bus.connection.on('end', () => { client._closedReason ??= 'connection closed by the bus'; });
+    try {
+      if (options.peer) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          new Promise<void>((resolve) => bus.connection.once('connect', () => resolve())),
+          connectFailed,
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })), timeoutMs);
+          }),
+        ]).finally(() => clearTimeout(timer));
+      } else {
+        const name = await Promise.race([
+          bus.invokeDbus({ member: 'Hello' }, { timeout: timeoutMs }),
+          connectFailed,
+        ]);
+        bus.name = String(name);
+      }
+    } catch (err) {
+      await client.close();
+      const why = (err as DbusErrorLike).code === 'ETIMEDOUT' ? `no answer within ${timeoutMs} ms` : (err as Error).message;
+      throw new A11yError('a11y_unavailable', `cannot connect to AT-SPI bus ${busAddressOrSocketPath}: ${why}`, { cause: err });
+    }
+    return client;
+  }
+
+  get closed(): boolean {
+    return this._closedReason !== undefined;
+  }
+
+  /** One raw method call with a timeout. Rejects with `A11yCallError`. */
+  async call<T = unknown>(msg: A11yCall, timeoutMs: number = this.timeoutMs): Promise<T> {
+    if (this._closedReason !== undefined) throw new A11yCallError('closed', this._closedReason);
+    // Note: the callback form; dbus-native's promise form captures a stack trace per call (~5% of a walk).
+    return new Promise<T>((resolve, reject) => {
+      this._bus.invoke({ ...msg }, { timeout: timeoutMs }, (err, ...values) => {
+        if (err) reject(classify(err));
+        else resolve((values.length <= 1 ? values[0] : values) as T);
+      });
+    });
+  }
+
+  /** Walk the accessibility tree from the registry's desktop. See `WalkOptions`. */
+  walk(options: WalkOptions = {}): Promise<WalkResult> {
+    return walk(this, options);
+  }
+
+  /** `walk()` without the stats. */
+  async walkTree(options: WalkOptions = {}): Promise<A11yNode> {
+    return (await this.walk(options)).tree;
+  }
+
+  /**
+   * A direct connection to one application (`Application.GetApplicationBusAddress`, a socket the app's
+   * atk-bridge serves in its XDG_RUNTIME_DIR), or undefined when it has none or it cannot be reached.
+   * Cached per unique name; `mapPath` turns the app's view of the path into the host's.
+   */
+  peer(busName: string, mapPath: ((sessionPath: string) => string) | undefined, timeoutMs: number = this.timeoutMs): Promise<A11yClient | undefined> {
+    const cached = this._peers.get(busName);
+    if (cached) return cached;
+    const opening = (async () => {
+      try {
+        const address = await this.call<string>({
+          destination: busName, path: '/org/a11y/atspi/accessible/root',
+          interface: 'org.a11y.atspi.Application', member: 'GetApplicationBusAddress',
+        }, timeoutMs);
+        const path = typeof address === 'string' ? socketPathFromAddress(address) : undefined;
+        if (path === undefined) return undefined;
+        const peer = await A11yClient.connect(mapPath ? mapPath(path) : path, { timeoutMs, peer: true });
+        if (this.closed) {
+          await peer.close();
+          return undefined;
+        }
+        peer._bus.connection.on('close', () => { this._peers.delete(busName); });
+        return peer;
+      } catch {
+        this._peers.delete(busName); // try again next walk (the app may only have been busy)
+        return undefined;
+      }
+    })();
+    this._peers.set(busName, opening);
+    return opening;
+  }
+
+  async close(): Promise<void> {
+    this._closedReason ??= 'client closed';
+    const peers = [...this._peers.values()];
+    this._peers.clear();
+    await Promise.all(peers.map(async (p) => (await p)?.close()));
+    try {
+      await this._bus.close();
+    } catch {
+      // Already down.
+    }
+  }
+}
+
+export type ResolveA11yBusOptions = {
+  timeoutMs?: number;
+  /** Map the socket path the session reports (its own view) to the host's view, e.g. swap the run-dir prefix. */
+  mapPath?: (sessionPath: string) => string;
+};
+
+/**
+ * Ask a session bus for its AT-SPI bus (`org.a11y.Bus.GetAddress`, which D-Bus-activates at-spi-bus-launcher)
+ * and return the host path of its socket. Rejects with `A11yError('a11y_unavailable')`.
+ */
+export async function resolveA11yBusSocket(sessionBusAddressOrPath: string, options: ResolveA11yBusOptions = {}): Promise<string> {
+  const timeoutMs = options.timeoutMs ?? 5000;
+  const session = await A11yClient.connect(sessionBusAddressOrPath, { timeoutMs });
+  try {
+    const address = await session.call<string>({
+      destination: 'org.a11y.Bus', path: '/org/a11y/bus', interface: 'org.a11y.Bus', member: 'GetAddress',
+    }, timeoutMs);
+    const path = socketPathFromAddress(address);
+    if (path === undefined) throw new A11yError('a11y_unavailable', `AT-SPI bus address is not a unix path: ${address}`);
+    return options.mapPath ? options.mapPath(path) : path;
+  } catch (err) {
+    if (err instanceof A11yError) throw err;
+    throw new A11yError('a11y_unavailable', `org.a11y.Bus.GetAddress failed: ${(err as Error).message}`, { cause: err });
+  } finally {
+    await session.close();
+  }
+}

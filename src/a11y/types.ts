@@ -1,0 +1,89 @@
+// The JSON accessibility tree the walker produces.
+
+export type A11yExtents = { x: number; y: number; width: number; height: number };
+
+export type A11yValue = { current?: number; min?: number; max?: number; step?: number };
+
+export type A11yAction = { name: string; description: string; keyBinding: string };
+
+/** Why a node's own data or its children are incomplete. */
+export type A11yNodeError =
+  /** A call to this node's application did not answer within the per-call timeout (the app is treated as hung). */
+  | 'timeout'
+  /** The whole-walk deadline passed. */
+  | 'deadline'
+  /** The object or its application went away, or answered with a D-Bus error. */
+  | 'gone';
+
+export type A11yNode = {
+  /** AT-SPI role name as libatspi spells it: `push button`, `document web`, `terminal`. Empty if unknown. */
+  role: string;
+  name: string;
+  description?: string;
+  /** OSWorld-style state names: `enabled`, `focused`, `multi_line`, `has_tooltip`… in AT-SPI enum order. */
+  states: string[];
+  /** Object attributes (`toolkit`, `id`, `tag`, `class`, `xml-roles`…). */
+  attributes: Record<string, string>;
+  /** AT-SPI interfaces without the `org.a11y.atspi.` prefix: `Accessible`, `Component`, `Text`… */
+  interfaces: string[];
+  /** Screen coordinates (`Component.GetExtents(SCREEN)`), when the node implements Component. */
+  extents?: A11yExtents;
+  /** Full `Text` content, when the node implements Text. */
+  text?: string;
+  /** `Value` interface numbers, when implemented. */
+  value?: A11yValue;
+  /** `Action` interface entries, when implemented. */
+  actions?: A11yAction[];
+  children: A11yNode[];
+  /** Some children (or, for a stub, everything) were left out: depth/width limit, timeout, deadline or error. */
+  truncated?: true;
+  error?: A11yNodeError;
+  /**
+   * Only the reference is known (an application that did not answer). Stubs keep their place in the JSON tree
+   * but are not written to OSWorld XML.
+   */
+  stub?: true;
+  /** Where the object lives: D-Bus unique name and object path. Valid only while the app runs. */
+  ref: { bus: string; path: string };
+};
+
+export type A11yAppInfo = { name: string; bus: string };
+
+export type WalkOptions = {
+  /** Nodes at this depth (desktop = 0, applications = 1) get no children. Default 50, as OSWorld. */
+  maxDepth?: number;
+  /** At most this many children per node. Default 1024, as OSWorld. */
+  maxWidth?: number;
+  /** Whole-walk budget in ms. When it passes, the walk returns what it has, marked truncated. Default 10000. */
+  deadlineMs?: number;
+  /** Per-call timeout in ms; default: the client's `timeoutMs`. */
+  callTimeoutMs?: number;
+  /** Keep only these applications: names (exact match) or a predicate. */
+  apps?: readonly string[] | ((app: A11yAppInfo) => boolean);
+  /** At most this many calls in flight per application. Default 64. */
+  maxInFlightPerApp?: number;
+  /**
+   * Talk to each application over its own peer-to-peer socket (`GetApplicationBusAddress`) instead of through
+   * the bus daemon: about a third less CPU per walk. Falls back to the bus per app when that fails. The path
+   * the app reports is in the session's view; give `mapPath` to turn it into the host's (e.g. swap the
+   * XDG_RUNTIME_DIR prefix). Off by default: an unmapped session path could name an unrelated host socket.
+   */
+  direct?: boolean | { mapPath?: (sessionPath: string) => string };
+};
+
+export type WalkStats = {
+  durationMs: number;
+  nodes: number;
+  calls: number;
+  /** Calls that failed with a D-Bus error reply (e.g. an interface the object lacks). */
+  errors: number;
+  /** Calls that hit the per-call timeout. */
+  timeouts: number;
+  /** Bus names of applications that timed out during this walk. */
+  hungApps: string[];
+  /** Bus names of applications walked over a direct connection. */
+  directApps: string[];
+  deadlineHit: boolean;
+};
+
+export type WalkResult = { tree: A11yNode; stats: WalkStats };

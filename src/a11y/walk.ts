@@ -1,0 +1,394 @@
+// The tree walk: from the registry's desktop, all calls of a node and all children in flight at once.
+//
+// Per node, phase 1 (concurrent): Properties.GetAll(Accessible) for Name/Description/ChildCount, GetRole,
+// GetState, GetAttributes, GetInterfaces. Phase 2 (concurrent, depends on phase 1): GetExtents, GetText,
+// Value GetAll, GetActions, GetRoleName (only for roles outside the enum), and the children, which start
+// their own phase 1 as soon as the child list arrives.
+//
+// A per-call timeout marks the application hung for the rest of the walk: its pending and later calls fail
+// at once, and its subtree is marked truncated. The deadline caps every call's timeout, so the walk returns
+// by then with whatever it has.
+
+import type { A11yCall, A11yClient } from './client.ts';
+import { A11yCallError } from './client.ts';
+import {
+  ATSPI_PREFIX, COORD_TYPE_SCREEN, IFACE_ACCESSIBLE, IFACE_ACTION, IFACE_COMPONENT, IFACE_PROPERTIES, IFACE_TEXT,
+  IFACE_VALUE, NULL_PATH, OSWORLD_MAX_DEPTH, OSWORLD_MAX_WIDTH, REGISTRY_BUS_NAME, ROLE_EXTENDED, ROLE_NAMES,
+  ROOT_PATH, STATE_NAMES,
+} from './atspi-constants.ts';
+import { A11yError } from './errors.ts';
+import type { A11yAppInfo, A11yNode, A11yNodeError, WalkOptions, WalkResult, WalkStats } from './types.ts';
+
+export const DEFAULT_DEADLINE_MS = 10_000;
+export const DEFAULT_MAX_IN_FLIGHT_PER_APP = 64;
+
+type Ref = { bus: string; path: string };
+
+/** A FIFO semaphore. */
+class Limiter {
+  private _free: number;
+  private readonly _queue: Array<() => void> = [];
+
+  constructor(size: number) {
+    this._free = size;
+  }
+
+  acquire(): Promise<void> {
+    if (this._free > 0) {
+      this._free--;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this._queue.push(resolve));
+  }
+
+  release(): void {
+    const next = this._queue.shift();
+    if (next) next();
+    else this._free++;
+  }
+}
+
+/** A failure that decides how the node is marked. */
+class NodeFailure extends Error {
+  readonly reason: A11yNodeError;
+  constructor(reason: A11yNodeError, message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+type Ctx = {
+  client: A11yClient;
+  deadline: number;
+  callTimeoutMs: number;
+  maxDepth: number;
+  maxWidth: number;
+  maxInFlight: number;
+  appFilter: ((app: A11yAppInfo) => boolean) | undefined;
+  limiters: Map<string, Limiter>;
+  hung: Set<string>;
+  direct: { mapPath: ((p: string) => string) | undefined } | undefined;
+  peers: Map<string, A11yClient>;
+  stats: WalkStats;
+};
+
+async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signature?: string, body?: unknown[]): Promise<T> {
+  if (ctx.hung.has(ref.bus)) throw new NodeFailure('timeout', `${ref.bus} is not answering`);
+  let limiter = ctx.limiters.get(ref.bus);
+  if (!limiter) {
+    limiter = new Limiter(ctx.maxInFlight);
+    ctx.limiters.set(ref.bus, limiter);
+  }
+  await limiter.acquire();
+  try {
+    if (ctx.hung.has(ref.bus)) throw new NodeFailure('timeout', `${ref.bus} is not answering`);
+    const remaining = ctx.deadline - Date.now();
+    if (remaining <= 0) {
+      ctx.stats.deadlineHit = true;
+      throw new NodeFailure('deadline', 'walk deadline passed');
+    }
+    const cappedByDeadline = remaining < ctx.callTimeoutMs;
+    const msg: A11yCall = { destination: ref.bus, path: ref.path, interface: iface, member };
+    if (signature !== undefined) {
+      msg.signature = signature;
+      msg.body = body;
+    }
+    ctx.stats.calls++;
+    const peer = ctx.peers.get(ref.bus);
+    try {
+      return await (peer ?? ctx.client).call<T>(msg, cappedByDeadline ? remaining : ctx.callTimeoutMs);
+    } catch (err) {
+      if (!(err instanceof A11yCallError)) throw err;
+      if (err.kind === 'timeout') {
+        if (cappedByDeadline) {
+          ctx.stats.deadlineHit = true;
+          throw new NodeFailure('deadline', 'walk deadline passed');
+        }
+        ctx.stats.timeouts++;
+        ctx.hung.add(ref.bus);
+        throw new NodeFailure('timeout', `${member} on ${ref.bus}${ref.path} timed out after ${ctx.callTimeoutMs} ms`);
+      }
+      if (err.kind === 'closed' && peer) throw new NodeFailure('gone', `${ref.bus} closed its connection`);
+      if (err.kind === 'closed') throw new A11yError('a11y_unavailable', `AT-SPI bus connection lost: ${err.message}`, { cause: err });
+      ctx.stats.errors++;
+      throw new NodeFailure('gone', `${member} on ${ref.bus}${ref.path}: ${err.dbusName}: ${err.message}`);
+    }
+  } finally {
+    limiter.release();
+  }
+}
+
+/** Settle a promise into a value or a NodeFailure; anything else (a lost connection) is rethrown. */
+async function settle<T>(p: Promise<T>): Promise<T | NodeFailure> {
+  try {
+    return await p;
+  } catch (err) {
+    if (err instanceof NodeFailure) return err;
+    throw err;
+  }
+}
+
+const isFailure = (v: unknown): v is NodeFailure => v instanceof NodeFailure;
+
+/** Keep the most telling reason when several calls failed. */
+function worst(a: A11yNodeError | undefined, b: A11yNodeError): A11yNodeError {
+  const rank = { gone: 1, deadline: 2, timeout: 3 } as const;
+  return a === undefined || rank[b] > rank[a] ? b : a;
+}
+
+function decodeStates(words: unknown): string[] {
+  const out: string[] = [];
+  if (!Array.isArray(words)) return out;
+  words.forEach((word, w) => {
+    const bits = Number(word) >>> 0;
+    for (let b = 0; b < 32; b++) {
+      if ((bits & (2 ** b)) === 0) continue;
+      const name = STATE_NAMES[w * 32 + b];
+      if (name !== undefined) out.push(name);
+    }
+  });
+  return out;
+}
+
+function toStringRecord(v: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (Array.isArray(v)) {
+    for (const pair of v) if (Array.isArray(pair)) out[String(pair[0])] = String(pair[1]);
+  } else if (v && typeof v === 'object') {
+    for (const [k, val] of Object.entries(v)) out[k] = String(val);
+  }
+  return out;
+}
+
+function numberOrUndefined(v: unknown): number | undefined {
+  return typeof v === 'number' ? v : typeof v === 'bigint' ? Number(v) : undefined;
+}
+
+function stubNode(ref: Ref, error: A11yNodeError, role = ''): A11yNode {
+  return { role, name: '', states: [], attributes: {}, interfaces: [], children: [], truncated: true, error, stub: true, ref };
+}
+
+/** Phase 1 + 2 for one node, then its children. Returns a NodeFailure if nothing could be read. */
+async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | NodeFailure | null> {
+  if (depth === 1 && ctx.direct && !ctx.peers.has(ref.bus)) {
+    const remaining = ctx.deadline - Date.now();
+    const peer = remaining > 0
+      ? await ctx.client.peer(ref.bus, ctx.direct.mapPath, Math.min(ctx.callTimeoutMs, remaining))
+      : undefined;
+    if (peer && !peer.closed) {
+      ctx.peers.set(ref.bus, peer);
+      ctx.stats.directApps.push(ref.bus);
+    }
+  }
+  const [props, roleNum, stateWords, ifaces] = await Promise.all([
+    settle(call<unknown>(ctx, ref, IFACE_PROPERTIES, 'GetAll', 's', [IFACE_ACCESSIBLE])),
+    settle(call<number>(ctx, ref, IFACE_ACCESSIBLE, 'GetRole')),
+    settle(call<number[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetState')),
+    settle(call<string[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetInterfaces')),
+  ]);
+  if (isFailure(props) && isFailure(roleNum)) return props.reason === 'gone' ? roleNum : props;
+
+  let error: A11yNodeError | undefined;
+  for (const r of [roleNum, stateWords, ifaces]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+
+  let name = '';
+  let description: string | undefined;
+  let childCount: number | undefined;
+  let attrs: unknown;
+  if (!isFailure(props) && props !== null && typeof props === 'object') {
+    const p = props as Record<string, unknown>;
+    name = typeof p.Name === 'string' ? p.Name : '';
+    if (typeof p.Description === 'string' && p.Description !== '') description = p.Description;
+    childCount = numberOrUndefined(p.ChildCount);
+    attrs = p.Attributes; // at-spi2-core >= 2.46 atk-bridge includes it; saves a GetAttributes per node
+  } else if (isFailure(props) && props.reason !== 'gone') {
+    error = worst(error, props.reason);
+  } else {
+    // Note: the registry's desktop answers GetAll with an empty reply; ask for each property instead.
+    const [n, d, c] = await Promise.all([
+      settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Name'])),
+      settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Description'])),
+      settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'ChildCount'])),
+    ]);
+    if (!isFailure(n) && typeof n === 'string') name = n;
+    if (!isFailure(d) && typeof d === 'string' && d !== '') description = d;
+    if (!isFailure(c)) childCount = numberOrUndefined(c);
+    for (const r of [n, d, c]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+  }
+  if (attrs === undefined && !ctx.hung.has(ref.bus)) {
+    const a = await settle(call<unknown>(ctx, ref, IFACE_ACCESSIBLE, 'GetAttributes'));
+    if (!isFailure(a)) attrs = a;
+    else if (a.reason !== 'gone') error = worst(error, a.reason);
+  }
+
+  if (depth === 1 && ctx.appFilter && !ctx.appFilter({ name, bus: ref.bus })) return null;
+
+  const interfaces = isFailure(ifaces) ? [] : ifaces.map((i) => (i.startsWith(ATSPI_PREFIX) ? i.slice(ATSPI_PREFIX.length) : i));
+  const has = (iface: string) => interfaces.includes(iface.slice(ATSPI_PREFIX.length));
+  const roleIndex = isFailure(roleNum) ? -1 : Number(roleNum);
+  const roleKnown = roleIndex >= 0 && roleIndex < ROLE_NAMES.length && roleIndex !== ROLE_EXTENDED;
+
+  const node: A11yNode = {
+    role: roleKnown ? ROLE_NAMES[roleIndex]! : '',
+    name,
+    ...(description !== undefined ? { description } : {}),
+    states: isFailure(stateWords) ? [] : decodeStates(stateWords),
+    attributes: toStringRecord(attrs),
+    interfaces,
+    children: [],
+    ref,
+  };
+  ctx.stats.nodes++;
+
+  const phase2: Array<Promise<void>> = [];
+  // Optional data an object refuses (a D-Bus error reply) is just absent; only timeouts and the deadline
+  // make the node incomplete.
+  const note = (f: NodeFailure) => { if (f.reason !== 'gone') error = worst(error, f.reason); };
+
+  if (!roleKnown && roleIndex >= 0) {
+    phase2.push(settle(call<string>(ctx, ref, IFACE_ACCESSIBLE, 'GetRoleName')).then((r) => {
+      if (isFailure(r)) note(r);
+      else node.role = String(r);
+    }));
+  }
+  // Note: extents only where OSWorld writes them (visible and showing); saves a call per hidden node.
+  if (has(IFACE_COMPONENT) && node.states.includes('visible') && node.states.includes('showing')) {
+    phase2.push(settle(call<number[]>(ctx, ref, IFACE_COMPONENT, 'GetExtents', 'u', [COORD_TYPE_SCREEN])).then((r) => {
+      if (isFailure(r)) return note(r);
+      const [x, y, width, height] = r.map(Number);
+      node.extents = { x: x!, y: y!, width: width!, height: height! };
+    }));
+  }
+  if (has(IFACE_TEXT)) {
+    phase2.push(settle(call<string>(ctx, ref, IFACE_TEXT, 'GetText', 'ii', [0, -1])).then((r) => {
+      if (isFailure(r)) return note(r);
+      node.text = String(r);
+    }));
+  }
+  if (has(IFACE_VALUE)) {
+    // Note: never Properties.GetAll on Value: Chromium's atk-bridge aborts the whole browser
+    // ("Array or variant type requires that type variant be written, but end_dict_entry was written").
+    const fields = [['current', 'CurrentValue'], ['min', 'MinimumValue'], ['max', 'MaximumValue'], ['step', 'MinimumIncrement']] as const;
+    phase2.push(Promise.all(fields.map(([, prop]) => settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_VALUE, prop])))).then((got) => {
+      const v: NonNullable<A11yNode['value']> = {};
+      got.forEach((r, i) => {
+        if (isFailure(r)) return note(r);
+        const n = numberOrUndefined(r);
+        if (n !== undefined) v[fields[i]![0]] = n;
+      });
+      node.value = v;
+    }));
+  }
+  if (has(IFACE_ACTION)) {
+    // Note: GetActions returns localized names ("Click"); OSWorld uses the programmatic one ("click") from
+    // GetName, so ask for each name too.
+    phase2.push(settle(call<unknown[][]>(ctx, ref, IFACE_ACTION, 'GetActions')).then(async (r) => {
+      if (isFailure(r)) return note(r);
+      const names = await Promise.all(r.map((_, i) => settle(call<string>(ctx, ref, IFACE_ACTION, 'GetName', 'i', [i]))));
+      node.actions = r.map((a, i) => {
+        const n = names[i];
+        if (isFailure(n)) note(n);
+        return { name: isFailure(n) ? String(a[0]) : String(n), description: String(a[1]), keyBinding: String(a[2]) };
+      });
+    }));
+  }
+  phase2.push(buildChildren(ctx, node, ref, depth, childCount).then((truncated) => {
+    if (truncated) node.truncated = true;
+  }, (err) => {
+    if (err instanceof NodeFailure) {
+      if (err.reason !== 'gone') error = worst(error, err.reason);
+      node.truncated = true;
+    } else {
+      throw err;
+    }
+  }));
+  await Promise.all(phase2);
+
+  // Put optional fields in a stable order for readers of the JSON.
+  const ordered: A11yNode = {
+    role: node.role, name: node.name,
+    ...(node.description !== undefined ? { description: node.description } : {}),
+    states: node.states, attributes: node.attributes, interfaces: node.interfaces,
+    ...(node.extents ? { extents: node.extents } : {}),
+    ...(node.text !== undefined ? { text: node.text } : {}),
+    ...(node.value ? { value: node.value } : {}),
+    ...(node.actions ? { actions: node.actions } : {}),
+    children: node.children,
+    ...(node.truncated || error ? { truncated: true as const } : {}),
+    ...(error ? { error } : {}),
+    ref,
+  };
+  return ordered;
+}
+
+/** Fill `node.children`; returns whether anything was left out. Throws NodeFailure if the list is unreadable. */
+async function buildChildren(ctx: Ctx, node: A11yNode, ref: Ref, depth: number, childCount: number | undefined): Promise<boolean> {
+  if (childCount === 0) return false;
+  if (depth >= ctx.maxDepth) return childCount !== undefined && childCount > 0;
+  let truncated = false;
+  let refs: Ref[];
+  if (childCount !== undefined && childCount > ctx.maxWidth) {
+    // Note: never GetChildren on a huge container (a spreadsheet table has millions of cells).
+    truncated = true;
+    const got = await Promise.all(Array.from({ length: ctx.maxWidth }, (_, i) =>
+      settle(call<[string, string]>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildAtIndex', 'i', [i]))));
+    refs = [];
+    for (const g of got) {
+      if (isFailure(g)) break; // as OSWorld: a failing child drops the rest
+      refs.push({ bus: g[0], path: g[1] });
+    }
+  } else {
+    const list = await call<Array<[string, string]>>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildren');
+    refs = list.map(([bus, path]) => ({ bus, path }));
+    if (refs.length > ctx.maxWidth) {
+      refs = refs.slice(0, ctx.maxWidth);
+      truncated = true;
+    }
+  }
+  refs = refs.filter((r) => r.path !== NULL_PATH && r.bus !== '');
+  const children = await Promise.all(refs.map((r) => buildNode(ctx, r, depth + 1)));
+  for (const [i, child] of children.entries()) {
+    if (child === null) continue; // filtered out by `apps`
+    if (isFailure(child)) {
+      truncated = true;
+      // An application keeps its place as a stub so callers see it was there but did not answer.
+      if (depth === 0) node.children.push(stubNode(refs[i]!, child.reason, 'application'));
+      continue;
+    }
+    node.children.push(child);
+  }
+  return truncated;
+}
+
+function appFilterOf(apps: WalkOptions['apps']): ((app: A11yAppInfo) => boolean) | undefined {
+  if (apps === undefined) return undefined;
+  if (typeof apps === 'function') return apps;
+  const names = new Set(apps);
+  return (app) => names.has(app.name);
+}
+
+export async function walk(client: A11yClient, options: WalkOptions = {}): Promise<WalkResult> {
+  const started = performance.now();
+  const ctx: Ctx = {
+    client,
+    deadline: Date.now() + (options.deadlineMs ?? DEFAULT_DEADLINE_MS),
+    callTimeoutMs: options.callTimeoutMs ?? client.timeoutMs,
+    maxDepth: options.maxDepth ?? OSWORLD_MAX_DEPTH,
+    maxWidth: options.maxWidth ?? OSWORLD_MAX_WIDTH,
+    maxInFlight: options.maxInFlightPerApp ?? DEFAULT_MAX_IN_FLIGHT_PER_APP,
+    appFilter: appFilterOf(options.apps),
+    limiters: new Map(),
+    hung: new Set(),
+    direct: options.direct ? { mapPath: typeof options.direct === 'object' ? options.direct.mapPath : undefined } : undefined,
+    peers: new Map(),
+    stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false },
+  };
+  const root = await buildNode(ctx, { bus: REGISTRY_BUS_NAME, path: ROOT_PATH }, 0);
+  if (root === null || isFailure(root)) {
+    const why = root === null ? 'no desktop' : root.message;
+    throw new A11yError('a11y_unavailable', `AT-SPI registry did not answer: ${why}`);
+  }
+  ctx.stats.hungApps = [...ctx.hung];
+  ctx.stats.durationMs = Math.round((performance.now() - started) * 10) / 10;
+  return { tree: root, stats: ctx.stats };
+}

@@ -1,0 +1,53 @@
+/**
+ * One error tree for Drums. Every error that can reach a user carries a stable
+ * lower_snake `code`; the HTTP layer maps codes to statuses in one table
+ * (src/api/errors.ts) and clients rebuild typed errors from the code.
+ */
+export type ErrorDetails = Record<string, unknown>;
+
+export class DrumsError extends Error {
+  readonly code: string;
+  readonly details?: ErrorDetails;
+  constructor(code: string, message: string, options?: { details?: ErrorDetails; cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.details = options?.details;
+  }
+}
+
+/** Bad input: names the failing field. */
+export class ValidationError extends DrumsError {
+  constructor(field: string, message: string, code = 'invalid_request') {
+    super(code, `${field}: ${message}`, { details: { field } });
+  }
+}
+
+export class NotFoundError extends DrumsError {}
+export class ConflictError extends DrumsError {}
+
+/** A host command or syscall failed: says which operation, on what, and why. */
+export class HostError extends DrumsError {
+  constructor(op: string, message: string, details?: ErrorDetails, cause?: unknown) {
+    super('host_error', `${op}: ${message}`, { details: { op, ...details }, cause });
+  }
+}
+
+/** A create step failed; cleanup ran in reverse and its own errors are attached. */
+export class SessionCreateError extends DrumsError {
+  readonly step: string;
+  readonly cleanupErrors: string[];
+  constructor(step: string, cause: unknown, cleanupErrors: string[]) {
+    const why = cause instanceof Error ? cause.message : String(cause);
+    super('session_create_failed', `session create failed at step '${step}': ${why}`, {
+      details: { step, cleanupErrors, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
+      cause,
+    });
+    this.step = step;
+    this.cleanupErrors = cleanupErrors;
+  }
+}
+
+export function errorMessage(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,462 @@
+/**
+ * Pointer and keyboard input over XTEST FakeInput. Every public call holds the display's input
+ * lock (keymap remapping must not interleave) and ends with a round trip, so the server has
+ * processed the events before the promise resolves.
+ *
+ * Characters and keys that the current keymap lacks are bound for the duration of the call to a
+ * spare keycode (a keycode with no keysyms) with ChangeKeyboardMapping, then reset to NoSymbol.
+ */
+import type { XDisplay } from './x-display.ts';
+import { DisplayError } from './errors.ts';
+import { charToKeysyms, isModifierKeysym, keysymFromName, KEYSYM_SHIFT_L, splitChord } from './keysyms.ts';
+
+export type MouseButton = 'left' | 'middle' | 'right' | 'back' | 'forward' | number;
+
+export interface ClickOptions {
+  x?: number;
+  y?: number;
+  button?: MouseButton;
+  /** 1..3 (default 1). */
+  count?: number;
+  /** Keys held during the click, e.g. ['shift']. */
+  modifiers?: string[];
+}
+
+export interface DragOptions {
+  button?: MouseButton;
+  /** Pixels between intermediate motion events (default 20). */
+  stepPx?: number;
+  /** Pause between motion events (default 0; the round trip after each step already paces them). */
+  stepDelayMs?: number;
+}
+
+export interface ScrollOptions {
+  x?: number;
+  y?: number;
+  /** Wheel clicks; positive = right (button 7), negative = left (button 6). */
+  dx?: number;
+  /** Wheel clicks; positive = down (button 5), negative = up (button 4). */
+  dy?: number;
+  modifiers?: string[];
+}
+
+const KEY_PRESS = 2, KEY_RELEASE = 3, BUTTON_PRESS = 4, BUTTON_RELEASE = 5, MOTION = 6;
+const BUTTONS: Record<string, number> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
+/** Round trip every this many typed characters, so a long text does not flood the server queue. */
+const TYPE_SYNC_EVERY = 64;
+/**
+ * Minimum time between the last use of a temporarily bound keycode and rebinding or resetting it.
+ * Clients fetch the changed map only when they process the notify, possibly long after we sent it.
+ */
+export const REBIND_QUIET_MS = 200;
+/**
+ * Reset temporary bindings to NoSymbol after this much input idle time. Every keymap change makes
+ * each client re-read the map and the window manager re-grab its keys (openbox: ~50-75 ms CPU per
+ * change on this machine), so bindings are kept for reuse across calls until input goes idle.
+ */
+export const RESTORE_IDLE_MS = 5_000;
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+export function buttonNumber(button: MouseButton | undefined): number {
+  if (button === undefined) return 1;
+  if (typeof button === 'number' && Number.isInteger(button) && button >= 1 && button <= 255) return button;
+  const n = typeof button === 'string' ? BUTTONS[button.toLowerCase()] : undefined;
+  if (n === undefined) throw new DisplayError('invalid_action', `button: must be left, middle, right, back, forward or 1..255 (got ${JSON.stringify(button)})`, { field: 'button' });
+  return n;
+}
+
+function checkPoint(d: XDisplay, x: number, y: number): void {
+  if (!Number.isInteger(x) || x < 0 || x >= d.width) throw new DisplayError('invalid_action', `x: must be an integer within 0..${d.width - 1}`, { field: 'x', value: x });
+  if (!Number.isInteger(y) || y < 0 || y >= d.height) throw new DisplayError('invalid_action', `y: must be an integer within 0..${d.height - 1}`, { field: 'y', value: y });
+}
+
+function fake(d: XDisplay, type: number, detail: number, x = 0, y = 0): void {
+  d._assertOpen('FakeInput');
+  d._xtest.FakeInput(type, detail, 0, type === MOTION ? d.root : 0, x, y);
+}
+
+function fakeMotion(d: XDisplay, x: number, y: number): void {
+  fake(d, MOTION, 0 /* absolute */, x, y);
+}
+
+function fakeButton(d: XDisplay, button: number, down: boolean): void {
+  fake(d, down ? BUTTON_PRESS : BUTTON_RELEASE, button);
+}
+
+export async function move(d: XDisplay, x: number, y: number): Promise<void> {
+  checkPoint(d, x, y);
+  return d._inputLock.run(async () => {
+    fakeMotion(d, x, y);
+    await d.sync();
+  });
+}
+
+export async function click(d: XDisplay, opts: ClickOptions = {}): Promise<void> {
+  const button = buttonNumber(opts.button);
+  const count = opts.count ?? 1;
+  if (!Number.isInteger(count) || count < 1 || count > 3) throw new DisplayError('invalid_action', 'count: must be 1, 2 or 3', { field: 'count' });
+  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
+  if (opts.x !== undefined) checkPoint(d, opts.x, opts.y!);
+  const mods = resolveKeyList(opts.modifiers ?? [], true);
+  return d._inputLock.run(async () => {
+    if (opts.x !== undefined) fakeMotion(d, opts.x, opts.y!);
+    await d._keyboard.withKeysHeld(mods, async () => {
+      for (let i = 0; i < count; i++) {
+        fakeButton(d, button, true);
+        fakeButton(d, button, false);
+      }
+    });
+    d._keyboard.scheduleRestore();
+    await d.sync();
+  });
+}
+
+export async function mouseButton(d: XDisplay, button: MouseButton, down: boolean, at?: { x: number; y: number }): Promise<void> {
+  const b = buttonNumber(button);
+  if (at) checkPoint(d, at.x, at.y);
+  return d._inputLock.run(async () => {
+    if (at) fakeMotion(d, at.x, at.y);
+    fakeButton(d, b, down);
+    await d.sync();
+  });
+}
+
+export async function drag(d: XDisplay, path: Array<{ x: number; y: number }>, opts: DragOptions = {}): Promise<void> {
+  if (!Array.isArray(path) || path.length < 1) throw new DisplayError('invalid_action', 'path: needs at least one point', { field: 'path' });
+  for (const p of path) checkPoint(d, p.x, p.y);
+  const button = buttonNumber(opts.button);
+  const stepPx = Math.max(1, opts.stepPx ?? 20);
+  const delay = opts.stepDelayMs ?? 0;
+  return d._inputLock.run(async () => {
+    let points = path;
+    if (points.length === 1) {
+      // Drag from wherever the pointer is now.
+      const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', cb => d._x.QueryPointer(d.root, cb));
+      points = [{ x: p.rootX, y: p.rootY }, path[0]];
+    }
+    fakeMotion(d, points[0].x, points[0].y);
+    await d.sync();
+    fakeButton(d, button, true);
+    await d.sync();
+    let pressed = true;
+    try {
+      for (let i = 1; i < points.length; i++) {
+        const a = points[i - 1], b = points[i];
+        const steps = Math.min(50, Math.max(2, Math.ceil(Math.hypot(b.x - a.x, b.y - a.y) / stepPx)));
+        for (let s = 1; s <= steps; s++) {
+          fakeMotion(d, Math.round(a.x + ((b.x - a.x) * s) / steps), Math.round(a.y + ((b.y - a.y) * s) / steps));
+          await d.sync();
+          if (delay > 0) await sleep(delay);
+        }
+      }
+      fakeButton(d, button, false);
+      pressed = false;
+      await d.sync();
+    } finally {
+      // Never leave the button pressed on a live display.
+      if (pressed && !d.closed) { try { fakeButton(d, button, false); } catch { /* closed */ } }
+    }
+  });
+}
+
+export async function scroll(d: XDisplay, opts: ScrollOptions): Promise<void> {
+  const dx = opts.dx ?? 0, dy = opts.dy ?? 0;
+  for (const [k, v] of [['dx', dx], ['dy', dy]] as const) {
+    if (!Number.isInteger(v) || Math.abs(v) > 1000) throw new DisplayError('invalid_action', `${k}: must be an integer within -1000..1000`, { field: k });
+  }
+  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
+  if (opts.x !== undefined) checkPoint(d, opts.x, opts.y!);
+  const mods = resolveKeyList(opts.modifiers ?? [], true);
+  return d._inputLock.run(async () => {
+    if (opts.x !== undefined) fakeMotion(d, opts.x, opts.y!);
+    await d._keyboard.withKeysHeld(mods, async () => {
+      const vb = dy > 0 ? 5 : 4, hb = dx > 0 ? 7 : 6;
+      for (let i = 0; i < Math.abs(dy); i++) { fakeButton(d, vb, true); fakeButton(d, vb, false); }
+      for (let i = 0; i < Math.abs(dx); i++) { fakeButton(d, hb, true); fakeButton(d, hb, false); }
+    });
+    d._keyboard.scheduleRestore();
+    await d.sync();
+  });
+}
+
+/** Key names → keysyms; a name containing `+` (and longer than one char) is split as a chord. */
+export function resolveKeyList(keys: string | string[], allowEmpty = false): number[] {
+  const names = typeof keys === 'string' ? splitChord(keys) : keys.flatMap(k => (typeof k === 'string' && k.length > 1 && k.includes('+') ? splitChord(k) : [k]));
+  if (names.length === 0 && !allowEmpty) throw new DisplayError('invalid_key', 'no key given', { key: keys });
+  return names.map(n => keysymFromName(n));
+}
+
+export async function keyChord(d: XDisplay, keys: string | string[]): Promise<void> {
+  const syms = resolveKeyList(keys);
+  return d._inputLock.run(async () => {
+    await d._keyboard.ensureFresh();
+    await d._keyboard.withKeysHeld(syms, async () => {});
+    d._keyboard.scheduleRestore();
+    await d.sync();
+  });
+}
+
+export async function keyToggle(d: XDisplay, key: string, down: boolean): Promise<void> {
+  const sym = keysymFromName(key);
+  return d._inputLock.run(async () => {
+    await d._keyboard.ensureFresh();
+    if (down) await d._keyboard.hold(sym);
+    else await d._keyboard.release(sym);
+    d._keyboard.scheduleRestore();
+    await d.sync();
+  });
+}
+
+export async function typeText(d: XDisplay, text: string): Promise<void> {
+  if (typeof text !== 'string') throw new DisplayError('invalid_action', 'text: must be a string', { field: 'text' });
+  // Validate every character before anything is typed.
+  const chars: number[][] = [];
+  for (const ch of text.replace(/\r\n/g, '\n')) chars.push(charToKeysyms(ch));
+  return d._inputLock.run(async () => {
+    const kb = d._keyboard;
+    await kb.ensureFresh();
+    try {
+      let n = 0;
+      for (const candidates of chars) {
+        await kb.tap(candidates);
+        if (++n % TYPE_SYNC_EVERY === 0) await d.sync();
+      }
+    } finally {
+      kb.scheduleRestore();
+    }
+    await d.sync();
+  });
+}
+
+export function wait(ms: number): Promise<void> {
+  if (!Number.isFinite(ms) || ms < 0) return Promise.reject(new DisplayError('invalid_action', 'ms: must be a non-negative number', { field: 'ms' }));
+  return sleep(ms);
+}
+
+interface KeyLoc { keycode: number; level: number }
+
+/** Keymap cache, spare-keycode binding and held-key state for one display. */
+export class Keyboard {
+  private readonly d: XDisplay;
+  private perKeycode = 2;
+  private lookup = new Map<number, KeyLoc>();
+  private spare: number[] = [];
+  /** keysym → spare keycode currently bound to it (kept across calls until the idle restore). */
+  private bound = new Map<number, number>();
+  /** keycode → time (ms) it was last bound or pressed. */
+  private lastUse = new Map<number, number>();
+  /** keysym → { keycode, withShift } for keys held by key_down. */
+  private held = new Map<number, { keycode: number; withShift: boolean }>();
+  private stale = false;
+  private shiftKeycode = 0;
+  private restoreTimer: NodeJS.Timeout | null = null;
+
+  constructor(d: XDisplay) { this.d = d; }
+
+  /** Number of spare keycodes available for temporary binding. */
+  get spareCount(): number { return this.spare.length; }
+  /** Keysyms currently bound to spare keycodes. */
+  get boundCount(): number { return this.bound.size; }
+
+  async load(): Promise<void> {
+    const d = this.d;
+    const min = d._info.min_keycode, max = d._info.max_keycode;
+    const rows = await d.request<number[][]>('GetKeyboardMapping', cb => d._x.GetKeyboardMapping(min, max - min + 1, cb));
+    this.perKeycode = rows[0]?.length ?? 2;
+    const lookup = new Map<number, KeyLoc>();
+    const spare: number[] = [];
+    const ours = new Set(this.bound.values());
+    rows.forEach((row, i) => {
+      const kc = min + i;
+      if (ours.has(kc) || row.every(s => s === 0)) { spare.push(kc); return; }
+      // Only group 1, levels 1-2 (columns 0 and 1) are reachable with Shift alone.
+      for (let level = 0; level < Math.min(2, row.length); level++) {
+        const sym = row[level];
+        if (sym === 0) continue;
+        const prev = lookup.get(sym);
+        if (!prev || level < prev.level) lookup.set(sym, { keycode: kc, level });
+      }
+      // Core protocol rule: a lone alphabetic keysym in column 0 means [lower, upper].
+      if (row.length >= 2 && row[1] === 0 && row[0] !== 0) {
+        const upper = upperKeysym(row[0]);
+        if (upper !== row[0] && !lookup.has(upper)) lookup.set(upper, { keycode: kc, level: 1 });
+      }
+    });
+    this.lookup = lookup;
+    // Keycode 8 is the lowest X keycode but XKB keymaps commonly leave it undefined: skip it.
+    this.spare = spare.filter(kc => kc > 8);
+    this.shiftKeycode = lookup.get(KEYSYM_SHIFT_L)?.keycode ?? 0;
+    this.stale = false;
+  }
+
+  onMappingNotify(ev: { request?: number }): void {
+    if (ev.request === 0 || ev.request === 1) this.stale = true;
+  }
+
+  /** Reload the keymap if someone (including our own restore) changed it. */
+  async ensureFresh(): Promise<void> {
+    if (this.stale && this.bound.size === 0) await this.load();
+  }
+
+  /**
+   * Wait until no temporarily bound keycode was used for REBIND_QUIET_MS. Clients translate a
+   * keycode with the map they fetch when they process the notify, which can be well after we sent
+   * the key: changing the binding earlier would make them see the new keysym (or NoSymbol).
+   */
+  private async quiet(): Promise<void> {
+    let last = 0;
+    for (const kc of this.bound.values()) last = Math.max(last, this.lastUse.get(kc) ?? 0);
+    await this.d.sync();
+    const wait = last + REBIND_QUIET_MS - performance.now();
+    if (wait > 0) await sleep(wait);
+  }
+
+  /** Find or bind a keycode for one of the candidate keysyms (best first). */
+  private async locate(candidates: number[], pinned: Set<number>): Promise<KeyLoc> {
+    for (const sym of candidates) {
+      const loc = this.lookup.get(sym);
+      if (loc) return loc;
+    }
+    this.cancelRestore();
+    for (const sym of candidates) {
+      const kc = this.bound.get(sym);
+      if (kc !== undefined) return { keycode: kc, level: 0 };
+    }
+    const sym = candidates[0];
+    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
+    const busy = () => new Set([...this.bound.values(), ...heldCodes]);
+    let used = busy();
+    let kc = this.spare.find(k => !used.has(k));
+    if (kc === undefined) {
+      // All spare keycodes are bound: let clients catch up once, then free every binding that is
+      // not held or part of the current chord (so the next ~19 new characters need no wait).
+      await this.quiet();
+      for (const [s, k] of this.bound) if (!pinned.has(k) && !heldCodes.has(k)) this.bound.delete(s);
+      used = busy();
+      kc = this.spare.find(k => !used.has(k));
+    }
+    if (kc === undefined) {
+      throw new DisplayError('unsupported', `no spare keycode left to bind keysym 0x${sym.toString(16)} (${this.spare.length} spare keycodes)`);
+    }
+    const row = new Array<number>(this.perKeycode).fill(0);
+    row[0] = sym;
+    if (row.length > 1) row[1] = sym;
+    this.d._assertOpen('ChangeKeyboardMapping');
+    this.d._x.ChangeKeyboardMapping(kc, this.perKeycode, row);
+    this.bound.set(sym, kc);
+    this.lastUse.set(kc, performance.now());
+    return { keycode: kc, level: 0 };
+  }
+
+  private shiftHeld(): boolean {
+    for (const h of this.held.values()) if (h.keycode === this.shiftKeycode || h.withShift) return true;
+    return false;
+  }
+
+  private press(keycode: number, down: boolean): void {
+    fake(this.d, down ? KEY_PRESS : KEY_RELEASE, keycode);
+    if (this.lastUse.has(keycode)) this.lastUse.set(keycode, performance.now());
+  }
+
+  /** Type one character (candidate keysyms best first). */
+  async tap(candidates: number[]): Promise<void> {
+    const loc = await this.locate(candidates, new Set());
+    const shift = loc.level === 1 && !this.shiftHeld() && this.shiftKeycode !== 0;
+    if (shift) this.press(this.shiftKeycode, true);
+    this.press(loc.keycode, true);
+    this.press(loc.keycode, false);
+    if (shift) this.press(this.shiftKeycode, false);
+  }
+
+  /** Press the keys in order, run fn, release in reverse (a chord when fn is empty). */
+  async withKeysHeld(syms: number[], fn: () => Promise<void>): Promise<void> {
+    if (syms.length === 0) return fn();
+    await this.ensureFresh();
+    const pinned = new Set<number>();
+    const pressed: number[] = [];
+    const hasShift = syms.some(s => s === KEYSYM_SHIFT_L || s === 0xffe2) || this.shiftHeld();
+    let shiftAdded = false;
+    try {
+      for (const sym of syms) {
+        const loc = await this.locate([sym], pinned);
+        pinned.add(loc.keycode);
+        if (loc.level === 1 && !hasShift && !shiftAdded && !isModifierKeysym(sym) && this.shiftKeycode) {
+          this.press(this.shiftKeycode, true);
+          pressed.push(this.shiftKeycode);
+          shiftAdded = true;
+        }
+        this.press(loc.keycode, true);
+        pressed.push(loc.keycode);
+      }
+      await fn();
+    } finally {
+      if (!this.d.closed) for (const kc of pressed.reverse()) this.press(kc, false);
+    }
+  }
+
+  async hold(sym: number): Promise<void> {
+    if (this.held.has(sym)) return;
+    const loc = await this.locate([sym], new Set());
+    const withShift = loc.level === 1 && !this.shiftHeld() && !isModifierKeysym(sym) && this.shiftKeycode !== 0;
+    if (withShift) this.press(this.shiftKeycode, true);
+    this.press(loc.keycode, true);
+    this.held.set(sym, { keycode: loc.keycode, withShift });
+  }
+
+  async release(sym: number): Promise<void> {
+    const h = this.held.get(sym);
+    if (h) {
+      this.held.delete(sym);
+      this.press(h.keycode, false);
+      if (h.withShift) this.press(this.shiftKeycode, false);
+      return;
+    }
+    // Not held by us: release its keycode anyway (harmless if it is up).
+    const loc = this.lookup.get(sym) ?? (this.bound.has(sym) ? { keycode: this.bound.get(sym)! } : undefined);
+    if (loc) this.press(loc.keycode, false);
+  }
+
+  private cancelRestore(): void {
+    if (this.restoreTimer) { clearTimeout(this.restoreTimer); this.restoreTimer = null; }
+  }
+
+  /**
+   * Schedule resetting the temporarily bound keycodes to NoSymbol once input has been idle for
+   * RESTORE_IDLE_MS (doing it at the end of each call would race the clients, see quiet()).
+   */
+  scheduleRestore(): void {
+    if (this.bound.size === 0 || this.restoreTimer) return;
+    this.restoreTimer = setTimeout(() => {
+      this.restoreTimer = null;
+      this.d._inputLock.run(() => this.restoreNow()).catch(() => { /* display gone: nothing to restore */ });
+    }, RESTORE_IDLE_MS);
+    this.restoreTimer.unref();
+  }
+
+  /** Reset temporarily bound keycodes (except held ones) to NoSymbol now (after the quiet time). */
+  async restoreNow(): Promise<void> {
+    this.cancelRestore();
+    if (this.bound.size === 0 || this.d.closed) return;
+    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
+    const toReset = [...this.bound].filter(([, kc]) => !heldCodes.has(kc));
+    if (toReset.length === 0) return;
+    await this.quiet();
+    const zeros = new Array<number>(this.perKeycode).fill(0);
+    for (const [sym, kc] of toReset) {
+      this.d._assertOpen('ChangeKeyboardMapping');
+      this.d._x.ChangeKeyboardMapping(kc, this.perKeycode, zeros);
+      this.bound.delete(sym);
+    }
+    await this.d.sync();
+  }
+}
+
+/** Upper-case keysym for Latin-1 letters (enough for the core lone-keysym rule on Xvfb's map). */
+function upperKeysym(sym: number): number {
+  if (sym >= 0x61 && sym <= 0x7a) return sym - 0x20;
+  if ((sym >= 0xe0 && sym <= 0xfe && sym !== 0xf7)) return sym - 0x20;
+  return sym;
+}

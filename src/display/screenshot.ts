@@ -1,0 +1,205 @@
+/**
+ * Screenshots: MIT-SHM (or core GetImage) capture of the root window, BGRX→RGB in JS, the
+ * XFixes cursor image composited on top, then encoding with sharp (libvips runs off the main thread).
+ */
+import * as fs from 'node:fs';
+import sharp from 'sharp';
+import { DisplayError } from './errors.ts';
+import type { XDisplay } from './x-display.ts';
+
+export type ScreenshotFormat = 'png' | 'jpeg' | 'webp' | 'raw';
+
+export interface Region { x: number; y: number; width: number; height: number }
+
+export interface ScreenshotOptions {
+  format?: ScreenshotFormat;
+  /** JPEG/WebP quality 1..100 (default 80). */
+  quality?: number;
+  /** Capture only this rectangle (screen coordinates). */
+  region?: Region;
+  /** Resize the output to this size (fill, aspect not kept). One side alone keeps the aspect. */
+  scale?: { width?: number; height?: number };
+  /** Draw the pointer (default true). */
+  cursor?: boolean;
+}
+
+export interface ScreenshotResult {
+  data: Buffer;
+  width: number;
+  height: number;
+  format: ScreenshotFormat;
+  mimeType: string;
+  /** Multiply an x in this image by scaleX (and add region.x) to get a screen x. Only when scaled. */
+  scaleX?: number;
+  scaleY?: number;
+}
+
+export const DEFAULT_JPEG_QUALITY = 80;
+export const PNG_COMPRESSION_LEVEL = 6;
+const MAX_SCALE_SIDE = 8192;
+
+const MIME: Record<ScreenshotFormat, string> = {
+  png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream',
+};
+
+function regionError(field: string, problem: string, details?: Record<string, unknown>): DisplayError {
+  return new DisplayError('invalid_region', `${field}: ${problem}`, { field, ...details });
+}
+
+function isInt(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v);
+}
+
+/** Validate a region against the screen; returns the full screen when region is undefined. */
+export function validateRegion(region: Region | undefined, screen: { width: number; height: number }, field = 'region'): Region {
+  if (region === undefined) return { x: 0, y: 0, width: screen.width, height: screen.height };
+  if (region === null || typeof region !== 'object') throw regionError(field, 'must be an object {x, y, width, height}');
+  const { x, y, width, height } = region;
+  if (!isInt(x) || x < 0 || x >= screen.width) throw regionError(`${field}.x`, `must be an integer within 0..${screen.width - 1}`, { value: x });
+  if (!isInt(y) || y < 0 || y >= screen.height) throw regionError(`${field}.y`, `must be an integer within 0..${screen.height - 1}`, { value: y });
+  if (!isInt(width) || width < 1 || x + width > screen.width) {
+    throw regionError(`${field}.width`, `must be an integer within 1..${screen.width - x} (x + width <= ${screen.width})`, { value: width });
+  }
+  if (!isInt(height) || height < 1 || y + height > screen.height) {
+    throw regionError(`${field}.height`, `must be an integer within 1..${screen.height - y} (y + height <= ${screen.height})`, { value: height });
+  }
+  return { x, y, width, height };
+}
+
+function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number): { width: number; height: number } | null {
+  if (scale === undefined) return null;
+  if (scale === null || typeof scale !== 'object') throw regionError('scale', 'must be an object {width, height}');
+  let { width, height } = scale;
+  if (width === undefined && height === undefined) throw regionError('scale', 'needs width and/or height');
+  for (const [k, v] of [['width', width], ['height', height]] as const) {
+    if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE)) throw regionError(`scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
+  }
+  if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
+  if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
+  if (width === w && height === h) return null;
+  return { width, height };
+}
+
+/**
+ * BGRX (32 bpp, LSB first) → tightly packed RGB. A Uint32 loop when the source is 4-byte
+ * aligned (the SHM buffer always is), a byte loop otherwise.
+ */
+export function bgrxToRgb(src: Buffer, pixels: number, dst: Buffer = Buffer.allocUnsafe(pixels * 3)): Buffer {
+  if (src.byteOffset % 4 === 0) {
+    const s = new Uint32Array(src.buffer, src.byteOffset, pixels);
+    let j = 0;
+    for (let i = 0; i < pixels; i++) {
+      const p = s[i];
+      dst[j] = (p >>> 16) & 0xff;
+      dst[j + 1] = (p >>> 8) & 0xff;
+      dst[j + 2] = p & 0xff;
+      j += 3;
+    }
+  } else {
+    let j = 0;
+    for (let i = 0, o = 0; i < pixels; i++, o += 4) {
+      dst[j] = src[o + 2];
+      dst[j + 1] = src[o + 1];
+      dst[j + 2] = src[o];
+      j += 3;
+    }
+  }
+  return dst;
+}
+
+export interface CursorImage { x: number; y: number; width: number; height: number; xhot: number; yhot: number; cursorImage: Buffer }
+
+/** Draw a premultiplied ARGB32 cursor onto an RGB image whose top-left is (originX, originY) on screen. */
+export function compositeCursor(rgb: Buffer, width: number, height: number, cur: CursorImage, originX: number, originY: number): void {
+  const left = cur.x - cur.xhot - originX;
+  const top = cur.y - cur.yhot - originY;
+  const cw = cur.width;
+  const img = cur.cursorImage;
+  for (let cy = 0; cy < cur.height; cy++) {
+    const ty = top + cy;
+    if (ty < 0 || ty >= height) continue;
+    for (let cx = 0; cx < cw; cx++) {
+      const tx = left + cx;
+      if (tx < 0 || tx >= width) continue;
+      const p = img.readUInt32LE((cy * cw + cx) * 4);
+      const a = p >>> 24;
+      if (a === 0) continue;
+      const o = (ty * width + tx) * 3;
+      const inv = 255 - a;
+      rgb[o] = Math.min(255, ((p >>> 16) & 0xff) + ((rgb[o] * inv + 127) / 255 | 0));
+      rgb[o + 1] = Math.min(255, ((p >>> 8) & 0xff) + ((rgb[o + 1] * inv + 127) / 255 | 0));
+      rgb[o + 2] = Math.min(255, (p & 0xff) + ((rgb[o + 2] * inv + 127) / 255 | 0));
+    }
+  }
+}
+
+/** Capture a rectangle as packed RGB (no cursor). */
+export async function captureRgb(d: XDisplay, r: Region): Promise<Buffer> {
+  const pixels = r.width * r.height;
+  if (d._shm) {
+    return d._shmLock.run(async () => {
+      const shm = d._shm;
+      if (!shm) return captureCoreRgb(d, r);
+      const rep = await d.request<{ size: number }>('ShmGetImage', cb =>
+        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb));
+      const bytes = pixels * 4;
+      if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
+      // pread from the tmpfs segment into the reused buffer (the client does not mmap it).
+      fs.readSync(shm.fd, shm.buffer, 0, bytes, 0);
+      return bgrxToRgb(shm.buffer, pixels);
+    });
+  }
+  return captureCoreRgb(d, r);
+}
+
+async function captureCoreRgb(d: XDisplay, r: Region): Promise<Buffer> {
+  const img = await d.request<{ data: Buffer; depth: number }>('GetImage', cb =>
+    d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
+  if (img.data.length < r.width * r.height * 4) {
+    throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
+  }
+  return bgrxToRgb(img.data, r.width * r.height);
+}
+
+export async function captureScreenshot(d: XDisplay, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+  const format = options.format ?? 'png';
+  if (!(format in MIME)) throw new DisplayError('invalid_action', `format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, { field: 'format' });
+  const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
+  if (!isInt(quality) || quality < 1 || quality > 100) throw new DisplayError('invalid_action', 'quality: must be an integer within 1..100', { field: 'quality' });
+  const region = validateRegion(options.region, d);
+  const scale = resolveScale(options.scale, region.width, region.height);
+  const wantCursor = options.cursor !== false && d.hasCursorImage;
+
+  // Both requests go out back to back: one round trip for image + cursor.
+  const cursorP = wantCursor
+    ? d.request<CursorImage>('XFixesGetCursorImage', cb => d._fixes.GetCursorImage(cb)).catch(() => null)
+    : Promise.resolve(null);
+  const rgb = await captureRgb(d, region);
+  const cursor = await cursorP;
+  if (cursor) compositeCursor(rgb, region.width, region.height, cursor, region.x, region.y);
+
+  if (format === 'raw' && !scale) {
+    return { data: rgb, width: region.width, height: region.height, format, mimeType: MIME.raw };
+  }
+  let img = sharp(rgb, { raw: { width: region.width, height: region.height, channels: 3 } });
+  if (scale) img = img.resize(scale.width, scale.height, { fit: 'fill' });
+  switch (format) {
+    case 'png': img = img.png({ compressionLevel: PNG_COMPRESSION_LEVEL }); break;
+    case 'jpeg': img = img.jpeg({ quality }); break;
+    case 'webp': img = img.webp({ quality, effort: 0 }); break;
+    case 'raw': img = img.raw(); break;
+  }
+  const data = await img.toBuffer();
+  const out: ScreenshotResult = {
+    data,
+    width: scale ? scale.width : region.width,
+    height: scale ? scale.height : region.height,
+    format,
+    mimeType: MIME[format],
+  };
+  if (scale) {
+    out.scaleX = region.width / scale.width;
+    out.scaleY = region.height / scale.height;
+  }
+  return out;
+}

@@ -1,0 +1,56 @@
+import { createHash } from 'node:crypto';
+import { mkdirSync, realpathSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+/**
+ * A Drums instance is one state directory. Every host object it makes carries
+ * the instance's short name, so two instances (two test runs, say) never touch
+ * each other's objects and `drums sweep` can find everything one left behind.
+ */
+export interface Instance {
+  stateDir: string;
+  /** 5 hex chars derived from the state dir (or DRUMS_INSTANCE). */
+  name: string;
+  imagesDir: string;
+  sessionsDir: string;
+  runcRoot: string;
+  /** Host-wide directory where instances claim subnets (shared by all instances). */
+  claimsDir: string;
+}
+
+export const DEFAULT_STATE_DIR = '/var/lib/drums';
+
+export function resolveInstance(env: NodeJS.ProcessEnv = process.env): Instance {
+  const stateDir = resolve(env.DRUMS_STATE_DIR || DEFAULT_STATE_DIR);
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+  const real = realpathSync(stateDir);
+  const name = env.DRUMS_INSTANCE || createHash('sha256').update(real).digest('hex').slice(0, 5);
+  if (!/^[a-z0-9]{1,5}$/.test(name)) throw new Error(`DRUMS_INSTANCE must be 1-5 lowercase letters or digits, got '${name}'`);
+  return {
+    stateDir: real,
+    name,
+    imagesDir: resolve(env.DRUMS_IMAGE_DIR || join(DEFAULT_STATE_DIR, 'images')),
+    sessionsDir: join(real, 'sessions'),
+    runcRoot: join(real, 'runc'),
+    claimsDir: env.DRUMS_CLAIMS_DIR || '/run/drums/subnets',
+  };
+}
+
+/** Host object names for one session of one instance. Interface names must fit in 15 bytes. */
+export function objectNames(inst: Instance, sessionId: string, slot: number) {
+  return {
+    container: `drums-${inst.name}-${sessionId}`,
+    netns: `drums-${inst.name}-${sessionId}`,
+    hostVeth: `dr${inst.name}h${slot}`,
+    cgroup: `/drums-${inst.name}/${sessionId}`,
+    overlaySource: `drums-${inst.name}`,
+  };
+}
+
+export function vethPrefix(inst: Instance): string {
+  return `dr${inst.name}h`;
+}
+
+export function nftTableName(inst: Instance): string {
+  return `drums_${inst.name}`;
+}

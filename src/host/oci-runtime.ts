@@ -1,0 +1,131 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, openSync, closeSync } from 'node:fs';
+import type { Readable } from 'node:stream';
+import { run } from '../common/exec.ts';
+import { DrumsError, HostError } from '../common/errors.ts';
+
+/**
+ * The OCI runtime (runc, or crun where the host allows it), driven through its
+ * CLI with a per-instance state root so instances never see each other's
+ * containers.
+ */
+export interface RuntimeInfo {
+  name: 'runc' | 'crun';
+  path: string;
+}
+
+export function cgroupMode(): 'v1' | 'hybrid' | 'v2' {
+  if (existsSync('/sys/fs/cgroup/cgroup.controllers')) {
+    const ctrls = readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8');
+    return ctrls.includes('memory') ? 'v2' : 'hybrid';
+  }
+  return existsSync('/sys/fs/cgroup/unified') ? 'hybrid' : 'v1';
+}
+
+function which(bin: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
+    if (existsSync(`${dir}/${bin}`)) return `${dir}/${bin}`;
+  }
+  return undefined;
+}
+
+/** DRUMS_RUNTIME picks one explicitly; otherwise crun on a pure cgroup v2 host, else runc. */
+export function detectRuntime(env: NodeJS.ProcessEnv = process.env): RuntimeInfo {
+  const wanted = env.DRUMS_RUNTIME;
+  if (wanted) {
+    const path = wanted.includes('/') ? wanted : which(wanted);
+    if (!path) throw new DrumsError('runtime_missing', `DRUMS_RUNTIME=${wanted} not found on PATH`);
+    return { name: path.endsWith('crun') ? 'crun' : 'runc', path };
+  }
+  const crun = which('crun');
+  if (crun && cgroupMode() === 'v2') return { name: 'crun', path: crun };
+  const runc = which('runc');
+  if (runc) return { name: 'runc', path: runc };
+  throw new DrumsError('runtime_missing', 'no OCI runtime found: install runc (apt-get install runc) or run scripts/setup.sh');
+}
+
+export interface StartResult {
+  pid: number;
+  /** Emits 'end' when every process of the container has exited. */
+  liveness: Readable;
+}
+
+export interface ContainerState {
+  id: string;
+  pid: number;
+  status: string;
+}
+
+export class OciRuntime {
+  readonly info: RuntimeInfo;
+  readonly root: string;
+  constructor(info: RuntimeInfo, root: string) {
+    this.info = info;
+    this.root = root;
+  }
+
+  private argv(...args: string[]): string[] {
+    return [this.info.path, '--root', this.root, ...args];
+  }
+
+  /**
+   * `run -d`: the runtime exits once the container has started. The container's
+   * stdio goes to a log file, and fd 3 is a socket whose other end we keep:
+   * it reaches EOF exactly when the last process in the session is gone.
+   */
+  async start(id: string, bundle: string, logFile: string): Promise<StartResult> {
+    const logFd = openSync(logFile, 'a', 0o600);
+    let child: ChildProcess;
+    try {
+      const argv = this.argv('run', '-d', '--preserve-fds', '1', '--bundle', bundle, id);
+      child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', logFd, logFd, 'pipe'] });
+    } finally {
+      closeSync(logFd);
+    }
+    const liveness = child.stdio[3] as Readable;
+    liveness.resume();
+    const code: number = await new Promise((resolve, reject) => {
+      child.on('error', reject);
+      child.on('exit', (c) => resolve(c ?? 1));
+    });
+    if (code !== 0) {
+      liveness.destroy();
+      let tail = '';
+      try { tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n'); } catch {}
+      throw new HostError(`${this.info.name} run`, `exit ${code}: ${tail}`, { container: id });
+    }
+    const state = await this.state(id);
+    if (!state) throw new HostError(`${this.info.name} state`, `container ${id} vanished right after start`);
+    return { pid: state.pid, liveness };
+  }
+
+  async state(id: string): Promise<ContainerState | undefined> {
+    const r = await run(this.argv('state', id), { okCodes: [0, 1] });
+    if (r.code !== 0) return undefined;
+    const s = JSON.parse(r.stdout) as { id: string; pid: number; status: string };
+    return { id: s.id, pid: s.pid, status: s.status };
+  }
+
+  async list(): Promise<ContainerState[]> {
+    if (!existsSync(this.root)) return [];
+    const r = await run(this.argv('list', '--format', 'json'), { okCodes: [0, 1] });
+    if (r.code !== 0 || !r.stdout.trim() || r.stdout.trim() === 'null') return [];
+    return (JSON.parse(r.stdout) as { id: string; pid: number; status: string }[]).map((s) => ({ id: s.id, pid: s.pid, status: s.status }));
+  }
+
+  /** SIGKILL to the container's init tears down its whole PID namespace; then remove it. */
+  async destroy(id: string): Promise<void> {
+    await run(this.argv('kill', id, 'KILL'), { okCodes: [0, 1] });
+    await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
+  }
+
+  /** Spawns `runtime exec` (caller handles stdio). Never uses a shell. */
+  spawnExec(id: string, opts: { uid: number; gid: number; cwd: string; env: Record<string, string>; caps: string[]; args: string[] }): ChildProcess {
+    const a = ['exec', '--user', `${opts.uid}:${opts.gid}`, '--cwd', opts.cwd];
+    for (const [k, v] of Object.entries(opts.env)) a.push('--env', `${k}=${v}`);
+    for (const c of opts.caps) a.push('--cap', c);
+    a.push(id, ...opts.args);
+    const argv = this.argv(...a);
+    return spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+  }
+}

@@ -1,0 +1,90 @@
+import { seccompProfile } from './seccomp.ts';
+
+/** Capabilities a root-in-session exec may hold (no SYS_ADMIN, NET_RAW, MKNOD, SYS_MODULE, SYS_PTRACE...). */
+export const ROOT_CAPS = [
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID', 'CAP_SETUID',
+  'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_AUDIT_WRITE', 'CAP_SETFCAP',
+];
+
+export interface SpecInput {
+  hostname: string;
+  uid: number;
+  gid: number;
+  home: string;
+  args: string[];
+  env: Record<string, string>;
+  netnsPath: string;
+  cgroupsPath: string;
+  /** Host directory bound at /run/drums (sockets, status). */
+  runDir: string;
+  /** Host directory bound at /tmp/.X11-unix. */
+  x11Dir: string;
+  /** Host file bound read-only at /usr/lib/drums/session-init (the init ships with the daemon). */
+  initPath: string;
+  memoryBytes: number;
+  pids: number;
+  /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
+  cpus: number;
+  shmBytes: number;
+  tmpBytes: number;
+}
+
+const tmpfs = (destination: string, options: string[]) => ({ destination, type: 'tmpfs', source: 'tmpfs', options });
+
+export function buildSpec(i: SpecInput) {
+  const period = 100_000;
+  return {
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: i.uid, gid: i.gid, additionalGids: [i.gid] },
+      args: i.args,
+      env: Object.entries(i.env).map(([k, v]) => `${k}=${v}`),
+      cwd: i.home,
+      // The desktop runs with no capabilities at all; the bounding set caps what
+      // a root-in-session exec can ever hold.
+      capabilities: { bounding: ROOT_CAPS, effective: [], permitted: [], inheritable: [], ambient: [] },
+      noNewPrivileges: true,
+      oomScoreAdj: 500,
+    },
+    root: { path: 'rootfs', readonly: false },
+    hostname: i.hostname,
+    mounts: [
+      { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+      tmpfs('/dev', ['nosuid', 'strictatime', 'mode=755', 'size=65536k']),
+      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', `gid=5`] },
+      tmpfs('/dev/shm', ['nosuid', 'noexec', 'nodev', 'mode=1777', `size=${i.shmBytes}`]),
+      { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+      { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+      tmpfs('/tmp', ['nosuid', 'nodev', 'mode=1777', `size=${i.tmpBytes}`]),
+      tmpfs('/run', ['nosuid', 'nodev', 'mode=755', 'size=65536k']),
+      { destination: '/run/drums', type: 'bind', source: i.runDir, options: ['rbind', 'nosuid', 'nodev', 'noexec'] },
+      { destination: '/tmp/.X11-unix', type: 'bind', source: i.x11Dir, options: ['rbind', 'nosuid', 'nodev', 'noexec'] },
+      { destination: '/usr/lib/drums/session-init', type: 'bind', source: i.initPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+    ],
+    linux: {
+      namespaces: [
+        { type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
+        { type: 'network', path: i.netnsPath },
+      ],
+      cgroupsPath: i.cgroupsPath,
+      resources: {
+        devices: [{ allow: false, access: 'rwm' }],
+        memory: { limit: i.memoryBytes },
+        pids: { limit: i.pids },
+        cpu: i.cpus > 0 ? { quota: Math.round(i.cpus * period), period, shares: 1024 } : { shares: 1024 },
+      },
+      sysctl: {
+        'net.ipv6.conf.all.disable_ipv6': '1',
+        'net.ipv6.conf.default.disable_ipv6': '1',
+      },
+      maskedPaths: [
+        '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
+        '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
+      ],
+      readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
+      seccomp: seccompProfile(),
+    },
+  };
+}

@@ -1,0 +1,30 @@
+import { readFileSync } from 'node:fs';
+import { run } from '../common/exec.ts';
+
+/**
+ * The session root: the image read-only below, a per-session upper directory
+ * on disk above. The mount lives in the host mount namespace (the runtime
+ * pivots into it), so it is recorded in the session record and swept.
+ */
+export async function mountOverlay(source: string, lower: string, upper: string, work: string, target: string): Promise<void> {
+  await run(['mount', '-t', 'overlay', source, '-o', `lowerdir=${lower},upperdir=${upper},workdir=${work}`, target]);
+}
+
+/** Mount points (from /proc/self/mountinfo) at or below `prefix`, deepest first. */
+export function mountsUnder(prefix: string): string[] {
+  const out: string[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const mp = line.split(' ')[4];
+    if (!mp) continue;
+    const path = mp.replace(/\\(\d{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (path === prefix || path.startsWith(prefix.endsWith('/') ? prefix : prefix + '/')) out.push(path);
+  }
+  return out.sort((a, b) => b.length - a.length);
+}
+
+export async function unmountOverlay(target: string): Promise<void> {
+  for (const mp of mountsUnder(target)) {
+    const r = await run(['umount', mp], { okCodes: [0, 32] });
+    if (r.code !== 0) await run(['umount', '-l', mp], { okCodes: [0, 32] });
+  }
+}

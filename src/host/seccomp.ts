@@ -1,0 +1,42 @@
+/**
+ * A default-style seccomp profile in the spirit of the container runtimes'
+ * defaults: everything a desktop needs is allowed; syscalls that reach kernel
+ * state shared with the host (mounts, modules, kexec, keyrings, namespaces,
+ * BPF, perf, clocks, swap, reboot, cross-process memory access) fail with EPERM.
+ * Capabilities are dropped too; seccomp is the second fence.
+ */
+const DENIED = [
+  'acct', 'add_key', 'bpf', 'clock_adjtime', 'clock_settime', 'create_module', 'delete_module',
+  'finit_module', 'fsconfig', 'fsmount', 'fsopen', 'fspick', 'get_kernel_syms', 'init_module',
+  'ioperm', 'iopl', 'kcmp', 'kexec_file_load', 'kexec_load', 'keyctl', 'lookup_dcookie',
+  'mount', 'mount_setattr', 'move_mount', 'name_to_handle_at', 'nfsservctl', 'open_by_handle_at',
+  'open_tree', 'perf_event_open', 'pivot_root', 'process_vm_readv', 'process_vm_writev',
+  'query_module', 'quotactl', 'quotactl_fd', 'reboot', 'request_key', 'setns', 'settimeofday',
+  'stime', 'swapoff', 'swapon', 'sysfs', '_sysctl', 'umount', 'umount2', 'unshare', 'uselib',
+  'userfaultfd', 'ustat', 'vm86', 'vm86old', 'syslog', 'fanotify_init', 'lsm_set_self_attr',
+];
+
+// CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
+const CLONE_NS_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080];
+const EPERM = 1;
+const ENOSYS = 38;
+
+export function seccompProfile() {
+  return {
+    defaultAction: 'SCMP_ACT_ALLOW',
+    architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
+    syscalls: [
+      { names: DENIED, action: 'SCMP_ACT_ERRNO', errnoRet: EPERM },
+      // No new namespaces: clone with any CLONE_NEW* flag fails.
+      ...CLONE_NS_FLAGS.map((flag) => ({
+        names: ['clone'],
+        action: 'SCMP_ACT_ERRNO',
+        errnoRet: EPERM,
+        args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }],
+      })),
+      // clone3 passes flags in memory seccomp can't read: make libc fall back to clone.
+      { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
+      // ptrace is confined by the PID namespace; keep it for debuggers inside.
+    ],
+  };
+}

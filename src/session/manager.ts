@@ -1,0 +1,415 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chownSync, chmodSync, mkdirSync, rmSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Readable } from 'node:stream';
+import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
+import { log } from '../common/log.ts';
+import type { Instance } from '../host/instance.ts';
+import { objectNames } from '../host/instance.ts';
+import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, type Subnet, type SubnetPool } from '../host/network.ts';
+import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
+import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
+import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
+import { mountOverlay, unmountOverlay } from '../host/overlay.ts';
+import { findImage } from '../image/index.ts';
+import { parseSpec, type SessionSpec } from './spec.ts';
+import { StatusWatcher } from './status-watcher.ts';
+import { sweepInstance } from './sweep.ts';
+
+export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
+
+export const DESKTOP_UID = 1000;
+export const DESKTOP_GID = 1000;
+const HOME = '/home/user';
+/** The in-session init ships with the daemon (bound in read-only), so the two always match. */
+const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
+const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
+
+export interface Attempt {
+  generation: number;
+  token: string;
+}
+
+/** Everything the daemon knows about one session. */
+export interface Session {
+  id: string;
+  state: SessionState;
+  spec: SessionSpec;
+  generation: number;
+  attempt: Attempt;
+  createdAt: string;
+  subnet: Subnet;
+  names: ReturnType<typeof objectNames>;
+  dir: string;
+  runDir: string;
+  x11Socket: string;
+  busSocket: string;
+  imageDir: string;
+  initPid?: number;
+  timings: Record<string, number>;
+  brokenReason?: string;
+  /** Private: liveness socket and status watcher of the current generation. */
+  _liveness?: Readable;
+  _watcher?: StatusWatcher;
+  _ttlTimer?: NodeJS.Timeout;
+}
+
+export interface ManagerOptions {
+  maxSessions?: number;
+  /** Test hook: make create fail at this step (e.g. 'container'). */
+  failAtStep?: string;
+  /** How many creates/resets may run at once (admission control on small hosts). */
+  startConcurrency?: number;
+}
+
+/** Steps of a create, in order; each has an undo that runs in reverse on failure. */
+type Step = { name: string; do: () => Promise<void>; undo?: () => Promise<void> };
+
+export class SessionManager {
+  readonly inst: Instance;
+  readonly runtime: OciRuntime;
+  readonly pool: SubnetPool;
+  private readonly _sessions = new Map<string, Session>();
+  private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
+  private _running = 0;
+  private readonly _queue: (() => void)[] = [];
+
+  constructor(inst: Instance, opts: ManagerOptions = {}) {
+    this.inst = inst;
+    this.runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
+    this.pool = parsePool(process.env.DRUMS_SUBNET_POOL ?? '10.231.0.0/16');
+    this._opts = {
+      maxSessions: opts.maxSessions ?? Number(process.env.DRUMS_MAX_SESSIONS ?? 128),
+      startConcurrency: opts.startConcurrency ?? Number(process.env.DRUMS_START_CONCURRENCY ?? 4),
+      failAtStep: opts.failAtStep ?? process.env.DRUMS_TEST_FAIL_STEP,
+    };
+  }
+
+  /** Sweeps what a previous daemon of this instance left, then installs the firewall table. */
+  async init(): Promise<void> {
+    await sweepInstance(this.inst);
+    mkdirSync(this.inst.sessionsDir, { recursive: true, mode: 0o700 });
+    mkdirSync(this.inst.runcRoot, { recursive: true, mode: 0o700 });
+    await installTable(this.inst);
+  }
+
+  list(): Session[] {
+    return [...this._sessions.values()];
+  }
+
+  get(id: string): Session {
+    const s = this._sessions.get(id);
+    if (!s) throw new NotFoundError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
+    return s;
+  }
+
+  private async _admit<T>(fn: () => Promise<T>): Promise<T> {
+    if (this._running >= this._opts.startConcurrency) await new Promise<void>((r) => this._queue.push(r));
+    this._running++;
+    try {
+      return await fn();
+    } finally {
+      this._running--;
+      this._queue.shift()?.();
+    }
+  }
+
+  async create(body: unknown): Promise<Session> {
+    const spec = parseSpec(body);
+    // Validate before any side effect.
+    const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
+    if (!image) {
+      throw new DrumsError('image_not_built', `image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, { details: { field: 'image' } });
+    }
+    if (this._sessions.size >= this._opts.maxSessions) {
+      throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
+    }
+    const id = 's' + randomBytes(5).toString('hex');
+    const subnet = claimSubnet(this.inst, this.pool, id);
+    const names = objectNames(this.inst, id, subnet.slot);
+    const dir = join(this.inst.sessionsDir, id);
+    const s: Session = {
+      id, state: 'creating', spec, generation: 1, attempt: { generation: 1, token: randomUUID() },
+      createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(dir, 'run'),
+      x11Socket: join(dir, 'x11', 'X0'), busSocket: join(dir, 'run', 'bus'), imageDir: image.rootfs, timings: {},
+    };
+    this._sessions.set(id, s);
+    const t0 = performance.now();
+    const rules: SessionRules = { hostVeth: names.hostVeth, gateway: subnet.gateway, address: subnet.address, hostPorts: spec.hostPorts, egress: spec.egress };
+    const steps: Step[] = [
+      // The record comes first: the sweep finds every object below through it or its name.
+      { name: 'record', do: async () => this._record(s), undo: async () => rmSync(dir, { recursive: true, force: true }) },
+      { name: 'network', do: () => createNetwork(names.netns, names.hostVeth, subnet), undo: () => deleteNetwork(names.netns, names.hostVeth) },
+      { name: 'firewall', do: () => addSessionRules(this.inst, rules), undo: () => removeSessionRules(this.inst, rules) },
+      { name: 'egress', do: async () => { if (spec.egress) await this._enableForwarding(); } },
+      ...this._startSteps(s),
+    ];
+    // Test hook (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure.
+    const failAt = this._opts.failAtStep ?? (process.env.DRUMS_TEST_HOOKS === '1' ? spec.labels['drums.test.failStep'] : undefined);
+    const done: Step[] = [];
+    try {
+      await this._admit(async () => {
+        for (const step of steps) {
+          if (failAt === step.name) throw Object.assign(new Error(`injected failure at '${step.name}'`), { step: step.name });
+          try {
+            await step.do();
+          } catch (e) {
+            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+          }
+          done.push(step);
+        }
+      });
+    } catch (e) {
+      const cleanupErrors: string[] = [];
+      if (process.env.DRUMS_DEBUG_KEEP_FAILED === '1') done.length = 0; // leave it for inspection; sweep removes it
+      for (const step of done.reverse()) {
+        try { await step.undo?.(); } catch (ue) { cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`); }
+      }
+      this._closeGeneration(s);
+      releaseSubnet(this.inst, subnet);
+      this._sessions.delete(id);
+      const step = (e as { step?: string }).step ?? 'unknown';
+      log('warn', 'session create failed', { id, step, error: errorMessage(e), cleanupErrors });
+      throw new SessionCreateError(step, e, cleanupErrors);
+    }
+    s.timings.createMs = performance.now() - t0;
+    s.state = 'ready';
+    if (spec.ttlSeconds > 0) {
+      s._ttlTimer = setTimeout(() => {
+        log('info', 'session ttl expired', { id });
+        this.destroy(id, 'ttl_expired').catch(() => {});
+      }, spec.ttlSeconds * 1000);
+      s._ttlTimer.unref();
+    }
+    return s;
+  }
+
+  /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
+  private _startSteps(s: Session): Step[] {
+    const upper = join(s.dir, 'upper');
+    const work = join(s.dir, 'work');
+    const rootfs = join(s.dir, 'bundle', 'rootfs');
+    return [
+      {
+        name: 'rootfs',
+        do: async () => {
+          this._prepareDirs(s);
+          await mountOverlay(s.names.overlaySource, s.imageDir, upper, work, rootfs);
+        },
+        undo: () => unmountOverlay(rootfs),
+      },
+      { name: 'bundle', do: async () => this._writeBundle(s) },
+      {
+        name: 'container',
+        do: async () => {
+          this._closeGeneration(s);
+          const watcher = new StatusWatcher(join(s.runDir, 'status'));
+          s._watcher = watcher;
+          const t = performance.now();
+          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), join(s.dir, 'session.log'));
+          s.initPid = started.pid;
+          s.timings.runtimeStartMs = performance.now() - t;
+          const generation = s.generation;
+          s._liveness = started.liveness;
+          started.liveness.on('end', () => this._onSessionExit(s, generation));
+          started.liveness.on('error', () => this._onSessionExit(s, generation));
+        },
+        undo: () => this.runtime.destroy(s.names.container),
+      },
+      {
+        name: 'ready',
+        do: async () => {
+          const t = performance.now();
+          const w = s._watcher!;
+          const stages = ['x', 'dbus', 'a11y', 'wm'];
+          try {
+            await w.waitFor(stages, READY_TIMEOUT_MS);
+            s.timings.desktopReadyMs = Math.max(...stages.map((st) => w.marks.get(st)!)) - t;
+            if (s.spec.url) {
+              await w.waitFor(['browser'], READY_TIMEOUT_MS);
+              s.timings.browserReadyMs = w.marks.get('browser')! - t;
+            }
+          } catch (e) {
+            // The session's own log says why (Xvfb, D-Bus and Chromium write there).
+            let tail = '';
+            try { tail = readFileSync(join(s.dir, 'session.log'), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
+            throw new Error(`${errorMessage(e)}${tail ? `; session log: ${tail}` : ''}`);
+          }
+        },
+      },
+    ];
+  }
+
+  private _record(s: Session): void {
+    mkdirSync(s.dir, { recursive: true, mode: 0o700 });
+    writeFileSync(join(s.dir, 'session.json'), JSON.stringify({
+      id: s.id, instance: this.inst.name, createdAt: s.createdAt, subnet: s.subnet, names: s.names,
+      mounts: [join(s.dir, 'bundle', 'rootfs')], spec: s.spec,
+    }, null, 2));
+  }
+
+  private _prepareDirs(s: Session): void {
+    const upper = join(s.dir, 'upper');
+    for (const d of ['upper', 'work']) rmSync(join(s.dir, d), { recursive: true, force: true });
+    rmSync(s.runDir, { recursive: true, force: true });
+    rmSync(join(s.dir, 'x11'), { recursive: true, force: true });
+    mkdirSync(join(upper, 'etc'), { recursive: true });
+    mkdirSync(join(s.dir, 'work'), { recursive: true });
+    mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
+    // Per-session identity: D-Bus and friends key on the machine id.
+    writeFileSync(join(upper, 'etc', 'machine-id'), randomBytes(16).toString('hex') + '\n', { mode: 0o444 });
+    writeFileSync(join(upper, 'etc', 'hostname'), `${s.id}\n`);
+    // /run/drums (sockets and status) belongs to the desktop user; /tmp/.X11-unix is sticky, like /tmp.
+    mkdirSync(join(s.runDir, 'xdg'), { recursive: true });
+    writeFileSync(join(s.runDir, 'status'), '');
+    for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, DESKTOP_UID, DESKTOP_GID);
+    chmodSync(join(s.runDir, 'xdg'), 0o700);
+    mkdirSync(join(s.dir, 'x11'), { recursive: true });
+    chmodSync(join(s.dir, 'x11'), 0o1777);
+    chmodSync(s.dir, 0o711);
+  }
+
+  private _writeBundle(s: Session): void {
+    const { width, height, depth } = s.spec.screen;
+    const spec = buildSpec({
+      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: HOME,
+      args: ['/usr/bin/tini', '-s', '--', '/usr/lib/drums/session-init'],
+      env: {
+        ...this.sessionEnv(),
+        DRUMS_SCREEN: `${width}x${height}x${depth}`,
+        DRUMS_SESSION_ID: s.id,
+        ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
+        ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
+      },
+      netnsPath: `/var/run/netns/${s.names.netns}`,
+      cgroupsPath: s.names.cgroup,
+      runDir: s.runDir,
+      x11Dir: join(s.dir, 'x11'),
+      initPath: SESSION_INIT,
+      memoryBytes: s.spec.memoryBytes,
+      pids: s.spec.pids,
+      cpus: s.spec.cpus,
+      shmBytes: 256 * 1024 ** 2,
+      tmpBytes: 512 * 1024 ** 2,
+    });
+    writeFileSync(join(s.dir, 'bundle', 'config.json'), JSON.stringify(spec, null, 2));
+  }
+
+  /** The environment every process in a session sees (init and exec alike). */
+  sessionEnv(): Record<string, string> {
+    return {
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      HOME, USER: 'user', LOGNAME: 'user', SHELL: '/bin/bash', LANG: 'C.UTF-8',
+      DISPLAY: ':0',
+      XDG_RUNTIME_DIR: '/run/drums/xdg',
+      DBUS_SESSION_BUS_ADDRESS: 'unix:path=/run/drums/bus',
+      NO_AT_BRIDGE: '0',
+    };
+  }
+
+  private _closeGeneration(s: Session): void {
+    s._watcher?.close();
+    s._watcher = undefined;
+    s._liveness?.removeAllListeners();
+    s._liveness?.destroy();
+    s._liveness = undefined;
+  }
+
+  private _onSessionExit(s: Session, generation: number): void {
+    if (s.generation !== generation || s.state !== 'ready') return;
+    s.state = 'broken';
+    s.brokenReason = 'the session\'s processes exited (its X server or init died); reset or destroy it';
+    log('warn', 'session broken', { id: s.id });
+  }
+
+  private async _stopContainer(s: Session): Promise<void> {
+    this._closeGeneration(s);
+    await this.runtime.destroy(s.names.container);
+    await unmountOverlay(join(s.dir, 'bundle', 'rootfs'));
+  }
+
+  async reset(id: string): Promise<Session> {
+    const s = this.get(id);
+    if (s.state === 'resetting' || s.state === 'creating' || s.state === 'destroying') {
+      throw new ConflictError('session_busy', `session '${id}' is ${s.state}; wait for it to finish`);
+    }
+    s.state = 'resetting';
+    s.generation += 1;
+    s.attempt = { generation: s.generation, token: randomUUID() };
+    const t0 = performance.now();
+    try {
+      await this._admit(async () => {
+        await this._stopContainer(s);
+        for (const step of this._startSteps(s)) {
+          try {
+            await step.do();
+          } catch (e) {
+            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+          }
+        }
+      });
+    } catch (e) {
+      s.state = 'broken';
+      s.brokenReason = `reset failed at step '${(e as { step?: string }).step}': ${errorMessage(e)}`;
+      throw new DrumsError('session_reset_failed', s.brokenReason, { cause: e });
+    }
+    s.timings.resetMs = performance.now() - t0;
+    s.state = 'ready';
+    return s;
+  }
+
+  async destroy(id: string, reason = 'requested'): Promise<void> {
+    const s = this.get(id);
+    if (s.state === 'destroying') throw new ConflictError('session_busy', `session '${id}' is already being destroyed`);
+    s.state = 'destroying';
+    clearTimeout(s._ttlTimer);
+    const t0 = performance.now();
+    const errors: string[] = [];
+    const attempt = async (what: string, fn: () => Promise<void> | void) => {
+      try { await fn(); } catch (e) { errors.push(`${what}: ${errorMessage(e)}`); }
+    };
+    await attempt('container', () => this._stopContainer(s));
+    await attempt('firewall', () => removeSessionRules(this.inst, {
+      hostVeth: s.names.hostVeth, gateway: s.subnet.gateway, address: s.subnet.address, hostPorts: s.spec.hostPorts, egress: s.spec.egress,
+    }));
+    await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
+    await attempt('cgroup', () => removeCgroup(s.names.cgroup));
+    await attempt('files', () => rmSync(s.dir, { recursive: true, force: true }));
+    releaseSubnet(this.inst, s.subnet);
+    this._sessions.delete(id);
+    log('info', 'session destroyed', { id, reason, ms: Math.round(performance.now() - t0) });
+    if (errors.length) throw new DrumsError('session_destroy_incomplete', `destroy left errors: ${errors.join('; ')}; run 'drums sweep'`);
+  }
+
+  async shutdown(): Promise<void> {
+    for (const s of this.list()) await this.destroy(s.id, 'daemon shutdown').catch(() => {});
+  }
+
+  /** Enables IPv4 forwarding for egress sessions, recording the old value for the sweep. */
+  private async _enableForwarding(): Promise<void> {
+    const path = '/proc/sys/net/ipv4/ip_forward';
+    if (readFileSync(path, 'utf8').trim() === '1') return;
+    const rec = join(this.inst.stateDir, 'ip_forward.orig');
+    if (!existsSync(rec)) writeFileSync(rec, '0\n');
+    writeFileSync(path, '1\n');
+  }
+
+  /** Capabilities used for a root-in-session exec. */
+  static rootCaps(): string[] {
+    return ROOT_CAPS;
+  }
+}
+
+/** Removes a session's cgroup directories in every hierarchy (v1 controllers or the v2 tree). */
+export async function removeCgroup(path: string): Promise<void> {
+  const { readdirSync, rmdirSync } = await import('node:fs');
+  const bases = existsSync('/sys/fs/cgroup/cgroup.controllers') ? ['/sys/fs/cgroup'] : readdirSync('/sys/fs/cgroup').map((c) => `/sys/fs/cgroup/${c}`);
+  for (const base of bases) {
+    const dir = base + path;
+    if (!existsSync(dir)) continue;
+    try { rmdirSync(dir); } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+  }
+}

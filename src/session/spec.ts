@@ -1,0 +1,113 @@
+import { ValidationError } from '../common/errors.ts';
+
+/** What a client asks for when it creates a session (validated before any side effect). */
+export interface SessionSpec {
+  image: string;
+  url?: string;
+  screen: { width: number; height: number; depth: number };
+  memoryBytes: number;
+  cpus: number;
+  pids: number;
+  egress: boolean;
+  /** TCP ports on the session's gateway address that the session may connect to. */
+  hostPorts: number[];
+  browserFlags: string[];
+  /** Seconds after which the daemon destroys the session (0 = never). */
+  ttlSeconds: number;
+  labels: Record<string, string>;
+}
+
+export const DEFAULTS = {
+  image: 'default',
+  screen: { width: 1280, height: 800, depth: 24 },
+  memoryBytes: 2 * 1024 ** 3,
+  cpus: 0,
+  pids: 1024,
+};
+
+const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels'];
+const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
+
+function int(v: unknown, field: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(field, `must be an integer, got ${JSON.stringify(v)}`);
+  if (v < min || v > max) throw bad(field, `must be within ${min}..${max}, got ${v}`);
+  return v;
+}
+
+export function parseScreen(v: unknown, field = 'screen'): SessionSpec['screen'] {
+  let width: unknown, height: unknown, depth: unknown = 24;
+  if (typeof v === 'string') {
+    const m = /^(\d{1,6})x(\d{1,6})(?:x(\d{1,2}))?$/.exec(v);
+    if (!m) throw bad(field, `must look like 1280x800 or 1280x800x24, got '${v}'`);
+    width = Number(m[1]);
+    height = Number(m[2]);
+    if (m[3]) depth = Number(m[3]);
+  } else if (v && typeof v === 'object') {
+    ({ width, height } = v as Record<string, unknown>);
+    depth = (v as Record<string, unknown>).depth ?? 24;
+  } else {
+    throw bad(field, 'must be a string like 1280x800 or an object {width, height}');
+  }
+  const w = int(width, `${field}.width`, 320, 7680);
+  const h = int(height, `${field}.height`, 200, 4320);
+  const d = int(depth, `${field}.depth`, 16, 24);
+  if (d !== 16 && d !== 24) throw bad(`${field}.depth`, 'must be 16 or 24');
+  return { width: w, height: h, depth: d };
+}
+
+const URL_SCHEMES = ['http:', 'https:', 'about:', 'data:', 'file:', 'chrome:'];
+const FLAG_RE = /^--[a-z0-9][a-z0-9-]*(=[A-Za-z0-9_.,:/=+-]*)?$/;
+
+export function parseSpec(body: unknown): SessionSpec {
+  if (body === undefined || body === null) body = {};
+  if (typeof body !== 'object' || Array.isArray(body)) throw bad('body', 'must be a JSON object');
+  const b = body as Record<string, unknown>;
+  for (const k of Object.keys(b)) if (!SPEC_FIELDS.includes(k)) throw bad(k, `unknown field; allowed: ${SPEC_FIELDS.join(', ')}`);
+
+  const image = b.image ?? DEFAULTS.image;
+  if (typeof image !== 'string' || !/^[a-z0-9][a-z0-9._-]{0,63}$/.test(image)) throw bad('image', 'must be an image name like "default"');
+
+  let url: string | undefined;
+  if (b.url !== undefined && b.url !== null) {
+    if (typeof b.url !== 'string' || b.url.length > 8192) throw bad('url', 'must be a string of at most 8192 characters');
+    let parsed: URL;
+    try { parsed = new URL(b.url); } catch { throw bad('url', `not a valid URL: '${b.url.slice(0, 100)}'`); }
+    if (!URL_SCHEMES.includes(parsed.protocol)) throw bad('url', `scheme must be one of ${URL_SCHEMES.join(' ')}`);
+    url = b.url;
+  }
+  const screen = b.screen === undefined ? { ...DEFAULTS.screen } : parseScreen(b.screen);
+  const memoryBytes = b.memoryMb === undefined ? DEFAULTS.memoryBytes : int(b.memoryMb, 'memoryMb', 128, 65536) * 1024 ** 2;
+  let cpus = DEFAULTS.cpus;
+  if (b.cpus !== undefined) {
+    if (typeof b.cpus !== 'number' || !(b.cpus >= 0.05 && b.cpus <= 256)) throw bad('cpus', `must be a number within 0.05..256, got ${JSON.stringify(b.cpus)}`);
+    cpus = b.cpus;
+  }
+  const pids = b.pids === undefined ? DEFAULTS.pids : int(b.pids, 'pids', 64, 65536);
+  if (b.egress !== undefined && typeof b.egress !== 'boolean') throw bad('egress', 'must be a boolean');
+  const hostPorts: number[] = [];
+  if (b.hostPorts !== undefined) {
+    if (!Array.isArray(b.hostPorts) || b.hostPorts.length > 16) throw bad('hostPorts', 'must be an array of at most 16 ports');
+    b.hostPorts.forEach((p, i) => hostPorts.push(int(p, `hostPorts[${i}]`, 1, 65535)));
+  }
+  const browserFlags: string[] = [];
+  if (b.browserFlags !== undefined) {
+    if (!Array.isArray(b.browserFlags) || b.browserFlags.length > 32) throw bad('browserFlags', 'must be an array of at most 32 flags');
+    b.browserFlags.forEach((f, i) => {
+      if (typeof f !== 'string' || !FLAG_RE.test(f)) throw bad(`browserFlags[${i}]`, 'must look like --flag or --flag=value (letters, digits and .,:/=+-_ only)');
+      browserFlags.push(f);
+    });
+  }
+  const ttlSeconds = b.ttlSeconds === undefined ? 0 : int(b.ttlSeconds, 'ttlSeconds', 0, 7 * 24 * 3600);
+  const labels: Record<string, string> = {};
+  if (b.labels !== undefined) {
+    if (!b.labels || typeof b.labels !== 'object' || Array.isArray(b.labels)) throw bad('labels', 'must be an object of strings');
+    const entries = Object.entries(b.labels as Record<string, unknown>);
+    if (entries.length > 32) throw bad('labels', 'at most 32 labels');
+    for (const [k, v] of entries) {
+      if (!/^[A-Za-z0-9_.\/-]{1,63}$/.test(k)) throw bad(`labels.${k}`, 'key must be 1-63 of A-Z a-z 0-9 _ . / -');
+      if (typeof v !== 'string' || v.length > 256) throw bad(`labels.${k}`, 'value must be a string of at most 256 characters');
+      labels[k] = v;
+    }
+  }
+  return { image, url, screen, memoryBytes, cpus, pids, egress: b.egress === true, hostPorts, browserFlags, ttlSeconds, labels };
+}

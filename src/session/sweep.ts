@@ -1,0 +1,142 @@
+import { existsSync, readdirSync, readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { run } from '../common/exec.ts';
+import { DrumsError, errorMessage } from '../common/errors.ts';
+import type { Instance } from '../host/instance.ts';
+import { listClaims, listNetns, listVeths } from '../host/network.ts';
+import { deleteTable, tableExists } from '../host/nftables.ts';
+import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
+import { mountsUnder } from '../host/overlay.ts';
+import { identify, isAlive } from '../host/proc.ts';
+
+export interface SweepReport {
+  containers: string[];
+  mounts: string[];
+  netns: string[];
+  veths: string[];
+  nftTable: boolean;
+  cgroups: string[];
+  claims: string[];
+  sessionDirs: string[];
+  ipForwardRestored: boolean;
+  errors: string[];
+}
+
+export interface DaemonRecord {
+  pid: number;
+  startTime: number;
+  url: string;
+}
+
+export function daemonFile(inst: Instance): string {
+  return join(inst.stateDir, 'daemon.json');
+}
+
+/** The live daemon of this instance, if any (checked by PID *and* start time). */
+export function liveDaemon(inst: Instance): DaemonRecord | undefined {
+  try {
+    const rec = JSON.parse(readFileSync(daemonFile(inst), 'utf8')) as DaemonRecord;
+    return isAlive({ pid: rec.pid, startTime: rec.startTime }) ? rec : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function cgroupRoots(inst: Instance): string[] {
+  const name = `drums-${inst.name}`;
+  if (existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory')) return [join('/sys/fs/cgroup', name)];
+  return readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, name));
+}
+
+/**
+ * Removes every host object of this instance: containers, mounts, network
+ * namespaces, veths, the nftables table, cgroups, subnet claims, session
+ * directories, and the ip_forward change. Refuses while another live daemon
+ * owns the instance. Idempotent.
+ */
+export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {}): Promise<SweepReport> {
+  const live = liveDaemon(inst);
+  if (live && !(opts.self && live.pid === process.pid)) {
+    throw new DrumsError('daemon_running', `a live daemon (pid ${live.pid}, ${live.url}) owns ${inst.stateDir}; stop it first`);
+  }
+  const report: SweepReport = { containers: [], mounts: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
+  const attempt = async (what: string, fn: () => Promise<void> | void) => {
+    try { await fn(); } catch (e) { report.errors.push(`${what}: ${errorMessage(e)}`); }
+  };
+  const prefix = `drums-${inst.name}-`;
+
+  // 1. Containers: killing each init tears down its PID namespace.
+  const runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
+  for (const c of await runtime.list()) {
+    if (!c.id.startsWith(prefix)) continue;
+    await attempt(`container ${c.id}`, () => runtime.destroy(c.id));
+    report.containers.push(c.id);
+  }
+  // 2. Anything still alive in our cgroups (a backstop; the PID namespace kill normally suffices).
+  for (const root of cgroupRoots(inst)) {
+    if (!existsSync(root)) continue;
+    for (const sub of readdirSync(root, { withFileTypes: true })) {
+      if (!sub.isDirectory()) continue;
+      const procs = join(root, sub.name, 'cgroup.procs');
+      if (!existsSync(procs)) continue;
+      for (const pid of readFileSync(procs, 'utf8').split('\n').filter(Boolean).map(Number)) {
+        const who = identify(pid);
+        if (who) await attempt(`kill ${pid}`, () => { process.kill(pid, 'SIGKILL'); });
+      }
+    }
+  }
+  // 3. Mounts under the sessions directory (overlay roots), deepest first.
+  for (const mp of mountsUnder(inst.sessionsDir)) {
+    await attempt(`umount ${mp}`, async () => {
+      const r = await run(['umount', mp], { okCodes: [0, 32] });
+      if (r.code !== 0) await run(['umount', '-l', mp]);
+    });
+    report.mounts.push(mp);
+  }
+  // 4. Network namespaces and veths named with this instance.
+  for (const ns of await listNetns(prefix)) {
+    await attempt(`netns ${ns}`, async () => { await run(['ip', 'netns', 'del', ns]); });
+    report.netns.push(ns);
+  }
+  for (const v of await listVeths(inst)) {
+    await attempt(`veth ${v}`, async () => { await run(['ip', 'link', 'del', v], { okCodes: [0, 1] }); });
+    report.veths.push(v);
+  }
+  // 5. The firewall table.
+  if (await tableExists(inst)) {
+    await attempt('nft table', () => deleteTable(inst));
+    report.nftTable = true;
+  }
+  // 6. cgroups (children first); they are empty once the containers are gone.
+  for (const root of cgroupRoots(inst)) {
+    if (!existsSync(root)) continue;
+    for (const sub of readdirSync(root, { withFileTypes: true })) {
+      if (!sub.isDirectory()) continue;
+      await attempt(`cgroup ${join(root, sub.name)}`, () => rmdirSync(join(root, sub.name)));
+      report.cgroups.push(join(root, sub.name));
+    }
+    await attempt(`cgroup ${root}`, () => rmdirSync(root));
+  }
+  // 7. Subnet claims, session directories and the runtime's state.
+  for (const c of listClaims(inst)) {
+    rmSync(c.file, { force: true });
+    report.claims.push(c.file);
+  }
+  if (existsSync(inst.sessionsDir)) {
+    for (const d of readdirSync(inst.sessionsDir)) {
+      await attempt(`dir ${d}`, () => rmSync(join(inst.sessionsDir, d), { recursive: true, force: true }));
+      report.sessionDirs.push(d);
+    }
+  }
+  if (!report.containers.length) rmSync(inst.runcRoot, { recursive: true, force: true });
+  // 8. Host settings changed for egress go back to what they were.
+  const fwd = join(inst.stateDir, 'ip_forward.orig');
+  if (existsSync(fwd)) {
+    await attempt('ip_forward', () => {
+      writeFileSync('/proc/sys/net/ipv4/ip_forward', readFileSync(fwd, 'utf8').trim() + '\n');
+      rmSync(fwd);
+    });
+    report.ipForwardRestored = true;
+  }
+  return report;
+}
