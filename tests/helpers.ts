@@ -78,12 +78,16 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const links = (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(`dr${instance}h`));
   const tables = sh('nft', ['list', 'tables']).split('\n').filter((l) => l.includes(`drums_${instance}`));
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(stateDir));
+  // Session cgroups (children) and the instance's parent cgroup, which a live daemon keeps.
   const cgroups: string[] = [];
-  for (const c of readdirSync('/sys/fs/cgroup')) {
-    const p = join('/sys/fs/cgroup', c, `drums-${instance}`);
-    if (existsSync(p)) cgroups.push(p);
+  const cgroupRoots: string[] = [];
+  const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
+  parents.push(`/sys/fs/cgroup/drums-${instance}`);
+  for (const p of parents) {
+    if (!existsSync(p)) continue;
+    cgroupRoots.push(p);
+    for (const e of readdirSync(p, { withFileTypes: true })) if (e.isDirectory()) cgroups.push(join(p, e.name));
   }
-  if (existsSync(`/sys/fs/cgroup/drums-${instance}`)) cgroups.push(`/sys/fs/cgroup/drums-${instance}`);
   const runcRoot = join(stateDir, 'runc');
   const containers = existsSync(runcRoot) ? readdirSync(runcRoot) : [];
   const claimsDir = '/run/drums/subnets';
@@ -95,11 +99,14 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
       const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
-      if (cg.includes(`/drums-${instance}/`)) procs.push(pid);
+      // Zombies are exited processes waiting for a parent to reap them; where the daemon died
+      // they belong to the host's PID 1, which on some hosts never reaps. They hold no resources.
+      const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
+      if (cg.includes(`/drums-${instance}/`) && state !== 'Z') procs.push(pid);
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  return { netns, links, tables, mounts, cgroups, containers, claims, procs, sessionDirs };
+  return { netns, links, tables, mounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
 }
 
 export function assertClean(instance: string, stateDir: string): void {

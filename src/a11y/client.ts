@@ -208,11 +208,14 @@ export class A11yClient {
     const peers = [...this._peers.values()];
     this._peers.clear();
     await Promise.all(peers.map(async (p) => (await p)?.close()));
-    try {
-      await this._bus.close();
-    } catch {
-      // Already down.
-    }
+    // Note: a graceful close waits for the peer to hang up too; a peer that never speaks never does.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this._bus.close().catch(() => {}),
+      new Promise<void>((resolve) => { timer = setTimeout(resolve, 250); }),
+    ]);
+    clearTimeout(timer);
+    this._bus.connection.stream?.destroy();
   }
 }
 

@@ -20,6 +20,9 @@ program.command('serve').description('run the host daemon in the foreground')
   .option('--host <addr>', 'listen address (DRUMS_LISTEN, default 127.0.0.1)')
   .option('--allow-remote', 'allow a non-loopback listen address (no TLS)')
   .action(async (o: { port?: string; host?: string; allowRemote?: boolean }) => {
+    // A daemon whose terminal or log pipe went away must still shut down cleanly.
+    process.stdout.on('error', () => {});
+    process.stderr.on('error', () => {});
     const { startDaemon } = await import('../daemon.ts');
     const d = await startDaemon({ port: o.port === undefined ? undefined : Number(o.port), host: o.host, allowRemote: o.allowRemote });
     process.stdout.write(`drums: serving ${d.url} (instance ${d.inst.name}, state ${d.inst.stateDir})\n`);
@@ -114,6 +117,35 @@ session.command('screenshot').argument('<id>')
   .action(async (id: string, o: { output: string; format: string }) => {
     const data = await client().screenshot(id, o.format);
     writeFileSync(o.output, data);
+  });
+
+const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
+bench.command('sessions').description('lifecycle latency and memory per added session, against the session-core bars')
+  .option('--quick', 'a few sessions, few runs (CI)')
+  .option('--image <name>', 'image', 'default')
+  .option('--runs <n>', 'sequential runs per latency')
+  .option('--n <list>', 'session counts for the memory slope, e.g. 1,4,8,12,16')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .option('--json', 'print the record')
+  .action(async (o: { quick?: boolean; image: string; runs?: string; n?: string; out: string; json?: boolean }) => {
+    const { runSessionsBench } = await import('../bench/sessions-bench.ts');
+    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
+    try {
+      const { record, file } = await runSessionsBench({
+        client: daemon.client, image: o.image, quick: !!o.quick, outDir: o.out,
+        runs: Number(o.runs ?? (o.quick ? 3 : 10)),
+        memoryNs: (o.n ?? (o.quick ? '1,2,3' : '1,4,8,12,16')).split(',').map(Number),
+        settleMs: o.quick ? 1000 : 5000,
+        progress: (m) => process.stderr.write(`\r\x1b[K[bench] ${m}`),
+      });
+      process.stderr.write('\n');
+      if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
+      for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
+      process.stdout.write(`record: ${file}\n`);
+    } finally {
+      await daemon.stop();
+    }
   });
 
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -102,6 +102,10 @@ export async function startXvfb(opts: StartXvfbOptions = {}): Promise<XvfbHandle
     async stop() {
       for (const c of children.slice().reverse()) await stopChild(c);
       await stopChild(xvfb!);
+      if (xvfb!.signalCode === 'SIGKILL') {
+        // A killed Xvfb cannot remove its socket and lock file: do it for this display only.
+        for (const f of [`/tmp/.X11-unix/X${display}`, `/tmp/.X${display}-lock`]) fs.rmSync(f, { force: true });
+      }
     },
   };
   if (opts.windowManager) {

@@ -137,9 +137,9 @@ test('typing ASCII, shifted characters and Unicode into xterm, then ctrl+d', asy
   const title = `drums-type-${process.pid}`;
   const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`],
     { env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' } });
-  const w = await d.waitForWindow(win => win.title === title && win.mapped && win.width > 100, { timeoutMs: 30_000 });
+  const w = await d.waitForWindow(win => win.title === title && win.mapped, { timeoutMs: 30_000 });
   await d.activateWindow(w.id);
-  await d.click({ x: w.x + Math.floor(w.width / 2), y: w.y + Math.floor(w.height / 2) });
+  await d.click({ x: w.x + Math.floor(w.width / 2), y: w.y + Math.floor(w.height / 2) }); // inside, whatever its size
   // > 19 distinct unmapped characters forces evicting spare keycodes mid-string.
   const many = 'αβγδεζηθικλμνξοπρστυφχψω';
   const text = `Hello, World! <>?:"{}|~!@#$%^&*()_+ é ß 日本 😀 ${many}\nline2 \`-=[]\\;',./\n`;
@@ -161,15 +161,16 @@ test('keyboard mapping is restored after typing (spare keycodes back to NoSymbol
 });
 
 // Every keymap change makes openbox re-grab its keys (~50-75 ms CPU each), so after the Unicode
-// typing test openbox may need seconds before it maps the next window: hence the long waits.
+// typing test openbox may need seconds before it maps the next window: hence the long waits. An
+// xterm started during keymap churn can also come up tiny (10x17): only require it to be mapped.
 test('key_down / key_up hold a modifier across other actions', async () => {
   const out = path.join(tmp, 'held.txt');
   const title = `drums-held-${process.pid}`;
   const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`],
     { env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' } });
-  const w = await d.waitForWindow(win => win.title === title && win.mapped && win.width > 100, { timeoutMs: 30_000 });
+  const w = await d.waitForWindow(win => win.title === title && win.mapped, { timeoutMs: 30_000 });
   await d.activateWindow(w.id);
-  await d.click({ x: w.x + 20, y: w.y + 20 });
+  await d.click({ x: w.x + Math.floor(w.width / 2), y: w.y + Math.floor(w.height / 2) });
   await runActions(d, [
     { action: 'hold_key', text: 'shift', duration: 0.01 },
     { type: 'key_down', key: 'shift' },

@@ -22,8 +22,8 @@ after(async () => {
 test('waitForWindow, listWindows, activate and close two xterms', async () => {
   const a = h.spawnClient('xterm', ['-T', 'win-a', '-class', 'DrumsA']);
   const b = h.spawnClient('xterm', ['-T', 'win-b']);
-  const wa = await d.waitForWindow(w => w.title === 'win-a' && w.mapped && w.width > 50, { timeoutMs: 10_000 });
-  const wb = await d.waitForWindow(w => w.title === 'win-b' && w.mapped && w.width > 50, { timeoutMs: 10_000 });
+  const wa = await d.waitForWindow(w => w.title === 'win-a' && w.mapped, { timeoutMs: 10_000 });
+  const wb = await d.waitForWindow(w => w.title === 'win-b' && w.mapped, { timeoutMs: 10_000 });
   assert.equal(wa.className, 'DrumsA');
   assert.equal(wb.instance, 'xterm');
   assert.equal(wa.pid, a.pid);

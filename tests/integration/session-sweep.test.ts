@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DRUMS, assertClean, removeStateDir, residue, startDaemon } from '../helpers.ts';
 
 describe('sweep after a killed daemon', () => {
@@ -15,7 +17,9 @@ describe('sweep after a killed daemon', () => {
       assert.equal(before.netns.length, 2);
       assert.equal(before.mounts.length, 2);
       assert.ok(before.procs.length > 4, 'session processes are running');
-      d.proc.kill('SIGKILL');
+      // SIGKILL the daemon process itself (bin/drums runs it under tini, which then exits too).
+      const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
+      process.kill(pid, 'SIGKILL');
       await new Promise((r) => d.proc.once('exit', r));
       // The sessions outlive their daemon until swept.
       assert.equal(residue(d.instance, d.stateDir).netns.length, 2);
