@@ -305,6 +305,8 @@ export class SessionManager {
       XDG_RUNTIME_DIR: '/run/drums/xdg',
       DBUS_SESSION_BUS_ADDRESS: 'unix:path=/run/drums/bus',
       NO_AT_BRIDGE: '0',
+      // Chromium exposes its AT-SPI tree only when this is set (a flag alone is not enough).
+      ACCESSIBILITY_ENABLED: '1',
     };
   }
 

@@ -1,0 +1,65 @@
+import { Hono } from 'hono';
+import { DrumsError } from '../../common/errors.ts';
+import { execInSession, parseExec } from '../../session/exec.ts';
+import type { Session } from '../../session/manager.ts';
+import type { RouteContext } from '../context.ts';
+
+/** The public view of a session (no host paths). */
+export function sessionView(s: Session) {
+  return {
+    id: s.id,
+    state: s.state,
+    image: s.spec.image,
+    url: s.spec.url ?? null,
+    screen: s.spec.screen,
+    generation: s.generation,
+    attempt: s.attempt,
+    createdAt: s.createdAt,
+    network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
+    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    labels: s.spec.labels,
+    timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
+    ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
+  };
+}
+
+/** Session lifecycle, exec and the simple screenshot. */
+export function sessionRoutes(ctx: RouteContext) {
+  const { mgr, display } = ctx;
+  const app = new Hono();
+  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().map(sessionView) }));
+  app.post('/v1/sessions', async (c) => c.json(sessionView(await mgr.create(await ctx.body(c))), 201));
+  app.get('/v1/sessions/:id', (c) => c.json(sessionView(ctx.session(c))));
+  app.delete('/v1/sessions/:id', async (c) => {
+    const s = ctx.session(c);
+    display.drop(s.id);
+    await mgr.destroy(s.id);
+    return c.body(null, 204);
+  });
+  app.post('/v1/sessions/:id/reset', async (c) => {
+    const s = ctx.session(c);
+    display.drop(s.id);
+    return c.json(sessionView(await mgr.reset(s.id)));
+  });
+  app.post('/v1/sessions/:id/exec', async (c) => {
+    const s = ctx.session(c);
+    const req = parseExec(await ctx.body(c));
+    ctx.checkGeneration(c, s);
+    ctx.usable(s);
+    const r = await execInSession(mgr.runtime, s.names.container, mgr.sessionEnv(), req);
+    return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
+  });
+  app.get('/v1/sessions/:id/screenshot', async (c) => {
+    const s = ctx.session(c);
+    ctx.checkGeneration(c, s);
+    ctx.usable(s);
+    const format = c.req.query('format') ?? 'png';
+    if (!['png', 'jpeg', 'webp', 'raw'].includes(format)) throw new DrumsError('invalid_format', `format must be png, jpeg, webp or raw, got '${format}'`, { details: { field: 'format' } });
+    const shot = await display.screenshot(s, { format: format as 'png' });
+    c.header('x-drums-generation', String(s.generation));
+    c.header('x-drums-width', String(shot.width));
+    c.header('x-drums-height', String(shot.height));
+    return c.body(new Uint8Array(shot.data), 200, { 'content-type': shot.mimeType });
+  });
+  return app;
+}
