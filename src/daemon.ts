@@ -10,6 +10,7 @@ import { procStartTime } from './host/proc.ts';
 import { createApp } from './api/app.ts';
 import { DisplayService } from './api/display-service.ts';
 import { SessionManager } from './session/manager.ts';
+import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 
 export interface ServeOptions {
@@ -44,6 +45,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const mgr = new SessionManager(inst);
   await mgr.init();
   const display = new DisplayService();
+  const osworld = new OsworldService(mgr, display);
+  mgr.hooks.ready.push((s) => osworld.attach(s));
+  mgr.hooks.destroyed.push((id) => osworld.detach(id));
   const port = opts.port ?? Number(process.env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const app = createApp(mgr, display, { token, allowedHosts });
@@ -59,6 +63,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
+    osworld.closeAll();
     display.closeAll();
     await mgr.shutdown();
     rmSync(daemonFile(inst), { force: true });

@@ -1,18 +1,26 @@
 import { Hono } from 'hono';
-import { timingSafeEqual } from 'node:crypto';
 import { DrumsError } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { SessionManager } from '../session/manager.ts';
 import { createRouteContext } from './context.ts';
 import { sessionRoutes } from './routes/sessions.ts';
+import { displayRoutes } from './routes/display.ts';
 import { STATUS_BY_CODE, errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from './display-service.ts';
+import { security } from './middleware/security.ts';
+import { bodyLimit, rateLimit, rateLimitFromEnv, type RateLimitOptions } from './middleware/limits.ts';
+import { idempotency, sessionGeneration } from './middleware/sessions.ts';
+import { notFoundOr405, observe } from './middleware/observe.ts';
+import { metaRoutes } from './routes/meta.ts';
+import { eventRoutes } from './routes/events.ts';
 
 export interface AppOptions {
   token: string;
   /** Host names accepted in the Host header (DNS-rebinding defence). */
   allowedHosts: string[];
   maxBodyBytes?: number;
+  /** Per-token rate limit (default from DRUMS_RATE_LIMIT / DRUMS_RATE_BURST). */
+  rateLimit?: RateLimitOptions;
 }
 
 export { sessionView } from './routes/sessions.ts';
@@ -20,7 +28,6 @@ export { sessionView } from './routes/sessions.ts';
 export function createApp(mgr: SessionManager, display: DisplayService, opts: AppOptions) {
   const app = new Hono();
   const maxBody = opts.maxBodyBytes ?? 8 * 1024 * 1024;
-  const tokenBuf = Buffer.from(opts.token);
 
   app.onError((err, c) => {
     if (err instanceof DrumsError) return c.json(errorBody(err), statusFor(err.code) as 400);
@@ -33,32 +40,25 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
     log('error', 'unhandled error', { path: c.req.path, error: String(err?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error; see the daemon log' } }, 500);
   });
-  app.notFound((c) => c.json({ error: { code: 'not_found', message: `no route ${c.req.method} ${c.req.path}` } }, 404));
-
-  // Host/Origin checks, then the bearer token, before anything else.
-  app.use('*', async (c, next) => {
-    const host = (c.req.header('host') ?? '').replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
-    if (!opts.allowedHosts.includes(host)) throw new DrumsError('forbidden_host', `Host '${host}' is not allowed; use one of ${opts.allowedHosts.join(', ')}`);
-    const origin = c.req.header('origin');
-    if (origin !== undefined) throw new DrumsError('forbidden_origin', 'cross-origin requests are refused (an Origin header was sent)');
-    if (c.req.path === '/healthz') return next();
-    const auth = c.req.header('authorization') ?? '';
-    const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice(7) : '');
-    if (given.length !== tokenBuf.length || !timingSafeEqual(given, tokenBuf)) {
-      throw new DrumsError('unauthorized', 'missing or wrong bearer token (Authorization: Bearer <token>; see DRUMS_TOKEN or <state dir>/token)');
-    }
-    const len = Number(c.req.header('content-length') ?? 0);
-    if (len > maxBody) throw new DrumsError('payload_too_large', `request body is over ${maxBody} bytes`);
-    return next();
-  });
-
+  // Middleware, outermost first (src/api/middleware/): metrics, Host/Origin/token,
+  // per-token rate limit, body limit, then per-session generation and idempotency.
   const ctx = createRouteContext(mgr, display, maxBody);
+  app.use('*', observe());
+  app.use('*', security(opts));
+  app.use('*', rateLimit(opts.rateLimit ?? rateLimitFromEnv()));
+  app.use('*', bodyLimit(maxBody));
+  app.use('/v1/sessions', idempotency(ctx));
+  app.use('/v1/sessions/:id', sessionGeneration(ctx));
+  app.use('/v1/sessions/:id/*', sessionGeneration(ctx));
+  app.notFound(notFoundOr405(app));
+  app.route('/', metaRoutes(ctx));
+  app.route('/', eventRoutes(ctx));
+
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).
+  app.route('/', displayRoutes(ctx));
   app.route('/', sessionRoutes(ctx));
 
-  // A known path with the wrong method is a 405, not a 404.
-  app.all('/v1/sessions', (c) => c.json({ error: { code: 'method_not_allowed', message: `${c.req.method} not allowed on /v1/sessions` } }, 405));
-  app.all('/v1/sessions/:id', (c) => c.json({ error: { code: 'method_not_allowed', message: `${c.req.method} not allowed here` } }, 405));
+  // A known path with the wrong method is a 405 (notFoundOr405 above), not a 404.
   return app;
 }

@@ -1,29 +1,68 @@
+import { join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
+import { log } from '../common/log.ts';
 import type { Session } from '../session/manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
+import { A11yClient } from '../a11y/client.ts';
+
+interface Conn {
+  generation: number;
+  display: Promise<XDisplay>;
+  /** Set when the daemon itself closes the connection (reset, destroy, shutdown). */
+  dropping: boolean;
+}
+
+interface A11yConn {
+  generation: number;
+  client: Promise<A11yClient>;
+}
 
 /**
- * One persistent X connection per session generation, opened on first use
- * through the session's host-side socket path and dropped on reset/destroy.
+ * One persistent X connection and one AT-SPI client per session generation,
+ * opened on first use through the session's host-side socket paths and
+ * dropped on reset/destroy. An X connection that closes while the daemon did
+ * not ask for it means the session's X server died: the session is marked
+ * `broken` (the liveness socket would say so a moment later too); nothing
+ * throws out of an event handler.
  */
 export class DisplayService {
-  private readonly _conns = new Map<string, { generation: number; display: Promise<XDisplay> }>();
+  private readonly _conns = new Map<string, Conn>();
+  private readonly _a11y = new Map<string, A11yConn>();
 
   async connection(s: Session): Promise<XDisplay> {
     const cur = this._conns.get(s.id);
-    if (cur && cur.generation === s.generation) return cur.display;
-    this.drop(s.id);
+    if (cur && cur.generation === s.generation) return this._await(s, cur.display);
+    this.dropDisplay(s.id);
+    const generation = s.generation;
     const display = XDisplay.open(s.x11Socket, { timeoutMs: 5000 });
-    this._conns.set(s.id, { generation: s.generation, display });
-    display.then((d) => d.once('closed', () => {
-      if (this._conns.get(s.id)?.display === display) this._conns.delete(s.id);
-    }), () => this._conns.delete(s.id));
+    const conn: Conn = { generation, display, dropping: false };
+    this._conns.set(s.id, conn);
+    display.then((d) => {
+      d.once('closed', (reason: string) => {
+        if (this._conns.get(s.id) === conn) this._conns.delete(s.id);
+        if (conn.dropping) return;
+        this._markBroken(s, generation, `the session's X server went away (${reason})`);
+      });
+    }, () => { if (this._conns.get(s.id) === conn) this._conns.delete(s.id); });
+    return this._await(s, display);
+  }
+
+  private async _await(s: Session, p: Promise<XDisplay>): Promise<XDisplay> {
     try {
-      return await display;
+      return await p;
     } catch (e) {
       throw new DrumsError('display_unavailable', `cannot connect to the X server of session ${s.id}: ${(e as Error).message}`, { cause: e });
     }
+  }
+
+  private _markBroken(s: Session, generation: number, reason: string): void {
+    try {
+      if (s.generation !== generation || s.state !== 'ready') return;
+      s.state = 'broken';
+      s.brokenReason = `${reason}; reset or destroy it`;
+      log('warn', 'session broken', { id: s.id, reason });
+    } catch { /* never from an event handler */ }
   }
 
   async screenshot(s: Session, opts: ScreenshotOptions): Promise<ScreenshotResult> {
@@ -31,13 +70,42 @@ export class DisplayService {
     return d.screenshot(opts);
   }
 
-  drop(id: string): void {
+  /** The session's AT-SPI client for this generation (`<runDir>/xdg/at-spi/bus_0`). */
+  async a11y(s: Session): Promise<A11yClient> {
+    const cur = this._a11y.get(s.id);
+    if (cur && cur.generation === s.generation) {
+      const c = await cur.client.catch(() => undefined);
+      if (c && !c.closed) return c;
+    }
+    this.dropA11y(s.id);
+    const client = A11yClient.connect(join(s.runDir, 'xdg', 'at-spi', 'bus_0'), { timeoutMs: 2000 });
+    const conn = { generation: s.generation, client };
+    this._a11y.set(s.id, conn);
+    client.catch(() => { if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id); });
+    return client;
+  }
+
+  dropDisplay(id: string): void {
     const cur = this._conns.get(id);
     this._conns.delete(id);
-    cur?.display.then((d) => d.close(), () => {});
+    if (!cur) return;
+    cur.dropping = true;
+    cur.display.then((d) => d.close(), () => {}).catch(() => {});
+  }
+
+  dropA11y(id: string): void {
+    const cur = this._a11y.get(id);
+    this._a11y.delete(id);
+    cur?.client.then((c) => c.close(), () => {}).catch(() => {});
+  }
+
+  /** Drops both connections of a session (reset, destroy). */
+  drop(id: string): void {
+    this.dropDisplay(id);
+    this.dropA11y(id);
   }
 
   closeAll(): void {
-    for (const id of [...this._conns.keys()]) this.drop(id);
+    for (const id of new Set([...this._conns.keys(), ...this._a11y.keys()])) this.drop(id);
   }
 }

@@ -114,9 +114,85 @@ session.command('exec').description('run a command in the session; exits with it
 session.command('screenshot').argument('<id>')
   .requiredOption('-o, --output <file>', 'output file')
   .addOption(new Option('--format <fmt>', 'image format').choices(['png', 'jpeg', 'webp', 'raw']).default('png'))
-  .action(async (id: string, o: { output: string; format: string }) => {
-    const data = await client().screenshot(id, o.format);
-    writeFileSync(o.output, data);
+  .option('--quality <n>', 'JPEG/WebP quality 1..100')
+  .option('--region <x,y,w,h>', 'capture only this rectangle')
+  .option('--scale <WxH>', 'resize the image to WxH')
+  .option('--no-cursor', 'do not draw the pointer')
+  .action(async (id: string, o: { output: string; format: string; quality?: string; region?: string; scale?: string; cursor?: boolean }) => {
+    const region = o.region ? (([x, y, width, height]) => ({ x: x!, y: y!, width: width!, height: height! }))(o.region.split(',').map(Number)) : undefined;
+    const scale = o.scale ? (([width, height]) => ({ width: width!, height: height! }))(o.scale.split('x').map(Number)) : undefined;
+    const r = await client().screenshotEx(id, { format: o.format as 'png', quality: o.quality ? Number(o.quality) : undefined, region, scale, cursor: o.cursor === false ? false : undefined });
+    writeFileSync(o.output, r.data);
+    process.stderr.write(`${o.output}: ${r.width}x${r.height} ${r.mimeType} (generation ${r.generation})\n`);
+  });
+session.command('act').description('run a batch of actions (JSON array, or an object {actions, scale, screenshot})')
+  .argument('<id>')
+  .requiredOption('--json <actions>', "actions JSON, e.g. '[{\"type\":\"click\",\"x\":10,\"y\":20}]' ('-' reads stdin)")
+  .option('--generation <n>', 'expected generation (409 if stale)')
+  .option('--screenshot <file>', 'take a screenshot after the batch and write it here (format from the extension)')
+  .action(async (id: string, o: { json: string; generation?: string; screenshot?: string }) => {
+    const { readFileSync } = await import('node:fs');
+    const text = o.json === '-' ? readFileSync(0, 'utf8') : o.json;
+    let parsed: unknown;
+    try { parsed = JSON.parse(text); } catch (e) { throw Object.assign(new Error(`--json is not valid JSON: ${(e as Error).message}`), { code: 'invalid_json' }); }
+    const req = (Array.isArray(parsed) ? { actions: parsed } : parsed) as { actions: unknown[]; generation?: number; screenshot?: Record<string, unknown> };
+    if (o.generation) req.generation = Number(o.generation);
+    if (o.screenshot) {
+      const ext = o.screenshot.split('.').pop()!.toLowerCase();
+      req.screenshot = { ...(req.screenshot ?? {}), format: ext === 'jpg' || ext === 'jpeg' ? 'jpeg' : ext === 'webp' ? 'webp' : ext === 'raw' ? 'raw' : 'png' };
+    }
+    const r = await client().act(id, req as never);
+    if (o.screenshot && r.screenshot) writeFileSync(o.screenshot, Buffer.from(r.screenshot.data, 'base64'));
+    const out = { ...r, screenshot: r.screenshot ? { ...r.screenshot, data: `<${Buffer.byteLength(r.screenshot.data, 'base64')} bytes${o.screenshot ? ' → ' + o.screenshot : ''}>` } : undefined };
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  });
+session.command('a11y').description("print the session's accessibility tree (OSWorld XML or JSON)")
+  .argument('<id>')
+  .addOption(new Option('--format <fmt>', 'output format').choices(['xml', 'json']).default('xml'))
+  .option('--max-depth <n>', 'maximum depth')
+  .option('--max-width <n>', 'maximum children per node')
+  .action(async (id: string, o: { format: 'xml' | 'json'; maxDepth?: string; maxWidth?: string }) => {
+    const r = await client().a11y(id, { format: o.format, maxDepth: o.maxDepth ? Number(o.maxDepth) : undefined, maxWidth: o.maxWidth ? Number(o.maxWidth) : undefined });
+    process.stdout.write((typeof r === 'string' ? r : JSON.stringify(r, null, 2)) + '\n');
+  });
+session.command('windows').description("list the session's windows").argument('<id>').option('--json', 'JSON output')
+  .action(async (id: string, o: { json?: boolean }) => {
+    const w = await client().windows(id);
+    print(!!o.json, w, () => [
+      `screen ${w.screen.width}x${w.screen.height}  cursor ${w.cursor.x},${w.cursor.y}  active ${w.active === null ? '-' : '0x' + w.active.toString(16)}`,
+      ...w.windows.map((x) => `0x${x.id.toString(16).padEnd(9)} ${`${x.width}x${x.height}+${x.x}+${x.y}`.padEnd(20)} ${x.className.padEnd(16)} ${x.title}`),
+    ].join('\n'));
+  });
+session.command('cp').description('copy a file into or out of a session; one side is ID:/abs/path')
+  .argument('<src>').argument('<dst>')
+  .option('--root', 'as root inside the session')
+  .option('--mode <octal>', 'file mode when copying in', '0644')
+  .action(async (src: string, dst: string, o: { root?: boolean; mode: string }) => {
+    const { readFileSync } = await import('node:fs');
+    const remote = (x: string) => /^s[0-9a-f]{10}:\//.exec(x) ? { id: x.slice(0, 11), path: x.slice(12) } : null;
+    const rs = remote(src), rd = remote(dst);
+    if (!!rs === !!rd) throw Object.assign(new Error('exactly one of SRC and DST must be ID:/path'), { code: 'invalid_request' });
+    if (rs) {
+      const data = await client().readFile(rs.id, rs.path, { root: o.root });
+      if (dst === '-') process.stdout.write(data); else writeFileSync(dst, data);
+    } else {
+      const data = src === '-' ? readFileSync(0) : readFileSync(src);
+      await client().writeFile(rd!.id, rd!.path, data, { root: o.root, mode: o.mode });
+    }
+  });
+
+program.command('conformance').description('black-box checks of a daemon\'s API (pass/fail table; exit 1 on any failure)')
+  .argument('[url]', 'daemon URL (default: DRUMS_URL or the state dir\'s daemon)')
+  .option('--token <token>', 'bearer token (default: DRUMS_TOKEN or <state dir>/token)')
+  .option('--image <name>', 'image for the sessions the checks create', 'minimal')
+  .option('--filter <text>', 'only checks whose "area: name" contains this')
+  .option('--json', 'JSON output')
+  .action(async (url: string | undefined, o: { token?: string; image: string; filter?: string; json?: boolean }) => {
+    const { runConformance, resolveTarget, formatTable } = await import('../conformance/run.ts');
+    const t = resolveTarget(url, o.token);
+    const results = await runConformance(t.url, t.token, { image: o.image, filter: o.filter });
+    process.stdout.write(o.json ? JSON.stringify(results, null, 2) + '\n' : formatTable(results) + '\n');
+    if (!results.length || results.some((r) => !r.pass)) process.exitCode = 1;
   });
 
 const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
@@ -146,6 +222,64 @@ bench.command('sessions').description('lifecycle latency and memory per added se
     } finally {
       await daemon.stop();
     }
+  });
+
+bench.command('preregister').description('freeze an experiment\'s bars into bench/bars/<experiment>.json (with the commit and time)')
+  .argument('<experiment>')
+  .option('--force', 're-register (records measured against the old bars will be flagged)')
+  .action(async (experiment: string, o: { force?: boolean }) => {
+    const { preregister } = await import('../bench/bars.ts');
+    const r = preregister(experiment, { force: o.force });
+    process.stdout.write(`fixed ${r.bars.bars.length} bars for '${experiment}' in ${r.file} at ${r.bars.fixedAt} (commit ${r.bars.fixedCommit.slice(0, 12)}${r.bars.fixedDirty ? ', dirty tree' : ''}; sha256 ${r.sha256.slice(0, 12)})\n`);
+  });
+
+bench.command('run').description('run an experiment: arms interleaved over trials, warm-ups discarded; writes a record to bench/records')
+  .argument('<experiment>', 'baseline | density | vs-peer')
+  .option('--quick', 'few sessions, one trial (CI)')
+  .option('--trials <n>', 'measured trials per arm')
+  .option('--arms <list>', 'comma-separated subset of the experiment\'s arms')
+  .option('--out <dir>', 'record directory (default bench/records)')
+  .option('--osworld-src <dir>', 'OSWorld checkout (enables seed-guest-server)')
+  .option('--json', 'print the record')
+  .action(async (experiment: string, o: { quick?: boolean; trials?: string; arms?: string; out?: string; osworldSrc?: string; json?: boolean }) => {
+    const { runExperiment } = await import('../bench/runner.ts');
+    const tty = process.stderr.isTTY;
+    const t0 = Date.now();
+    const { record, file } = await runExperiment({
+      experiment, quick: !!o.quick, trials: o.trials ? Number(o.trials) : undefined, arms: o.arms?.split(',').filter(Boolean), outDir: o.out,
+      armOptions: { osworldSrc: o.osworldSrc },
+      command: `bin/drums bench run ${process.argv.slice(process.argv.indexOf(experiment)).join(' ')}`,
+      progress: (m) => process.stderr.write(`${tty ? '\r\x1b[K' : ''}[${Math.round((Date.now() - t0) / 1000)}s] ${m}${tty ? '' : '\n'}`),
+    });
+    if (tty) process.stderr.write('\n');
+    if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
+    process.stdout.write(`${record.summary}\n`);
+    for (const v of record.verdicts) process.stdout.write(`${v.pass === null ? 'N/A ' : v.pass ? 'PASS' : 'FAIL'}  ${v.barId.padEnd(30)} ${v.value ?? '-'} ${v.unit} (bar ${v.op} ${v.bar})\n`);
+    process.stdout.write(`status: ${record.status}${record.complete ? '' : ' (incomplete)'}\nrecord: ${file}\n`);
+    if (!record.complete) process.exitCode = 4;
+  });
+
+const osworld = program.command('osworld').description('OSWorld tasks on Drums sessions (real desktop_env, see docs/osworld.md)');
+osworld.command('run').description('run OSWorld task JSONs (files or directories) in parallel; prints a results table')
+  .argument('<tasks...>')
+  .option('--parallel <n>', 'tasks at once', '1')
+  .option('--oracle <file>', 'JSON {task_id: [pyautogui code | FAIL | DONE | WAIT]} applied through env.step')
+  .option('--out <file>', 'write results JSON here')
+  .option('--allow-internet', 'start tasks that download from the internet')
+  .option('--verbose', 'desktop_env logging')
+  .action(async (tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean }) => {
+    const { osworldRun } = await import('../osworld/run.ts');
+    process.exitCode = await osworldRun(tasks, o);
+  });
+
+const site = program.command('site').description('the DrumsBench static site');
+site.command('build').description('render every bench record into a self-contained static site')
+  .option('--out <dir>', 'output directory', 'site')
+  .option('--records <dir>', 'record directory (default bench/records)')
+  .action(async (o: { out: string; records?: string }) => {
+    const { buildSite } = await import('../site/build.ts');
+    const r = buildSite({ out: o.out, records: o.records });
+    process.stdout.write(`wrote ${r.pages.length} pages to ${r.out}${r.bad.length ? `; ${r.bad.length} unreadable records: ${r.bad.map((b) => `${b.file} (${b.errors[0]})`).join(', ')}` : ''}\n`);
   });
 
 program.parseAsync(process.argv).catch((e: unknown) => {

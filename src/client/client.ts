@@ -41,6 +41,42 @@ export interface ExecResult {
   truncated: boolean;
 }
 
+export interface ScreenshotQuery {
+  format?: 'png' | 'jpeg' | 'webp' | 'raw';
+  quality?: number;
+  region?: { x: number; y: number; width: number; height: number };
+  scale?: { width: number; height: number };
+  cursor?: boolean;
+  generation?: number;
+}
+
+export interface ActRequest {
+  actions: unknown[];
+  generation?: number;
+  scale?: { width: number; height: number };
+  screenshot?: { format?: 'png' | 'jpeg' | 'webp' | 'raw'; quality?: number; scale?: { width: number; height: number }; region?: { x: number; y: number; width: number; height: number }; cursor?: boolean };
+}
+
+export interface ShotJson { format: string; width: number; height: number; mimeType: string; data: string; scaleX?: number; scaleY?: number }
+
+export interface ActResponse {
+  generation: number;
+  results: { index: number; type: string; ms: number; cursor?: { x: number; y: number }; status?: string; screenshot?: ShotJson }[];
+  screenshot?: ShotJson;
+}
+
+export interface WindowsView {
+  generation: number;
+  windows: { id: number; title: string; className: string; instance: string; pid: number | null; x: number; y: number; width: number; height: number }[];
+  active: number | null;
+  cursor: { x: number; y: number };
+  screen: { width: number; height: number };
+}
+
+export interface FileStat {
+  path: string; name: string; type: string; size: number; mode: string; uid: number; gid: number; mtime: string; target?: string;
+}
+
 export class DrumsClient {
   readonly url: string;
   private readonly _token: string;
@@ -102,5 +138,107 @@ export class DrumsClient {
   async screenshot(id: string, format = 'png'): Promise<Buffer> {
     const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot?format=${encodeURIComponent(format)}`);
     return Buffer.from(await res.arrayBuffer());
+  }
+  /** Raw request with a binary body (files). */
+  async requestRaw(method: string, path: string, body?: Uint8Array): Promise<Response> {
+    const res = await fetch(this.url + path, {
+      method,
+      headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/octet-stream' } : {}) },
+      body: body === undefined ? undefined : new Uint8Array(body),
+    });
+    if (!res.ok) {
+      let code = 'http_' + res.status, message = res.statusText, details: unknown;
+      try {
+        const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
+        if (j.error) ({ code, message, details } = j.error);
+      } catch {}
+      throw new DrumsApiError(res.status, code, message, details);
+    }
+    return res;
+  }
+  /** Screenshot with options; returns the bytes and the geometry headers. */
+  async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number }> {
+    const q = new URLSearchParams();
+    if (o.format) q.set('format', o.format);
+    if (o.quality !== undefined) q.set('quality', String(o.quality));
+    if (o.region) q.set('region', `${o.region.x},${o.region.y},${o.region.width},${o.region.height}`);
+    if (o.scale) q.set('scale', `${o.scale.width}x${o.scale.height}`);
+    if (o.cursor !== undefined) q.set('cursor', String(o.cursor));
+    if (o.generation !== undefined) q.set('generation', String(o.generation));
+    const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot?${q}`);
+    const h = res.headers;
+    const sx = h.get('x-drums-scale-x');
+    return {
+      data: Buffer.from(await res.arrayBuffer()),
+      width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')), generation: Number(h.get('x-drums-generation')),
+      mimeType: h.get('content-type') ?? '',
+      ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
+    };
+  }
+  /** Runs a batch of actions (validated whole first); optionally returns a screenshot taken after it. */
+  act(id: string, req: ActRequest): Promise<ActResponse> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/actions`, req);
+  }
+  async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | { generation: number; tree: unknown; stats: unknown }> {
+    const q = new URLSearchParams({ format: o.format ?? 'xml' });
+    if (o.maxDepth) q.set('maxDepth', String(o.maxDepth));
+    if (o.maxWidth) q.set('maxWidth', String(o.maxWidth));
+    const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/a11y?${q}`);
+    return o.format === 'json' ? ((await res.json()) as { generation: number; tree: unknown; stats: unknown }) : res.text();
+  }
+  terminal(id: string): Promise<{ text: string | null; generation: number }> {
+    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/terminal`);
+  }
+  windows(id: string): Promise<WindowsView> {
+    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/windows`);
+  }
+  activateWindow(id: string, wid: number): Promise<{ ok: boolean }> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/activate`, {});
+  }
+  closeWindow(id: string, wid: number): Promise<{ ok: boolean }> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/close`, {});
+  }
+  /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
+  async execStream(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number },
+    onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<{ exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean }> {
+    const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req);
+    const dec = new TextDecoder();
+    let buf = '';
+    let last: Record<string, unknown> | undefined;
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buf += dec.decode(chunk, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const rec = JSON.parse(buf.slice(0, nl)) as Record<string, unknown>;
+        buf = buf.slice(nl + 1);
+        if (typeof rec.stream === 'string') onData(rec.stream as 'stdout', rec.data as string);
+        else last = rec;
+      }
+    }
+    if (!last || last.error) throw new DrumsApiError(500, 'internal', `exec stream ended without an exit record${last?.error ? ': ' + JSON.stringify(last.error) : ''}`);
+    return last as { exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean };
+  }
+  private _fileQ(path: string, extra: Record<string, string | undefined> = {}): string {
+    const q = new URLSearchParams({ path });
+    for (const [k, v] of Object.entries(extra)) if (v !== undefined) q.set(k, v);
+    return q.toString();
+  }
+  async readFile(id: string, path: string, o: { root?: boolean } = {}): Promise<Buffer> {
+    const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined })}`);
+    return Buffer.from(await res.arrayBuffer());
+  }
+  async writeFile(id: string, path: string, data: Uint8Array | string, o: { root?: boolean; mode?: string } = {}): Promise<{ path: string; size: number }> {
+    const body = typeof data === 'string' ? Buffer.from(data) : data;
+    const res = await this.requestRaw('PUT', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, mode: o.mode })}`, body);
+    return (await res.json()) as { path: string; size: number };
+  }
+  async deleteFile(id: string, path: string, o: { root?: boolean; recursive?: boolean } = {}): Promise<void> {
+    await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, recursive: o.recursive ? '1' : undefined })}`);
+  }
+  async listFiles(id: string, path: string, o: { root?: boolean } = {}): Promise<{ path: string; entries: FileStat[]; truncated: boolean }> {
+    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/list?${this._fileQ(path, { root: o.root ? '1' : undefined })}`);
+  }
+  async statFile(id: string, path: string, o: { root?: boolean; follow?: boolean } = {}): Promise<FileStat> {
+    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/stat?${this._fileQ(path, { root: o.root ? '1' : undefined, follow: o.follow ? '1' : undefined })}`);
   }
 }

@@ -13,7 +13,7 @@ import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountOverlay, unmountOverlay } from '../host/overlay.ts';
 import { findImage } from '../image/index.ts';
-import { parseSpec, type SessionSpec } from './spec.ts';
+import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { sweepInstance } from './sweep.ts';
 
@@ -24,6 +24,8 @@ export const DESKTOP_GID = 1000;
 const HOME = '/home/user';
 /** The in-session init ships with the daemon (bound in read-only), so the two always match. */
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
+/** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
+const TERMINATION_MEMORY_MS = 15 * 60_000;
 const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
 
 export interface Attempt {
@@ -73,6 +75,8 @@ export class SessionManager {
   private readonly _sessions = new Map<string, Session>();
   private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
   private _running = 0;
+  /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
+  readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
   private readonly _queue: (() => void)[] = [];
 
   constructor(inst: Instance, opts: ManagerOptions = {}) {
@@ -100,6 +104,10 @@ export class SessionManager {
 
   get(id: string): Session {
     const s = this._sessions.get(id);
+    const gone = s ? undefined : this.terminations.find((t) => t.id === id && t.reason === 'ttl_expired');
+    if (gone && Date.now() - Date.parse(gone.terminatedAt) < TERMINATION_MEMORY_MS) {
+      throw new DrumsError('session_expired', `session '${id}' reached its ttlSeconds and was destroyed at ${gone.terminatedAt}`, { details: { ...gone } });
+    }
     if (!s) throw new NotFoundError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
     return s;
   }
@@ -122,6 +130,9 @@ export class SessionManager {
     if (!image) {
       throw new DrumsError('image_not_built', `image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, { details: { field: 'image' } });
     }
+    // An image may set the default screen (recipe env DRUMS_DEFAULT_SCREEN, e.g. osworld: 1920x1080x24).
+    const imageScreen = image.manifest.env?.DRUMS_DEFAULT_SCREEN;
+    if (imageScreen && (body as { screen?: unknown } | null | undefined)?.screen === undefined) spec.screen = parseScreen(imageScreen, 'image screen');
     if (this._sessions.size >= this._opts.maxSessions) {
       throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
     }
@@ -182,6 +193,7 @@ export class SessionManager {
       }, spec.ttlSeconds * 1000);
       s._ttlTimer.unref();
     }
+    for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
   }
 
@@ -380,8 +392,19 @@ export class SessionManager {
     await attempt('files', () => rmSync(s.dir, { recursive: true, force: true }));
     releaseSubnet(this.inst, s.subnet);
     this._sessions.delete(id);
+    for (const h of this.hooks.destroyed) { try { h(id); } catch {} }
+    this._recordTermination(id, reason);
     log('info', 'session destroyed', { id, reason, ms: Math.round(performance.now() - t0) });
     if (errors.length) throw new DrumsError('session_destroy_incomplete', `destroy left errors: ${errors.join('; ')}; run 'drums sweep'`);
+  }
+
+  /** Sessions destroyed in the last TERMINATION_MEMORY_MS (newest last, at most 256), with why. */
+  readonly terminations: { id: string; reason: string; terminatedAt: string }[] = [];
+
+  private _recordTermination(id: string, reason: string): void {
+    const cutoff = Date.now() - TERMINATION_MEMORY_MS;
+    while (this.terminations.length && (this.terminations.length >= 256 || Date.parse(this.terminations[0]!.terminatedAt) < cutoff)) this.terminations.shift();
+    this.terminations.push({ id, reason, terminatedAt: new Date().toISOString() });
   }
 
   async shutdown(): Promise<void> {

@@ -3,6 +3,7 @@ import { DrumsError } from '../../common/errors.ts';
 import { execInSession, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
+import { osworldEndpoint } from '../../osworld/service.ts';
 
 /** The public view of a session (no host paths). */
 export function sessionView(s: Session) {
@@ -20,6 +21,7 @@ export function sessionView(s: Session) {
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
+    ...(osworldEndpoint(s.id) ? { osworld: osworldEndpoint(s.id) } : {}),
   };
 }
 
@@ -48,18 +50,6 @@ export function sessionRoutes(ctx: RouteContext) {
     ctx.usable(s);
     const r = await execInSession(mgr.runtime, s.names.container, mgr.sessionEnv(), req);
     return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
-  });
-  app.get('/v1/sessions/:id/screenshot', async (c) => {
-    const s = ctx.session(c);
-    ctx.checkGeneration(c, s);
-    ctx.usable(s);
-    const format = c.req.query('format') ?? 'png';
-    if (!['png', 'jpeg', 'webp', 'raw'].includes(format)) throw new DrumsError('invalid_format', `format must be png, jpeg, webp or raw, got '${format}'`, { details: { field: 'format' } });
-    const shot = await display.screenshot(s, { format: format as 'png' });
-    c.header('x-drums-generation', String(s.generation));
-    c.header('x-drums-width', String(shot.width));
-    c.header('x-drums-height', String(shot.height));
-    return c.body(new Uint8Array(shot.data), 200, { 'content-type': shot.mimeType });
   });
   return app;
 }

@@ -1,0 +1,78 @@
+/**
+ * A tiny Prometheus registry (text exposition format 0.0.4): counters and
+ * histograms with labels. One process-wide registry, `metrics`; the HTTP
+ * middleware feeds it and GET /metrics renders it.
+ */
+const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+type Labels = Record<string, string>;
+const key = (l: Labels) => Object.keys(l).sort().map((k) => `${k}="${String(l[k]).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`).join(',');
+
+class Counter {
+  readonly values = new Map<string, number>();
+  readonly name: string;
+  readonly help: string;
+  constructor(name: string, help: string) {
+    this.name = name;
+    this.help = help;
+  }
+  inc(labels: Labels = {}, by = 1): void {
+    const k = key(labels);
+    this.values.set(k, (this.values.get(k) ?? 0) + by);
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
+    if (!this.values.size) lines.push(`${this.name} 0`);
+    for (const [k, v] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ''} ${v}`);
+    return lines.join('\n');
+  }
+}
+
+class Histogram {
+  readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+  readonly name: string;
+  readonly help: string;
+  readonly buckets: number[];
+  constructor(name: string, help: string, buckets = BUCKETS) {
+    this.name = name;
+    this.help = help;
+    this.buckets = buckets;
+  }
+  observe(labels: Labels, seconds: number): void {
+    const k = key(labels);
+    let s = this.series.get(k);
+    if (!s) this.series.set(k, (s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
+    this.buckets.forEach((b, i) => { if (seconds <= b) s!.counts[i]!++; });
+    s.sum += seconds;
+    s.count++;
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
+    for (const [k, s] of this.series) {
+      const pre = k ? `${k},` : '';
+      this.buckets.forEach((b, i) => lines.push(`${this.name}_bucket{${pre}le="${b}"} ${s.counts[i]}`));
+      lines.push(`${this.name}_bucket{${pre}le="+Inf"} ${s.count}`);
+      lines.push(`${this.name}_sum${k ? `{${k}}` : ''} ${s.sum}`);
+      lines.push(`${this.name}_count${k ? `{${k}}` : ''} ${s.count}`);
+    }
+    return lines.join('\n');
+  }
+}
+
+export class MetricsRegistry {
+  readonly creates = new Counter('drums_session_creates_total', 'Sessions created (successful POST /v1/sessions).');
+  readonly resets = new Counter('drums_session_resets_total', 'Successful session resets.');
+  readonly destroys = new Counter('drums_session_destroys_total', 'Sessions destroyed, by reason.');
+  readonly requests = new Counter('drums_http_requests_total', 'HTTP requests by route and status.');
+  readonly errors = new Counter('drums_http_errors_total', 'HTTP error responses by error code.');
+  readonly ops = new Histogram('drums_op_duration_seconds', 'Latency of create, reset, screenshot, action and exec requests (successful ones).');
+
+  /** Renders every metric plus gauges computed at scrape time. */
+  render(gauges: { name: string; help: string; values: [Labels, number][] }[] = []): string {
+    const parts = gauges.map((g) => [`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`)].join('\n'));
+    for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops]) parts.push(m.render());
+    return parts.join('\n') + '\n';
+  }
+}
+
+export const metrics = new MetricsRegistry();

@@ -1,0 +1,311 @@
+import { Hono, type Context } from 'hono';
+import { DrumsError, ValidationError } from '../../common/errors.ts';
+import { DisplayError } from '../../display/errors.ts';
+import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
+import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
+import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
+import { parseExec } from '../../session/exec.ts';
+import type { Session } from '../../session/manager.ts';
+import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
+import type { RouteContext } from '../context.ts';
+
+/**
+ * Observe and act: screenshots, action batches, the accessibility tree,
+ * windows, streaming exec and session files. Mounted before the session
+ * routes: the exec handler here only takes `?stream=1` and passes the rest on.
+ */
+
+const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
+type Format = (typeof FORMATS)[number];
+
+function bad(field: string, message: string, code = 'invalid_request'): DrumsError {
+  return new ValidationError(field, message, code);
+}
+
+function parseFormat(v: unknown, field = 'format'): Format {
+  if (v === undefined) return 'png';
+  if (typeof v !== 'string' || !(FORMATS as readonly string[]).includes(v)) throw bad(field, `must be png, jpeg, webp or raw, got ${JSON.stringify(v)}`, 'invalid_format');
+  return v as Format;
+}
+
+function parseQuality(v: unknown, field = 'quality'): number | undefined {
+  if (v === undefined) return undefined;
+  const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 100) throw bad(field, 'must be an integer within 1..100', 'invalid_format');
+  return n;
+}
+
+function parseRegionQuery(v: string | undefined): Region | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d+),(\d+),(\d+),(\d+)$/.exec(v);
+  if (!m) throw bad('region', 'must be x,y,w,h (non-negative integers)', 'invalid_region');
+  return { x: Number(m[1]), y: Number(m[2]), width: Number(m[3]), height: Number(m[4]) };
+}
+
+function parseScaleQuery(v: string | undefined): { width: number; height: number } | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d{1,5})x(\d{1,5})$/.exec(v);
+  if (!m) throw bad('scale', 'must be WxH, e.g. 1024x640', 'invalid_region');
+  return { width: Number(m[1]), height: Number(m[2]) };
+}
+
+function parseScaleBody(v: unknown, field: string): { width: number; height: number } | undefined {
+  if (v === undefined) return undefined;
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw bad(field, 'must be an object {width, height}', 'invalid_region');
+  const { width, height } = v as Record<string, unknown>;
+  for (const [k, x] of [['width', width], ['height', height]] as const) {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < 1 || x > 8192) throw bad(`${field}.${k}`, 'must be an integer within 1..8192', 'invalid_region');
+  }
+  return { width: width as number, height: height as number };
+}
+
+function parseBool(v: string | undefined, field: string): boolean | undefined {
+  if (v === undefined) return undefined;
+  if (['1', 'true', 'yes'].includes(v)) return true;
+  if (['0', 'false', 'no'].includes(v)) return false;
+  throw bad(field, 'must be true or false');
+}
+
+function screenOf(s: Session) {
+  return { width: s.spec.screen.width, height: s.spec.screen.height };
+}
+
+/** Validates screenshot options fully (region against the screen too) before any capture. */
+function checkShot(s: Session, o: ScreenshotOptions, prefix = ''): ScreenshotOptions {
+  if (o.region) validateRegion(o.region, screenOf(s), `${prefix}region`);
+  return o;
+}
+
+function shotJson(r: ScreenshotResult) {
+  return {
+    format: r.format, width: r.width, height: r.height, mimeType: r.mimeType,
+    ...(r.scaleX !== undefined ? { scaleX: r.scaleX, scaleY: r.scaleY } : {}),
+    data: r.data.toString('base64'),
+  };
+}
+
+function resultJson(r: ActionResult) {
+  return {
+    index: r.index, type: r.type, ms: Math.round(r.ms * 10) / 10,
+    ...(r.cursor ? { cursor: r.cursor } : {}),
+    ...(r.status ? { status: r.status } : {}),
+    ...(r.screenshot ? { screenshot: shotJson(r.screenshot) } : {}),
+  };
+}
+
+/** A display-layer error rethrown with JSON-safe details (no image buffers). */
+function cleanDisplayError(e: unknown): unknown {
+  if (!(e instanceof DisplayError)) return e;
+  const d = { ...(e.details ?? {}) } as Record<string, unknown>;
+  if (Array.isArray(d.results)) d.completed = (d.results as ActionResult[]).length, delete d.results;
+  delete d.socketPath;
+  return new DrumsError(e.code, e.message, { details: d, cause: e });
+}
+
+function parseWid(v: string | undefined): number {
+  const s = v ?? '';
+  const n = /^0x[0-9a-f]{1,8}$/i.test(s) ? parseInt(s, 16) : /^\d{1,10}$/.test(s) ? Number(s) : NaN;
+  if (!Number.isInteger(n) || n < 1 || n > 0xffffffff) throw bad('wid', 'must be a window id (decimal or 0x hex)');
+  return n;
+}
+
+function queryRoot(c: Context): boolean {
+  return parseBool(c.req.query('root'), 'root') ?? false;
+}
+
+const A11Y_DEFAULTS = { maxDepth: 50, maxWidth: 1024 };
+
+function parseLimit(v: string | undefined, field: string, max: number): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{1,6}$/.test(v) || Number(v) < 1 || Number(v) > max) throw bad(field, `must be an integer within 1..${max}`);
+  return Number(v);
+}
+
+export function displayRoutes(ctx: RouteContext) {
+  const { mgr, display } = ctx;
+  const app = new Hono();
+  const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container, env: mgr.sessionEnv() });
+  /** Session, expected generation, readiness: in that order, for every route here. */
+  const ready = (c: Context, fromBody?: unknown): Session => {
+    const s = ctx.session(c);
+    ctx.checkGeneration(c, s, fromBody);
+    ctx.usable(s);
+    return s;
+  };
+  const guard = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try { return await fn(); } catch (e) { throw cleanDisplayError(e); }
+  };
+
+  app.get('/v1/sessions/:id/screenshot', async (c) => {
+    const s = ready(c);
+    const format = parseFormat(c.req.query('format'));
+    const opts = checkShot(s, {
+      format,
+      quality: parseQuality(c.req.query('quality')),
+      region: parseRegionQuery(c.req.query('region')),
+      scale: parseScaleQuery(c.req.query('scale')),
+      cursor: parseBool(c.req.query('cursor'), 'cursor'),
+    });
+    const shot = await guard(() => display.screenshot(s, opts));
+    const h: Record<string, string> = {
+      'content-type': shot.mimeType,
+      'x-drums-generation': String(s.generation),
+      'x-drums-width': String(shot.width),
+      'x-drums-height': String(shot.height),
+    };
+    if (shot.scaleX !== undefined) {
+      h['x-drums-scale-x'] = String(shot.scaleX);
+      h['x-drums-scale-y'] = String(shot.scaleY);
+    }
+    return c.body(new Uint8Array(shot.data), 200, h);
+  });
+
+  app.post('/v1/sessions/:id/actions', async (c) => {
+    const body = await ctx.body(c);
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw bad('body', 'must be a JSON object {actions: [...]}', 'invalid_action');
+    const b = body as Record<string, unknown>;
+    for (const k of Object.keys(b)) if (!['actions', 'generation', 'scale', 'screenshot'].includes(k)) throw bad(k, 'unknown field; allowed: actions, generation, scale, screenshot', 'invalid_action');
+    const s = ready(c, b.generation);
+    if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
+    if (b.actions.length > 1000) throw bad('actions', 'at most 1000 actions per batch', 'invalid_action');
+    const scale = parseScaleBody(b.scale, 'scale');
+    // The whole batch is validated before anything runs.
+    normalizeActions(b.actions, { screen: screenOf(s), scale });
+    let shotOpts: ScreenshotOptions | undefined;
+    if (b.screenshot !== undefined && b.screenshot !== false) {
+      const so = (b.screenshot === true ? {} : b.screenshot) as Record<string, unknown>;
+      if (!so || typeof so !== 'object' || Array.isArray(so)) throw bad('screenshot', 'must be an object {format, quality?, scale?, region?, cursor?}', 'invalid_format');
+      for (const k of Object.keys(so)) if (!['format', 'quality', 'scale', 'region', 'cursor'].includes(k)) throw bad(`screenshot.${k}`, 'unknown field', 'invalid_format');
+      if (so.cursor !== undefined && typeof so.cursor !== 'boolean') throw bad('screenshot.cursor', 'must be a boolean', 'invalid_format');
+      shotOpts = checkShot(s, {
+        format: parseFormat(so.format, 'screenshot.format'),
+        quality: parseQuality(so.quality, 'screenshot.quality'),
+        scale: parseScaleBody(so.scale, 'screenshot.scale') ?? scale,
+        region: so.region as Region | undefined,
+        cursor: so.cursor as boolean | undefined,
+      }, 'screenshot.');
+    }
+    const generation = s.generation;
+    const d = await display.connection(s);
+    const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
+    const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
+    return c.json({ generation, results: results.map(resultJson), ...(shot ? { screenshot: shotJson(shot) } : {}) });
+  });
+
+  const walk = async (c: Context, s: Session) => {
+    const maxDepth = parseLimit(c.req.query('maxDepth'), 'maxDepth', 1000) ?? A11Y_DEFAULTS.maxDepth;
+    const maxWidth = parseLimit(c.req.query('maxWidth'), 'maxWidth', 100_000) ?? A11Y_DEFAULTS.maxWidth;
+    const client = await display.a11y(s);
+    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000 });
+    return { tree, stats, maxDepth, maxWidth };
+  };
+
+  app.get('/v1/sessions/:id/a11y', async (c) => {
+    const s = ready(c);
+    const format = c.req.query('format') ?? 'xml';
+    if (format !== 'xml' && format !== 'json') throw bad('format', `must be xml or json, got '${format.slice(0, 32)}'`, 'invalid_format');
+    const { tree, stats, maxDepth, maxWidth } = await walk(c, s);
+    c.header('x-drums-generation', String(s.generation));
+    if (format === 'json') return c.json({ generation: s.generation, tree, stats });
+    return c.body(toOsworldXml(tree, { maxDepth, maxWidth }), 200, { 'content-type': 'text/xml; charset=utf-8' });
+  });
+
+  app.get('/v1/sessions/:id/terminal', async (c) => {
+    const s = ready(c);
+    const apps = c.req.query('apps');
+    const { tree } = await walk(c, s);
+    const text = terminalText(tree, apps ? { apps: apps.split(',') } : {});
+    return c.json({ text, generation: s.generation });
+  });
+
+  app.get('/v1/sessions/:id/windows', async (c) => {
+    const s = ready(c);
+    const d = await display.connection(s);
+    const [list, active, cursor] = await guard(() => Promise.all([d.listWindows(), d.activeWindow(), d.cursorPosition()]));
+    return c.json({
+      generation: s.generation,
+      windows: list.map((w) => ({ id: w.id, title: w.title, className: w.className, instance: w.instance, pid: w.pid, x: w.x, y: w.y, width: w.width, height: w.height })),
+      active: active?.id ?? null,
+      cursor,
+      screen: d.screenSize(),
+    });
+  });
+
+  for (const op of ['activate', 'close'] as const) {
+    app.post(`/v1/sessions/:id/windows/:wid/${op}`, async (c) => {
+      const wid = parseWid(c.req.param('wid'));
+      const s = ready(c);
+      const d = await display.connection(s);
+      const list = await guard(() => d.listWindows());
+      if (!list.some((w) => w.id === wid)) throw new DrumsError('window_not_found', `no managed window ${wid} in session ${s.id}; list them with GET /v1/sessions/${s.id}/windows`, { details: { wid } });
+      await guard(() => (op === 'activate' ? d.activateWindow(wid) : d.closeWindow(wid)));
+      return c.json({ ok: true, id: wid, generation: s.generation });
+    });
+  }
+
+  // Streaming exec (NDJSON). Without ?stream=1 the buffered handler in sessions.ts answers.
+  app.post('/v1/sessions/:id/exec', async (c, next) => {
+    const stream = parseBool(c.req.query('stream'), 'stream');
+    if (!stream) return next();
+    const s = ctx.session(c);
+    const req = parseExec(await ctx.body(c));
+    ctx.checkGeneration(c, s);
+    ctx.usable(s);
+    const generation = s.generation;
+    const enc = new TextEncoder();
+    const abort = new AbortController();
+    const body = new ReadableStream<Uint8Array>({
+      start(ctrl) {
+        const send = (o: unknown) => { try { ctrl.enqueue(enc.encode(JSON.stringify(o) + '\n')); } catch { /* client gone */ } };
+        execStream(target(s), req, (stream, data) => send({ stream, data }), abort.signal).then(
+          (r) => { send({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation }); try { ctrl.close(); } catch {} },
+          (e) => { send({ error: { code: 'internal', message: String((e as Error).message) } }); try { ctrl.close(); } catch {} },
+        );
+      },
+      cancel() { abort.abort(); },
+    });
+    return new Response(body, { status: 200, headers: { 'content-type': 'application/x-ndjson', 'x-drums-generation': String(generation) } });
+  });
+
+  // Files, confined to the session (see src/session/files.ts).
+  app.get('/v1/sessions/:id/files', async (c) => {
+    const path = validatePath(c.req.query('path'));
+    const root = queryRoot(c);
+    const s = ready(c);
+    const data = await readFile(target(s), path, root);
+    return c.body(new Uint8Array(data), 200, { 'content-type': 'application/octet-stream', 'x-drums-generation': String(s.generation) });
+  });
+  app.put('/v1/sessions/:id/files', async (c) => {
+    const path = validatePath(c.req.query('path'));
+    const mode = validateMode(c.req.query('mode'));
+    const root = queryRoot(c);
+    const s = ready(c);
+    const buf = Buffer.from(await c.req.arrayBuffer());
+    if (buf.length > ctx.maxBodyBytes) throw new DrumsError('payload_too_large', `request body is over ${ctx.maxBodyBytes} bytes`);
+    await writeFile(target(s), path, buf, mode, root);
+    return c.json({ path, size: buf.length, mode, generation: s.generation }, 201);
+  });
+  app.delete('/v1/sessions/:id/files', async (c) => {
+    const path = validatePath(c.req.query('path'));
+    const root = queryRoot(c);
+    const recursive = parseBool(c.req.query('recursive'), 'recursive') ?? false;
+    const s = ready(c);
+    await deleteFile(target(s), path, root, recursive);
+    return c.body(null, 204);
+  });
+  app.get('/v1/sessions/:id/files/list', async (c) => {
+    const path = validatePath(c.req.query('path'));
+    const root = queryRoot(c);
+    const s = ready(c);
+    const r = await listDir(target(s), path, root);
+    return c.json({ path, ...r, generation: s.generation });
+  });
+  app.get('/v1/sessions/:id/files/stat', async (c) => {
+    const path = validatePath(c.req.query('path'));
+    const root = queryRoot(c);
+    const follow = parseBool(c.req.query('follow'), 'follow') ?? false;
+    const s = ready(c);
+    return c.json({ ...(await statFile(target(s), path, root, follow)), generation: s.generation });
+  });
+  return app;
+}
