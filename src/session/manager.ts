@@ -163,11 +163,13 @@ export class SessionManager {
       await this._admit(async () => {
         for (const step of steps) {
           if (failAt === step.name) throw Object.assign(new Error(`injected failure at '${step.name}'`), { step: step.name });
+          const ts = performance.now();
           try {
             await step.do();
           } catch (e) {
             throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
           }
+          s.timings[`step.${step.name}Ms`] = performance.now() - ts;
           done.push(step);
         }
       });
@@ -354,13 +356,17 @@ export class SessionManager {
     const t0 = performance.now();
     try {
       await this._admit(async () => {
+        let ts = performance.now();
         await this._stopContainer(s);
+        s.timings['reset.stopMs'] = performance.now() - ts;
         for (const step of this._startSteps(s)) {
+          ts = performance.now();
           try {
             await step.do();
           } catch (e) {
             throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
           }
+          s.timings[`reset.${step.name}Ms`] = performance.now() - ts;
         }
       });
     } catch (e) {

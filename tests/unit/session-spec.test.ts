@@ -1,0 +1,73 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseScreen, parseSpec } from '../../src/session/spec.ts';
+import { parsePool, subnetForSlot } from '../../src/host/network.ts';
+import { tableScript } from '../../src/host/nftables.ts';
+import { buildSpec } from '../../src/host/oci-spec.ts';
+
+describe('session spec validation', () => {
+  it('fills defaults', () => {
+    const s = parseSpec({});
+    assert.equal(s.image, 'default');
+    assert.deepEqual(s.screen, { width: 1280, height: 800, depth: 24 });
+    assert.equal(s.egress, false);
+    assert.deepEqual(s.hostPorts, []);
+  });
+  it('parses screens in both forms and rejects absurd ones, naming the field', () => {
+    assert.deepEqual(parseScreen('1920x1080'), { width: 1920, height: 1080, depth: 24 });
+    assert.deepEqual(parseScreen({ width: 800, height: 600 }), { width: 800, height: 600, depth: 24 });
+    for (const bad of ['0x0', '100000x100000', '12x', 'axb', 5]) {
+      assert.throws(() => parseScreen(bad), (e: Error & { code: string }) => e.code === 'invalid_spec' && /screen/.test(e.message));
+    }
+  });
+  it('rejects negative limits, unknown fields, bad URLs and unsafe flags', () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ memoryMb: -1 }, /memoryMb/],
+      [{ pids: 0 }, /pids/],
+      [{ cpus: -2 }, /cpus/],
+      [{ nope: 1 }, /nope: unknown field/],
+      [{ url: 'javascript:alert(1)' }, /url: scheme/],
+      [{ url: '--disable-web-security' }, /url/],
+      [{ browserFlags: ['--a=$(id)'] }, /browserFlags\[0\]/],
+      [{ hostPorts: [70000] }, /hostPorts\[0\]/],
+      [{ image: 'A B' }, /image/],
+      [{ labels: { 'bad key': 'x' } }, /labels/],
+    ];
+    for (const [body, re] of cases) assert.throws(() => parseSpec(body), (e: Error) => re.test(e.message), JSON.stringify(body));
+  });
+});
+
+describe('subnet pool', () => {
+  it('cuts the pool into /30s with the gateway first', () => {
+    const pool = parsePool('10.231.0.0/16');
+    assert.equal(pool.slots, 16384);
+    assert.deepEqual(subnetForSlot(pool, 3), { slot: 3, cidr: '10.231.0.12/30', gateway: '10.231.0.13', address: '10.231.0.14' });
+    assert.throws(() => parsePool('10.0.0.0/30'), /prefix/);
+    assert.throws(() => parsePool('nonsense'), /DRUMS_SUBNET_POOL/);
+  });
+});
+
+describe('generated host configuration', () => {
+  it('the nftables table names its owner and drops sessions by default', () => {
+    const script = tableScript({ name: 'abcde' } as never);
+    assert.match(script, /table inet drums_abcde \{/);
+    assert.match(script, /iifname "drabcdeh\*" jump from_session/);
+    assert.match(script, /169\.254\.0\.0\/16/);
+    assert.match(script, /chain fwd_to_session \{\s+ct state established,related accept\s+counter drop/);
+  });
+  it('the OCI spec drops capabilities, sets no_new_privs and seccomp, and joins the session netns', () => {
+    const spec = buildSpec({
+      hostname: 'h', uid: 1000, gid: 1000, home: '/home/user', args: ['/x'], env: { A: 'b' }, netnsPath: '/var/run/netns/n',
+      cgroupsPath: '/drums-x/s', runDir: '/r', x11Dir: '/x11', initPath: '/init', memoryBytes: 1 << 30, pids: 100, cpus: 0, shmBytes: 1, tmpBytes: 1,
+    });
+    assert.deepEqual(spec.process.capabilities.effective, []);
+    assert.ok(!spec.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
+    assert.ok(!spec.process.capabilities.bounding.includes('CAP_NET_RAW'));
+    assert.equal(spec.process.noNewPrivileges, true);
+    assert.equal(spec.linux.seccomp.defaultAction, 'SCMP_ACT_ALLOW');
+    assert.ok(spec.linux.seccomp.syscalls[0]!.names!.includes('mount'));
+    assert.deepEqual(spec.linux.namespaces.find((n) => n.type === 'network'), { type: 'network', path: '/var/run/netns/n' });
+    assert.ok(spec.mounts.some((m) => m.destination === '/sys' && m.options.includes('ro')));
+    assert.ok(spec.linux.maskedPaths.includes('/proc/kcore'));
+  });
+});
