@@ -77,7 +77,7 @@ export class OciRuntime {
     const logFd = openSync(logFile, 'a', 0o600);
     let child: ChildProcess;
     try {
-      const argv = this.argv('run', '-d', '--preserve-fds', '1', '--bundle', bundle, id);
+      const argv = this.argv('run', '-d', '--preserve-fds', '1', '--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id);
       child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', logFd, logFd, 'pipe'] });
     } finally {
       closeSync(logFd);
@@ -94,9 +94,10 @@ export class OciRuntime {
       try { tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n'); } catch {}
       throw new HostError(`${this.info.name} run`, `exit ${code}: ${tail}`, { container: id });
     }
-    const state = await this.state(id);
-    if (!state) throw new HostError(`${this.info.name} state`, `container ${id} vanished right after start`);
-    return { pid: state.pid, liveness };
+    // The pid file saves a `state` round trip.
+    const pid = Number(readFileSync(`${bundle}/init.pid`, 'utf8').trim());
+    if (!(pid > 0)) throw new HostError(`${this.info.name} run`, `no init pid for container ${id}`);
+    return { pid, liveness };
   }
 
   async state(id: string): Promise<ContainerState | undefined> {

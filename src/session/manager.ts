@@ -67,6 +67,8 @@ export interface ManagerOptions {
 
 /** Steps of a create, in order; each has an undo that runs in reverse on failure. */
 type Step = { name: string; do: () => Promise<void>; undo?: () => Promise<void> };
+/** A stage is one step, or independent chains of steps that run concurrently. */
+type Stage = Step | Step[][];
 
 export class SessionManager {
   readonly inst: Instance;
@@ -148,20 +150,27 @@ export class SessionManager {
     this._sessions.set(id, s);
     const t0 = performance.now();
     const rules: SessionRules = { hostVeth: names.hostVeth, gateway: subnet.gateway, address: subnet.address, hostPorts: spec.hostPorts, egress: spec.egress };
-    const steps: Step[] = [
+    const [rootfs, bundle, ...rest] = this._startSteps(s);
+    const stages: Stage[] = [
       // The record comes first: the sweep finds every object below through it or its name.
       { name: 'record', do: async () => this._record(s), undo: async () => rmSync(dir, { recursive: true, force: true }) },
-      { name: 'network', do: () => createNetwork(names.netns, names.hostVeth, subnet), undo: () => deleteNetwork(names.netns, names.hostVeth) },
-      { name: 'firewall', do: () => addSessionRules(this.inst, rules), undo: () => removeSessionRules(this.inst, rules) },
-      { name: 'egress', do: async () => { if (spec.egress) await this._enableForwarding(); } },
-      ...this._startSteps(s),
+      // The network and the root filesystem don't depend on each other: make them concurrently.
+      [
+        [
+          { name: 'network', do: () => createNetwork(names.netns, names.hostVeth, subnet), undo: () => deleteNetwork(names.netns, names.hostVeth) },
+          { name: 'firewall', do: () => addSessionRules(this.inst, rules), undo: () => removeSessionRules(this.inst, rules) },
+          { name: 'egress', do: async () => { if (spec.egress) await this._enableForwarding(); } },
+        ],
+        [rootfs!, bundle!],
+      ],
+      ...rest,
     ];
     // Test hook (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure.
     const failAt = this._opts.failAtStep ?? (process.env.DRUMS_TEST_HOOKS === '1' ? spec.labels['drums.test.failStep'] : undefined);
     const done: Step[] = [];
     try {
       await this._admit(async () => {
-        for (const step of steps) {
+        const runStep = async (step: Step) => {
           if (failAt === step.name) throw Object.assign(new Error(`injected failure at '${step.name}'`), { step: step.name });
           const ts = performance.now();
           try {
@@ -171,6 +180,16 @@ export class SessionManager {
           }
           s.timings[`step.${step.name}Ms`] = performance.now() - ts;
           done.push(step);
+        };
+        for (const stage of stages) {
+          if (!Array.isArray(stage)) {
+            await runStep(stage);
+            continue;
+          }
+          // Wait for every chain to settle so `done` lists all completed steps before any undo.
+          const results = await Promise.allSettled(stage.map(async (chain) => { for (const step of chain) await runStep(step); }));
+          const failed = results.find((r) => r.status === 'rejected');
+          if (failed) throw (failed as PromiseRejectedResult).reason;
         }
       });
     } catch (e) {
