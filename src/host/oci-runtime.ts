@@ -116,12 +116,8 @@ export class OciRuntime {
 
   /** SIGKILL to the container's init tears down its whole PID namespace; then remove it. */
   async destroy(id: string): Promise<void> {
-    // `delete --force` SIGKILLs a running container's init (and with it the PID namespace) first.
-    const r = await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
-    if (r.code !== 0 && (await this.state(id))) {
-      await run(this.argv('kill', id, 'KILL'), { okCodes: [0, 1] });
-      await run(this.argv('delete', '--force', id));
-    }
+    await run(this.argv('kill', id, 'KILL'), { okCodes: [0, 1] });
+    await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
   }
 
   /** Spawns `runtime exec` (caller handles stdio). Never uses a shell. */
