@@ -44,6 +44,8 @@ const KEY_PRESS = 2, KEY_RELEASE = 3, BUTTON_PRESS = 4, BUTTON_RELEASE = 5, MOTI
 const BUTTONS: Record<string, number> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
 /** Round trip every this many typed characters, so a long text does not flood the server queue. */
 const TYPE_SYNC_EVERY = 64;
+/** Gap between the presses of a double or triple click. */
+const MULTI_CLICK_GAP_MS = 15;
 /**
  * Minimum time between the last use of a temporarily bound keycode and rebinding or resetting it.
  * Clients fetch the changed map only when they process the notify, possibly long after we sent it.
@@ -107,6 +109,12 @@ export async function click(d: XDisplay, opts: ClickOptions = {}): Promise<void>
       for (let i = 0; i < count; i++) {
         fakeButton(d, button, true);
         fakeButton(d, button, false);
+        // Note: presses in the same server millisecond are not counted as a multi-click by
+        // some toolkits (Chromium counts 1,2,2); space them like a fast human double-click.
+        if (i < count - 1) {
+          await d.sync();
+          await sleep(MULTI_CLICK_GAP_MS);
+        }
       }
     });
     d._keyboard.scheduleRestore();

@@ -102,7 +102,7 @@ export function validateMode(m: unknown): string {
 function fileError(path: string, r: RunResult, op: string): DrumsError {
   const e = r.stderr;
   const d = { details: { path, op } };
-  if (/No such file or directory/.test(e)) return new DrumsError('file_not_found', `${path}: no such file or directory in the session`, d);
+  if (/No such file or directory|Directory nonexistent/.test(e)) return new DrumsError('file_not_found', `${path}: no such file or directory in the session`, d);
   if (/Permission denied|Operation not permitted/.test(e)) return new DrumsError('file_forbidden', `${path}: permission denied (${op}); use root=1 for root-in-session`, d);
   if (/Read-only file system/.test(e)) return new DrumsError('file_forbidden', `${path}: read-only file system (${op})`, d);
   if (/Is a directory/.test(e)) return new DrumsError('is_a_directory', `${path}: is a directory`, d);
@@ -180,6 +180,8 @@ export async function statFile(t: Target, path: string, root: boolean, follow = 
   const [st] = parseFind(r.stdout);
   if (!st) throw fileError(path, r, 'stat');
   st.path = path;
+  // find -H falls back to the link itself when its target does not exist: a dangling link.
+  if (follow && st.type === 'symlink') throw new DrumsError('file_not_found', `${path}: dangling symbolic link (its target does not exist in the session)`, { details: { path, target: st.target } });
   return st;
 }
 
