@@ -63,6 +63,24 @@ describe('session lifecycle (minimal image)', () => {
     }
   });
 
+  it('applies the cgroup limits from the spec (memory, pids, cpu)', async () => {
+    const s = await d.client.createSession({ image: 'minimal', memoryMb: 512, pids: 200, cpus: 0.5 });
+    try {
+      // Read through the session's own cgroup namespace: v1 controllers or the v2 unified files.
+      const r = await d.client.exec(s.id, { shell: 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max' });
+      const out = r.stdout.trim().split('\n');
+      assert.equal(out[0], String(512 * 1024 * 1024));
+      assert.equal(out[1], '200');
+      assert.match(out[2]!, /^50000( 100000)?$/);
+      // The pids limit bites: a fork bomb stops at the limit and the session survives.
+      const bomb = await d.client.exec(s.id, { shell: 'for i in $(seq 400); do sleep 5 & done 2>/dev/null; jobs -p | wc -l', timeoutMs: 20_000 });
+      assert.ok(Number(bomb.stdout.trim()) < 200, `started ${bomb.stdout.trim()} sleeps under pids.max=200`);
+      assert.equal((await d.client.getSession(s.id)).state, 'ready');
+    } finally {
+      await d.client.destroySession(s.id);
+    }
+  });
+
   it('rejects invalid specs with 4xx and a stable code, creating nothing', async () => {
     const cases: [Record<string, unknown>, number, string][] = [
       [{ image: 'no-such-image' }, 404, 'image_not_found'],
