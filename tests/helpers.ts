@@ -77,7 +77,10 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const netns = sh('ip', ['netns', 'list']).split('\n').map((l) => l.split(' ')[0]!).filter((n) => n.startsWith(`drums-${instance}-`));
   const links = (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(`dr${instance}h`));
   const tables = sh('nft', ['list', 'tables']).split('\n').filter((l) => l.includes(`drums_${instance}`));
-  const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(stateDir));
+  const allMounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(stateDir));
+  // The instance's runtime tmpfs belongs to a live daemon; session mounts are the rest.
+  const instanceMounts = allMounts.filter((m) => m === join(stateDir, 'rt'));
+  const mounts = allMounts.filter((m) => m !== join(stateDir, 'rt'));
   // Session cgroups (children) and the instance's parent cgroup, which a live daemon keeps.
   const cgroups: string[] = [];
   const cgroupRoots: string[] = [];
@@ -106,7 +109,7 @@ export function residue(instance: string, stateDir: string): Record<string, stri
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  return { netns, links, tables, mounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
+  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
 }
 
 export function assertClean(instance: string, stateDir: string): void {

@@ -282,6 +282,72 @@ site.command('build').description('render every bench record into a self-contain
     process.stdout.write(`wrote ${r.pages.length} pages to ${r.out}${r.bad.length ? `; ${r.bad.length} unreadable records: ${r.bad.map((b) => `${b.file} (${b.errors[0]})`).join(', ')}` : ''}\n`);
   });
 
+program.command('audit').description('isolation audit: probes from inside a session against a sibling and the host; writes a record with a verdict')
+  .option('--arms <list>', 'baseline and/or shared-browser', 'baseline')
+  .option('--out <dir>', 'record directory (default bench/records)')
+  .action(async (o: { arms: string; out?: string }) => {
+    const { runAudit } = await import('../bench/audit.ts');
+    const t0 = Date.now();
+    const { record, file } = await runAudit({ arms: o.arms.split(',').filter(Boolean), outDir: o.out, progress: (m) => process.stderr.write(`[${Math.round((Date.now() - t0) / 1000)}s] ${m}\n`) });
+    const probes = (record.audit as { probes: { arm: string; id: string; as: string; result: string; detail: string }[] }).probes;
+    for (const p of probes) if (p.result !== 'pass') process.stdout.write(`${p.result.toUpperCase().padEnd(7)} ${p.arm} ${p.id} (${p.as}): ${p.detail}\n`);
+    process.stdout.write(`${record.summary}\nstatus: ${record.status}\nrecord: ${file}\n`);
+    if (record.status !== 'passed') process.exitCode = record.status === 'failed' ? 5 : 4;
+  });
+
+bench.command('ops').description('observe/act latency through the API vs exec-spawned tools, and N sessions driven at once')
+  .option('--quick', 'few runs, 4 sessions (CI)')
+  .option('--runs <n>', 'runs per measurement')
+  .option('--sessions <n>', 'sessions driven at once', '16')
+  .option('--seconds <n>', 'how long to drive them', '10')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .option('--json', 'print the record')
+  .action(async (o: { quick?: boolean; runs?: string; sessions: string; seconds: string; out: string; json?: boolean }) => {
+    const { runOpsBench } = await import('../bench/ops-bench.ts');
+    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
+    try {
+      const { record, file } = await runOpsBench({
+        client: daemon.client, quick: !!o.quick, outDir: o.out,
+        runs: Number(o.runs ?? (o.quick ? 10 : 30)),
+        sessions: o.quick ? Math.min(4, Number(o.sessions)) : Number(o.sessions),
+        parallelSeconds: o.quick ? 5 : Number(o.seconds),
+        progress: (m) => process.stderr.write(`\r\x1b[K[bench] ${m}`),
+      });
+      process.stderr.write('\n');
+      if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
+      const r = record.results as Record<string, Record<string, { p50?: number; p95?: number } | number>>;
+      for (const group of ['api', 'peers']) {
+        for (const [k, v] of Object.entries(r[group] ?? {})) process.stdout.write(`${group.padEnd(6)} ${k.padEnd(32)} p50 ${(v as { p50: number }).p50.toFixed(1).padStart(8)} ms  p95 ${(v as { p95: number }).p95.toFixed(1).padStart(8)} ms\n`);
+      }
+      process.stdout.write(`ratios ${JSON.stringify(r.ratios)}\nparallel ${JSON.stringify(r.parallel)}\nrecord: ${file}\n`);
+    } finally {
+      await daemon.stop();
+    }
+  });
+
+bench.command('density').description('how many Chromium sessions the host holds at once (bar: 50)')
+  .option('--sessions <n>', 'sessions to hold', '50')
+  .option('--concurrency <n>', 'creates in flight', '4')
+  .option('--image <name>', 'image', 'default')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { sessions: string; concurrency: string; image: string; out: string }) => {
+    const { runDensityBench } = await import('../bench/density-bench.ts');
+    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
+    try {
+      const { record, file } = await runDensityBench({
+        client: daemon.client, image: o.image, sessions: Number(o.sessions), concurrency: Number(o.concurrency), outDir: o.out,
+        progress: (m) => process.stderr.write(`\r\x1b[K[density] ${m}`),
+      });
+      process.stderr.write('\n');
+      const b = record.bars.concurrentBrowserSessions;
+      process.stdout.write(`${b.pass ? 'PASS' : 'FAIL'}  concurrent Chromium sessions ${b.value} (bar >= ${b.bar}); host used ${JSON.stringify(record.results.hostUsedMiB)} MiB\nrecord: ${file}\n`);
+    } finally {
+      await daemon.stop();
+    }
+  });
+
 program.parseAsync(process.argv).catch((e: unknown) => {
   if (e instanceof DrumsApiError) {
     process.stderr.write(`drums: ${e.code}: ${e.message}\n`);

@@ -14,6 +14,8 @@ export interface Instance {
   imagesDir: string;
   sessionsDir: string;
   runcRoot: string;
+  /** A tmpfs of this instance holding each session's bound directories (sockets, status, the init). */
+  rtDir: string;
   /** Host-wide directory where instances claim subnets (shared by all instances). */
   claimsDir: string;
 }
@@ -32,6 +34,7 @@ export function resolveInstance(env: NodeJS.ProcessEnv = process.env): Instance 
     imagesDir: resolve(env.DRUMS_IMAGE_DIR || join(DEFAULT_STATE_DIR, 'images')),
     sessionsDir: join(real, 'sessions'),
     runcRoot: join(real, 'runc'),
+    rtDir: join(real, 'rt'),
     claimsDir: env.DRUMS_CLAIMS_DIR || '/run/drums/subnets',
   };
 }

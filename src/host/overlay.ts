@@ -10,6 +10,21 @@ export async function mountOverlay(source: string, lower: string, upper: string,
   await run(['mount', '-t', 'overlay', source, '-o', `lowerdir=${lower},upperdir=${upper},workdir=${work}`, target]);
 }
 
+/**
+ * Like mountOverlay, but with the layer paths relative to `cwd`: the kernel
+ * shows overlay options as given in /proc/self/mountinfo, which a session can
+ * read, and host paths must not leak into a session.
+ */
+export async function mountOverlayRelative(source: string, cwd: string, lower: string, upper: string, work: string, target: string): Promise<void> {
+  await run(['mount', '-t', 'overlay', source, '-o', `lowerdir=${lower},upperdir=${upper},workdir=${work}`, target], { cwd });
+}
+
+/** A small tmpfs for an instance's sockets and status files (its paths, not the host's, show in a session's mountinfo). */
+export async function mountRuntimeTmpfs(source: string, target: string): Promise<void> {
+  if (mountsUnder(target).includes(target)) return;
+  await run(['mount', '-t', 'tmpfs', '-o', 'mode=0711,size=256m,nosuid,nodev', source, target]);
+}
+
 /** Mount points (from /proc/self/mountinfo) at or below `prefix`, deepest first. */
 export function mountsUnder(prefix: string): string[] {
   const out: string[] = [];

@@ -390,9 +390,21 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
   if (wantsPip) {
     steps.push({
       name: 'pip install',
-      run: () => b.chroot('pip install',
-        `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore --disable-pip-version-check ${recipe.pip.map(shq).join(' ')}`,
-        { env: b.env }),
+      run: async () => {
+        // Note: trust the host's CA bundle for this step only (hosts behind a TLS-inspecting
+        // proxy need it), then remove it: the image keeps Debian's own trust store.
+        const hostCa = '/etc/ssl/certs/ca-certificates.crt';
+        const inside = '/tmp/drums-host-ca.crt';
+        const caEnv: Record<string, string> = existsSync(hostCa) ? { PIP_CERT: inside } : {};
+        if (existsSync(hostCa)) copyFileSync(hostCa, join(b.rootfs, inside));
+        try {
+          await b.chroot('pip install',
+            `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore --disable-pip-version-check ${recipe.pip.map(shq).join(' ')}`,
+            { env: { ...b.env, ...caEnv } });
+        } finally {
+          rmSync(join(b.rootfs, inside), { force: true });
+        }
+      },
     });
   }
   if (recipe.users.length > 0) {

@@ -97,6 +97,9 @@ async function prepare(ctx: GuestContext, s: Session): Promise<void> {
     root: true, timeoutMs: 10_000,
   });
   if (r.code !== 0) log('warn', 'osworld prepare failed', { id: s.id, stderr: r.stderr });
+  // A real entry, or python-xlib prints 'no xauthority details' warnings into every pyautogui command's stdout.
+  const x = await runGuest(ctx.mgr, s, { argv: ['xauth', '-q', '-f', `${HOME}/.Xauthority`, 'add', ':0', 'MIT-MAGIC-COOKIE-1', randomUUID().replace(/-/g, '')], timeoutMs: 10_000 });
+  if (x.code !== 0) log('warn', 'osworld xauth failed', { id: s.id, stderr: x.stderr });
   prepared.set(s.id, s.generation);
 }
 

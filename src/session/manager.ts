@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chownSync, chmodSync, mkdirSync, rmSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import { chownSync, chmodSync, copyFileSync, mkdirSync, rmSync, symlinkSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
@@ -11,7 +11,7 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
-import { mountOverlay, unmountOverlay } from '../host/overlay.ts';
+import { mountOverlayRelative, mountRuntimeTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { StatusWatcher } from './status-watcher.ts';
@@ -97,6 +97,12 @@ export class SessionManager {
     await sweepInstance(this.inst);
     mkdirSync(this.inst.sessionsDir, { recursive: true, mode: 0o700 });
     mkdirSync(this.inst.runcRoot, { recursive: true, mode: 0o700 });
+    // Bound directories live on the instance's own tmpfs, so a session's
+    // /proc/self/mountinfo shows `/<id>/run`, never a host path.
+    mkdirSync(this.inst.rtDir, { recursive: true, mode: 0o711 });
+    await mountRuntimeTmpfs(`drums-${this.inst.name}-rt`, this.inst.rtDir);
+    copyFileSync(SESSION_INIT, join(this.inst.rtDir, 'session-init'));
+    chmodSync(join(this.inst.rtDir, 'session-init'), 0o755);
     await installTable(this.inst);
   }
 
@@ -144,8 +150,8 @@ export class SessionManager {
     const dir = join(this.inst.sessionsDir, id);
     const s: Session = {
       id, state: 'creating', spec, generation: 1, attempt: { generation: 1, token: randomUUID() },
-      createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(dir, 'run'),
-      x11Socket: join(dir, 'x11', 'X0'), busSocket: join(dir, 'run', 'bus'), imageDir: image.rootfs, timings: {},
+      createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(this.inst.rtDir, id, 'run'),
+      x11Socket: join(this.inst.rtDir, id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, id, 'run', 'bus'), imageDir: image.rootfs, timings: {},
     };
     this._sessions.set(id, s);
     const t0 = performance.now();
@@ -153,7 +159,14 @@ export class SessionManager {
     const [rootfs, bundle, ...rest] = this._startSteps(s);
     const stages: Stage[] = [
       // The record comes first: the sweep finds every object below through it or its name.
-      { name: 'record', do: async () => this._record(s), undo: async () => rmSync(dir, { recursive: true, force: true }) },
+      {
+        name: 'record',
+        do: async () => this._record(s),
+        undo: async () => {
+          rmSync(dir, { recursive: true, force: true });
+          rmSync(join(this.inst.rtDir, id), { recursive: true, force: true });
+        },
+      },
       // The network and the root filesystem don't depend on each other: make them concurrently.
       [
         [
@@ -228,7 +241,8 @@ export class SessionManager {
         name: 'rootfs',
         do: async () => {
           this._prepareDirs(s);
-          await mountOverlay(s.names.overlaySource, s.imageDir, upper, work, rootfs);
+          // Relative layer paths: the session can read its root's mount options.
+          await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'upper', 'work', rootfs);
         },
         undo: () => unmountOverlay(rootfs),
       },
@@ -285,8 +299,9 @@ export class SessionManager {
   private _prepareDirs(s: Session): void {
     const upper = join(s.dir, 'upper');
     for (const d of ['upper', 'work']) rmSync(join(s.dir, d), { recursive: true, force: true });
-    rmSync(s.runDir, { recursive: true, force: true });
-    rmSync(join(s.dir, 'x11'), { recursive: true, force: true });
+    rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
+    rmSync(join(s.dir, 'lower'), { force: true });
+    symlinkSync(s.imageDir, join(s.dir, 'lower'));
     mkdirSync(join(upper, 'etc'), { recursive: true });
     mkdirSync(join(s.dir, 'work'), { recursive: true });
     mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
@@ -298,8 +313,8 @@ export class SessionManager {
     writeFileSync(join(s.runDir, 'status'), '');
     for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, DESKTOP_UID, DESKTOP_GID);
     chmodSync(join(s.runDir, 'xdg'), 0o700);
-    mkdirSync(join(s.dir, 'x11'), { recursive: true });
-    chmodSync(join(s.dir, 'x11'), 0o1777);
+    mkdirSync(join(this.inst.rtDir, s.id, 'x11'), { recursive: true });
+    chmodSync(join(this.inst.rtDir, s.id, 'x11'), 0o1777);
     chmodSync(s.dir, 0o711);
   }
 
@@ -318,8 +333,8 @@ export class SessionManager {
       netnsPath: `/var/run/netns/${s.names.netns}`,
       cgroupsPath: s.names.cgroup,
       runDir: s.runDir,
-      x11Dir: join(s.dir, 'x11'),
-      initPath: SESSION_INIT,
+      x11Dir: join(this.inst.rtDir, s.id, 'x11'),
+      initPath: join(this.inst.rtDir, 'session-init'),
       memoryBytes: s.spec.memoryBytes,
       pids: s.spec.pids,
       cpus: s.spec.cpus,
@@ -414,7 +429,10 @@ export class SessionManager {
     }));
     await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
-    await attempt('files', () => rmSync(s.dir, { recursive: true, force: true }));
+    await attempt('files', () => {
+      rmSync(s.dir, { recursive: true, force: true });
+      rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
+    });
     releaseSubnet(this.inst, s.subnet);
     this._sessions.delete(id);
     for (const h of this.hooks.destroyed) { try { h(id); } catch {} }

@@ -85,8 +85,8 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
       }
     }
   }
-  // 3. Mounts under the sessions directory (overlay roots), deepest first.
-  for (const mp of mountsUnder(inst.sessionsDir)) {
+  // 3. Mounts under the sessions directory (overlay roots), deepest first, then the instance's tmpfs.
+  for (const mp of [...mountsUnder(inst.sessionsDir), ...mountsUnder(inst.rtDir)]) {
     await attempt(`umount ${mp}`, async () => {
       const r = await run(['umount', mp], { okCodes: [0, 32] });
       if (r.code !== 0) await run(['umount', '-l', mp]);
@@ -129,6 +129,7 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
     }
   }
   if (!report.containers.length) rmSync(inst.runcRoot, { recursive: true, force: true });
+  if (!mountsUnder(inst.rtDir).length) rmSync(inst.rtDir, { recursive: true, force: true });
   // 8. Host settings changed for egress go back to what they were.
   const fwd = join(inst.stateDir, 'ip_forward.orig');
   if (existsSync(fwd)) {

@@ -55,6 +55,14 @@ describe('isolation between two sessions', () => {
     assert.match(inside.stdout, /No such file/);
   });
 
+  it('no host path shows inside a session (mountinfo, mounts, cgroup)', async () => {
+    const r = await exec(a, 'cat /proc/self/mountinfo /proc/mounts /proc/self/cgroup', true);
+    for (const leak of [d.stateDir, '/var/lib/drums', '/work/', '/var/tmp', '/root']) {
+      assert.ok(!r.stdout.includes(leak), `'${leak}' visible in the session:\n${r.stdout.split('\n').filter((l) => l.includes(leak)).join('\n')}`);
+    }
+    assert.match(r.stdout, /lowerdir=lower,upperdir=upper,workdir=work/);
+  });
+
   it('X servers and D-Bus buses are private', async () => {
     await exec(a, 'xprop -root -f DRUMS_PROBE 8s -set DRUMS_PROBE from-a');
     const inB = await exec(b, 'xprop -root DRUMS_PROBE');

@@ -127,7 +127,7 @@ describe('session lifecycle (minimal image)', () => {
       });
       const r = residue(d.instance, d.stateDir);
       for (const [kind, left] of Object.entries(r)) {
-        if (kind === 'tables' || kind === 'cgroupRoots') continue; // the instance's table and parent cgroup belong to the live daemon
+        if (kind === 'tables' || kind === 'cgroupRoots' || kind === 'instanceMounts') continue; // the instance's table and parent cgroup belong to the live daemon
         assert.deepEqual(left, [], `${kind} left after failure at ${step}`);
       }
     });

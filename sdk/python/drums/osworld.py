@@ -1,0 +1,478 @@
+"""OSWorld on Drums: a ``drums`` provider for the real ``desktop_env`` package.
+
+    import drums.osworld                     # registers the provider
+    from desktop_env.desktop_env import DesktopEnv
+    env = DesktopEnv(provider_name="drums", action_space="pyautogui")
+    obs = env.reset(task_config=task)        # a Drums reset when the env was used
+    env.step("pyautogui.click(960, 540)")
+    score = env.evaluate()
+    env.close()                              # destroys the session
+
+Each DesktopEnv owns one Drums session (image ``osworld`` unless
+``path_to_vm="drums:<image>"`` or ``DRUMS_OSWORLD_IMAGE``). The daemon serves
+OSWorld's guest contract for that session on 127.0.0.1 (the session view's
+``osworld`` endpoint), so DesktopEnv's own PythonController and
+SetupController talk to it unchanged.
+
+How it plugs in (desktop_env has no provider registry): ``register()`` wraps
+``create_vm_manager_and_provider`` (in ``desktop_env.providers`` and where
+``desktop_env.desktop_env`` imported it) so that ``"drums"`` yields the Drums
+manager and provider, and wraps ``DesktopEnv.__init__`` so that the name passes
+its fixed provider-name check (it is treated like ``docker``: a fresh session
+is clean, so ``is_environment_used`` starts False).
+
+``desktop_env`` imports every metric module at import time, and a few of them
+import heavy optional packages (easyocr pulls torch). ``register()`` installs
+an import hook that, **only for those listed packages and only when they are
+not installed**, provides a placeholder module whose every use raises
+ModuleNotFoundError naming the package. Metrics that need them fail loudly;
+everything else is the real code. Install the package to get the real one.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import time
+import types
+from typing import Any, Optional
+
+import requests
+
+__all__ = ["register", "DrumsAPI", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
+
+#: Packages desktop_env imports at module level only for metrics the os domain never uses.
+OPTIONAL_HEAVY = ("easyocr", "librosa", "cv2", "skimage", "acoustid", "fastdtw", "scipy", "fitz",
+                  "borb", "formulas", "imagehash", "pdfplumber", "torch")
+
+
+# --------------------------------------------------------------------- Drums HTTP API (minimal)
+
+class DrumsAPI:
+    """Just what the provider needs from the Drums daemon's HTTP API."""
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, timeout: float = 300):
+        state = os.environ.get("DRUMS_STATE_DIR", "/var/lib/drums")
+        if url is None:
+            url = os.environ.get("DRUMS_URL")
+            if not url:
+                with open(os.path.join(state, "daemon.json")) as f:
+                    url = json.load(f)["url"]
+        if token is None:
+            token = os.environ.get("DRUMS_TOKEN")
+            if not token:
+                with open(os.path.join(state, "token")) as f:
+                    token = f.read().strip()
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.s = requests.Session()
+        self.s.headers["Authorization"] = f"Bearer {token}"
+
+    def _call(self, method: str, path: str, **kw) -> Any:
+        r = self.s.request(method, self.url + path, timeout=self.timeout, **kw)
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                msg = f"{err['code']}: {err['message']}"
+            except Exception:
+                msg = r.text[:500]
+            raise RuntimeError(f"Drums {method} {path} failed ({r.status_code}): {msg}")
+        return r.json() if r.content else None
+
+    def create(self, spec: dict) -> dict:
+        return self._call("POST", "/v1/sessions", json=spec)
+
+    def get(self, sid: str) -> dict:
+        return self._call("GET", f"/v1/sessions/{sid}")
+
+    def reset(self, sid: str) -> dict:
+        return self._call("POST", f"/v1/sessions/{sid}/reset")
+
+    def destroy(self, sid: str) -> None:
+        self._call("DELETE", f"/v1/sessions/{sid}")
+
+
+# --------------------------------------------------------------------- provider
+
+def _base_classes():
+    from desktop_env.providers.base import Provider, VMManager
+    return Provider, VMManager
+
+
+def _parse_path(path_to_vm: Optional[str]) -> tuple[str, Optional[str]]:
+    """``drums:<image>[:<W>x<H>]`` → (image, screen)."""
+    image, screen = os.environ.get("DRUMS_OSWORLD_IMAGE", "osworld"), None
+    if path_to_vm and path_to_vm.startswith("drums:"):
+        parts = path_to_vm.split(":")
+        if len(parts) > 1 and parts[1]:
+            image = parts[1]
+        if len(parts) > 2 and parts[2]:
+            screen = parts[2]
+    return image, screen
+
+
+def _make_classes():
+    Provider, VMManager = _base_classes()
+
+    class DrumsVMManager(VMManager):
+        """No registry: every DesktopEnv gets its own session."""
+
+        def initialize_registry(self, **kwargs):
+            pass
+
+        def add_vm(self, vm_path, **kwargs):
+            pass
+
+        def delete_vm(self, vm_path, **kwargs):
+            pass
+
+        def occupy_vm(self, vm_path, pid, **kwargs):
+            pass
+
+        def list_free_vms(self, **kwargs):
+            return []
+
+        def check_and_clean(self, **kwargs):
+            pass
+
+        def get_vm_path(self, os_type="Ubuntu", region=None, screen_size=(1920, 1080), **kwargs):
+            image = os.environ.get("DRUMS_OSWORLD_IMAGE", "osworld")
+            return f"drums:{image}:{int(screen_size[0])}x{int(screen_size[1])}"
+
+    class DrumsProvider(Provider):
+        """start = create a session (or wait for the current one), revert = reset, stop = destroy."""
+
+        ready_timeout = float(os.environ.get("DRUMS_OSWORLD_READY_TIMEOUT", "300"))
+
+        def __init__(self, region=None, api: Optional[DrumsAPI] = None):
+            super().__init__(region)
+            self.api = api or DrumsAPI()
+            self.session: Optional[dict] = None
+            self.labels = {"drums.osworld": "1"}
+
+        def start_emulator(self, path_to_vm: str, headless: bool = True, os_type: str = "Ubuntu", *args):
+            if self.session is None:
+                image, screen = _parse_path(path_to_vm)
+                spec: dict = {"image": image, "labels": self.labels}
+                if screen:
+                    spec["screen"] = screen
+                self.session = self.api.create(spec)
+            self._wait_ready()
+
+        def _wait_ready(self):
+            # Like the docker provider: poll GET /screenshot until it answers 200.
+            assert self.session is not None
+            deadline = time.monotonic() + self.ready_timeout
+            last = None
+            while time.monotonic() < deadline:
+                s = self.api.get(self.session["id"])
+                self.session = s
+                if s["state"] == "ready" and s.get("osworld"):
+                    url = f"http://127.0.0.1:{s['osworld']['serverPort']}/screenshot"
+                    try:
+                        r = requests.get(url, timeout=(10, 10))
+                        if r.status_code == 200:
+                            return
+                        last = f"/screenshot {r.status_code}"
+                    except requests.RequestException as e:
+                        last = str(e)
+                elif s["state"] == "broken":
+                    raise RuntimeError(f"Drums session {s['id']} is broken: {s.get('brokenReason')}")
+                elif s["state"] == "ready":
+                    raise RuntimeError(f"Drums session {s['id']} has no OSWorld endpoint (image {s['image']!r}; use the osworld image or label drums.osworld=1)")
+                time.sleep(0.5)
+            raise TimeoutError(f"Drums session not ready for OSWorld within {self.ready_timeout}s ({last})")
+
+        def get_ip_address(self, path_to_vm: str) -> str:
+            assert self.session is not None, "start_emulator first"
+            return self.session["osworld"]["address"]
+
+        def save_state(self, path_to_vm: str, snapshot_name: str):
+            raise NotImplementedError("Drums sessions always reset to their image; there are no snapshots to save")
+
+        def revert_to_snapshot(self, path_to_vm: str, snapshot_name: str):
+            if self.session is None:
+                return None
+            self.session = self.api.reset(self.session["id"])
+            return None
+
+        def stop_emulator(self, path_to_vm: str, *args, **kwargs):
+            if self.session is not None:
+                sid = self.session["id"]
+                self.session = None
+                try:
+                    self.api.destroy(sid)
+                except RuntimeError as e:
+                    if "session_not_found" not in str(e):
+                        raise
+
+    return DrumsVMManager, DrumsProvider
+
+
+DrumsVMManager = None  # set by register()
+DrumsProvider = None
+
+
+# --------------------------------------------------------------------- optional heavy imports
+
+class _MissingModule(types.ModuleType):
+    def __init__(self, name: str, root: str):
+        super().__init__(name)
+        self.__path__ = []  # a package, so submodule imports resolve through the finder
+        self._root = root
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _MissingAttr(f"{self.__name__}.{attr}", self._root)
+
+
+class _MissingAttr:
+    def __init__(self, name: str, root: str):
+        self._name, self._root = name, root
+
+    def _fail(self, *a, **k):
+        raise ModuleNotFoundError(f"{self._name} needs the optional package '{self._root}', which is not installed "
+                                  f"(drums.osworld installs desktop-env without its heavy dependencies; pip install it to use this metric)")
+
+    __call__ = _fail
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _MissingAttr(f"{self._name}.{attr}", self._root)
+
+
+class _OptionalFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots):
+        self.roots = set(roots)
+        self.missing = set()
+
+    def find_spec(self, fullname, path, target=None):
+        root = fullname.split(".")[0]
+        if root not in self.roots:
+            return None
+        if root not in self.missing:
+            # Defer to the real package when it is installed.
+            sys.meta_path.remove(self)
+            try:
+                real = importlib.util.find_spec(root)
+            finally:
+                sys.meta_path.insert(0, self)
+            if real is not None:
+                self.roots.discard(root)
+                return None
+            self.missing.add(root)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        return _MissingModule(spec.name, spec.name.split(".")[0])
+
+    def exec_module(self, module):
+        pass
+
+
+_finder: Optional[_OptionalFinder] = None
+_registered = False
+
+
+def register() -> None:
+    """Makes ``DesktopEnv(provider_name="drums")`` work (idempotent)."""
+    global _finder, _registered, DrumsVMManager, DrumsProvider
+    if _registered:
+        return
+    if _finder is None:
+        _finder = _OptionalFinder(OPTIONAL_HEAVY)
+        sys.meta_path.insert(0, _finder)
+    import desktop_env.providers as providers
+    import desktop_env.desktop_env as de
+
+    DrumsVMManager, DrumsProvider = _make_classes()
+    original = providers.create_vm_manager_and_provider
+
+    def create_vm_manager_and_provider(provider_name: str, region: str, use_proxy: bool = False):
+        if provider_name.lower().strip() == "drums":
+            return DrumsVMManager(), DrumsProvider(region)
+        return original(provider_name, region, use_proxy)
+
+    providers.create_vm_manager_and_provider = create_vm_manager_and_provider
+    de.create_vm_manager_and_provider = create_vm_manager_and_provider
+
+    init = de.DesktopEnv.__init__
+
+    def __init__(self, provider_name: str = "vmware", *args, **kwargs):
+        if isinstance(provider_name, str) and provider_name.lower().strip() == "drums":
+            # Pass the fixed name check as "docker" (clean on start); the factory call inside sees "drums".
+            de.create_vm_manager_and_provider = lambda _n, region, use_proxy=False: create_vm_manager_and_provider("drums", region, use_proxy)
+            try:
+                init(self, "docker", *args, **kwargs)
+            finally:
+                de.create_vm_manager_and_provider = create_vm_manager_and_provider
+            self.provider_name = "drums"
+            return
+        init(self, provider_name, *args, **kwargs)
+
+    de.DesktopEnv.__init__ = __init__
+    _registered = True
+
+
+register()
+
+
+# --------------------------------------------------------------------- task runner (drums osworld run)
+
+#: Setup/getter types that reach beyond the guest (the host or the guest fetches from the internet).
+INTERNET_SETUP = {"download", "chrome_open_tabs", "googledrive", "login", "update_browse_history", "proxy"}
+INTERNET_GETTERS = {"cloud_file", "googledrive_file", "info_from_website", "page_info", "pdf_from_url",
+                    "number_of_search_results", "rule_relativeTime"}
+
+
+def needs_internet(task: dict) -> Optional[str]:
+    """Why a task needs the internet (None if it does not): downloads, cloud getters, remote URLs."""
+    ev = task.get("evaluator") or {}
+    steps = list(task.get("config") or []) + list(ev.get("postconfig") or [])
+    for st in steps:
+        if isinstance(st, dict) and st.get("type") in INTERNET_SETUP:
+            urls = [f.get("url") for f in (st.get("parameters") or {}).get("files", []) if isinstance(f, dict)]
+            return f"setup step '{st.get('type')}'" + (f" fetches {urls[0]}" if urls and urls[0] else "")
+    for key in ("result", "expected"):
+        cfgs = ev.get(key)
+        for c in (cfgs if isinstance(cfgs, list) else [cfgs]):
+            if isinstance(c, dict) and c.get("type") in INTERNET_GETTERS:
+                return f"evaluator getter '{c.get('type')}'"
+    return None
+
+
+def validate_task(task: Any) -> None:
+    if not isinstance(task, dict):
+        raise ValueError("a task must be a JSON object")
+    for k in ("id", "instruction", "evaluator"):
+        if k not in task:
+            raise ValueError(f"task is missing '{k}'")
+    if not isinstance(task.get("config", []), list):
+        raise ValueError("'config' must be a list of {type, parameters} steps")
+    for i, st in enumerate(task.get("config", [])):
+        if not isinstance(st, dict) or not isinstance(st.get("type"), str):
+            raise ValueError(f"config[{i}] must be an object with a string 'type'")
+    if not isinstance(task["evaluator"], dict) or "func" not in task["evaluator"]:
+        raise ValueError("'evaluator' must be an object with 'func'")
+
+
+def load_tasks(paths: list[str]) -> list[tuple[str, Any]]:
+    """(source path, task or Exception) for each file, directories expanded to their *.json."""
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".json"))
+        else:
+            files.append(p)
+    out: list[tuple[str, Any]] = []
+    for f in files:
+        try:
+            with open(f) as fh:
+                t = json.load(fh)
+            validate_task(t)
+            out.append((f, t))
+        except Exception as e:  # malformed task: reported, never fatal
+            out.append((f, ValueError(f"malformed task JSON {f}: {e}")))
+    return out
+
+
+def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str) -> dict:
+    from desktop_env.desktop_env import DesktopEnv
+    t0 = time.monotonic()
+    res: dict = {"task": task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src),
+                 "file": src, "setup_ok": False, "score": None, "oracle": oracle is not None, "error": None,
+                 "session": None, "reset_s": None, "seconds": None}
+    if isinstance(task, Exception):
+        res["error"] = str(task)
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        return res
+    why = None if allow_internet else needs_internet(task)
+    if why:
+        res["error"] = f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)"
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        return res
+    env = None
+    try:
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False,
+                         cache_dir=os.path.join(cache_root, res["task"]))
+        res["session"] = env.provider.session["id"] if env.provider.session else None
+        t1 = time.monotonic()
+        env.reset(task_config=task)
+        res["reset_s"] = round(time.monotonic() - t1, 2)
+        res["setup_ok"] = True
+        for a in oracle or []:
+            env.step(a, pause)
+        res["score"] = float(env.evaluate())
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception as e:
+                res["error"] = (res["error"] or "") + f" (close: {e})"
+        res["seconds"] = round(time.monotonic() - t0, 2)
+    return res
+
+
+def run_main(argv: list[str]) -> int:
+    import argparse
+    import concurrent.futures
+    import logging
+    import tempfile
+    ap = argparse.ArgumentParser(prog="drums osworld run", description="Run OSWorld task JSONs on Drums sessions with the real desktop_env.")
+    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
+    ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--oracle", help="JSON {task_id: [pyautogui code | 'FAIL' | 'DONE' | 'WAIT', ...]} applied through env.step")
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--pause", type=float, default=0.5, help="seconds env.step sleeps after each action")
+    ap.add_argument("--allow-internet", action="store_true", help="start tasks that need the internet")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
+    oracles: dict = {}
+    if a.oracle:
+        with open(a.oracle) as f:
+            oracles = json.load(f)
+    tasks = load_tasks(a.tasks)
+    if not tasks:
+        print("no task files found", file=sys.stderr)
+        return 2
+    cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
+    results: list[dict] = []
+    n = len(tasks)
+    print(f"running {n} task(s), {a.parallel} at a time", file=sys.stderr, flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
+        futs = {}
+        for src, t in tasks:
+            tid = t.get("id") if isinstance(t, dict) else None
+            orc = oracles.get(tid) if (a.oracle and tid) else None
+            futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root)] = src
+        for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
+            r = fut.result()
+            results.append(r)
+            status = "ok " if r["setup_ok"] else "ERR"
+            print(f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
+                  + (f"  {r['error'][:160]}" if r["error"] else ""), file=sys.stderr, flush=True)
+    order = {src: i for i, (src, _) in enumerate(tasks)}
+    results.sort(key=lambda r: order.get(r["file"], 0))
+    print(f"{'task':38} {'setup':5} {'score':>5} {'time':>7}  error")
+    for r in results:
+        sc = "-" if r["score"] is None else f"{r['score']:.1f}"
+        print(f"{r['task'][:38]:38} {('ok' if r['setup_ok'] else 'no'):5} {sc:>5} {r['seconds']:>6}s  {(r['error'] or '')[:100]}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        sys.exit(run_main(sys.argv[2:]))
+    print("usage: python -m drums.osworld run TASKS... [--parallel N] [--oracle FILE] [--out FILE]", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,68 @@
+"""drums.osworld: the desktop_env provider hook and the task runner's checks.
+The live test needs a daemon (DRUMS_URL/DRUMS_TOKEN or the state dir) with the osworld image built."""
+import json
+import os
+import time
+
+import pytest
+
+import drums.osworld as osw
+
+
+def test_registers_into_desktop_env():
+    import desktop_env.desktop_env as de
+    import desktop_env.providers as providers
+    manager, provider = providers.create_vm_manager_and_provider("drums", None)
+    assert type(provider).__name__ == "DrumsProvider"
+    assert manager.get_vm_path(screen_size=(1920, 1080)).endswith(":1920x1080")
+    assert de.create_vm_manager_and_provider is providers.create_vm_manager_and_provider
+    with pytest.raises(NotImplementedError):
+        providers.create_vm_manager_and_provider("nope", None)
+
+
+def test_missing_heavy_package_fails_loudly_on_use():
+    if "easyocr" not in osw._finder.missing:
+        pytest.skip("easyocr is installed for real")
+    import easyocr
+    with pytest.raises(ModuleNotFoundError, match="easyocr"):
+        easyocr.Reader(["en"])
+
+
+def test_needs_internet_and_validation(tmp_path):
+    assert osw.needs_internet({"config": [{"type": "download", "parameters": {"files": [{"url": "https://x/y", "path": "a"}]}}], "evaluator": {}})
+    assert osw.needs_internet({"config": [], "evaluator": {"func": "f", "result": {"type": "cloud_file"}}})
+    assert osw.needs_internet({"config": [{"type": "execute", "parameters": {}}], "evaluator": {"func": "f"}}) is None
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "nofunc.json").write_text(json.dumps({"id": "x", "instruction": "i", "evaluator": {}}))
+    loaded = dict(osw.load_tasks([str(tmp_path)]))
+    assert all(isinstance(v, ValueError) for v in loaded.values())
+
+
+def _daemon_available():
+    try:
+        osw.DrumsAPI()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _daemon_available(), reason="no Drums daemon")
+def test_desktop_env_reset_step_evaluate():
+    from desktop_env.desktop_env import DesktopEnv
+    env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False)
+    try:
+        sid = env.provider.session["id"]
+        task = {"id": "drums-probe", "instruction": "make ~/probe", "config": [{"type": "execute", "parameters": {"command": "true", "shell": True}}],
+                "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": "test -d ~/probe && echo yes || echo no", "shell": True},
+                              "expected": {"type": "rule", "rules": {"expected": "yes\n"}}}}
+        obs = env.reset(task_config=task)
+        assert obs["screenshot"][:4] == b"\x89PNG"
+        assert env.evaluate() == 0
+        env.step("import os; os.makedirs(os.path.expanduser('~/probe'))", pause=0)
+        assert env.evaluate() == 1
+        # A used env is reverted with a Drums reset: same session, fresh upper layer.
+        env.reset(task_config=task)
+        assert env.provider.session["id"] == sid
+        assert env.evaluate() == 0
+    finally:
+        env.close()

@@ -1,0 +1,66 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT, assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+
+// OSWorld's `os` tasks (read from the shared test data, never copied into the repo) through
+// `drums osworld run`, i.e. the real desktop_env DesktopEnv with the drums provider.
+const TASKS = process.env.DRUMS_OSWORLD_TASKS ?? '/work/shared/osworld-tasks/os';
+const ORACLE = join(ROOT, 'tests/fixtures/osworld/oracle-os.json');
+type Result = { task: string; setup_ok: boolean; score: number | null; error: string | null; seconds: number; reset_s: number | null };
+
+describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
+  let d: TestDaemon;
+  let tmp: string;
+  before(async () => { d = await startDaemon(); tmp = mkdtempSync('/tmp/drums-osw-'); });
+  after(async () => {
+    await d.stop();
+    assertClean(d.instance, d.stateDir);
+    removeStateDir(d.stateDir);
+  });
+
+  const run = (args: string[]) => {
+    const r = d.cli(['osworld', 'run', ...args]);
+    return { ...r, results: existsSync(join(tmp, 'out.json')) ? (JSON.parse(readFileSync(join(tmp, 'out.json'), 'utf8')) as { results: Result[] }).results : [] };
+  };
+
+  it('offline tasks set up and score 0.0 before acting; internet tasks fail fast', async () => {
+    const r = run([TASKS, '--parallel', '2', '--out', join(tmp, 'out.json')]);
+    assert.equal(r.status, 0, r.stderr);
+    const all = r.results;
+    assert.equal(all.length, readdirSync(TASKS).filter((f) => f.endsWith('.json')).length);
+    const internet = all.filter((x) => x.error?.startsWith('needs the internet'));
+    const offline = all.filter((x) => !x.error?.startsWith('needs the internet'));
+    assert.equal(offline.length, 15);
+    assert.equal(internet.length, 9);
+    for (const x of internet) assert.ok(x.seconds < 2, `${x.task} took ${x.seconds}s to fail`);
+    for (const x of offline) {
+      assert.equal(x.setup_ok, true, `${x.task}: ${x.error}`);
+      assert.equal(x.score, 0, `${x.task} scored ${x.score} before acting (${x.error})`);
+    }
+    assert.deepEqual(await d.client.listSessions(), []);
+  });
+
+  it('oracle actions through env.step score 1.0', () => {
+    const oracle = JSON.parse(readFileSync(ORACLE, 'utf8')) as Record<string, unknown>;
+    const files = Object.keys(oracle).map((id) => join(TASKS, `${id}.json`));
+    assert.ok(files.includes(join(TASKS, 'e0df059f-28a6-4169-924f-b9623e7184cc.json')) && files.length >= 5);
+    const r = run([...files, '--parallel', '2', '--oracle', ORACLE, '--out', join(tmp, 'out.json')]);
+    assert.equal(r.status, 0, r.stderr);
+    for (const x of r.results) assert.equal(x.score, 1, `${x.task}: score ${x.score} (${x.error})`);
+  });
+
+  it('malformed tasks and unknown setup types are reported per task; the daemon carries on', async () => {
+    writeFileSync(join(tmp, 'bad.json'), '{"id": "bad", ');
+    writeFileSync(join(tmp, 'unknown.json'), JSON.stringify({ id: 'unknown-setup', instruction: 'x', config: [{ type: 'frobnicate', parameters: {} }], evaluator: { func: 'infeasible' } }));
+    const r = run([join(tmp, 'bad.json'), join(tmp, 'unknown.json'), '--out', join(tmp, 'out.json')]);
+    assert.equal(r.status, 0, r.stderr);
+    const [bad, unk] = r.results;
+    assert.match(bad!.error ?? '', /malformed task JSON/);
+    assert.match(unk!.error ?? '', /frobnicate/);
+    assert.equal(unk!.setup_ok, false);
+    assert.deepEqual(await d.client.listSessions(), []);
+    assert.equal((await fetch(d.url + '/healthz')).status, 200);
+  });
+});
