@@ -130,7 +130,9 @@ describe('osworld guest contract (osworld image)', () => {
 
   it('forwards the DevTools port into the session (socat 9222 -> 1337, as tasks do)', async () => {
     const launch = (command: string[]) => post('/setup/launch', { command });
-    assert.equal((await launch(['google-chrome', '--remote-debugging-port=1337', 'about:blank'])).status, 200);
+    // Note: an earlier test's xdg-open may have started a browser on the default profile, and a
+    // second google-chrome on that profile would only hand its URL over; use a profile of its own.
+    assert.equal((await launch(['google-chrome', '--remote-debugging-port=1337', '--user-data-dir=/tmp/drums-cdp-profile', 'about:blank'])).status, 200);
     assert.equal((await launch(['socat', 'tcp-listen:9222,fork', 'tcp:localhost:1337'])).status, 200);
     let version: { Browser?: string } = {};
     for (let i = 0; i < 120 && !version.Browser; i++) {
