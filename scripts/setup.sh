@@ -34,6 +34,15 @@ if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-loc
   PATH="$root/.runtime/node/bin:$PATH" npm ci --silent --no-audit --no-fund >/dev/null
 fi
 
+# The Python SDK's tests (pytest, gymnasium, schemathesis) run from a venv in .runtime/.
+if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || ! cmp -s sdk/python/requirements-test.txt .runtime/venv/.requirements; }; then
+  step "installing the Python SDK and its test dependencies into .runtime/venv"
+  [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
+  .runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/requirements-test.txt
+  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test]'
+  cp sdk/python/requirements-test.txt .runtime/venv/.requirements
+fi
+
 # Each desktop session holds a few inotify instances (D-Bus, Chromium); the
 # default of 128 per user caps a host at about 40 sessions.
 if (( $(sysctl -n fs.inotify.max_user_instances) < 8192 )); then

@@ -14,8 +14,18 @@ bin/drums image build osworld
 .runtime/venv/bin/pip install -q -r sdk/python/osworld-deps.txt pytest
 echo "==> type-check" >&2
 .runtime/node/bin/node node_modules/typescript/bin/tsc -p tsconfig.json
+echo "==> protocol: generated code matches protocol/openapi.yaml" >&2
+.runtime/node/bin/node scripts/gen-protocol.ts --check
 echo "==> tests" >&2
 shopt -s nullglob
 files=(tests/unit/*.test.ts tests/integration/*.test.ts)
 if [[ $# -gt 0 ]]; then files=("$@"); fi
-exec .runtime/node/bin/node --test --test-concurrency=1 --test-reporter=spec "${files[@]}"
+node_rc=0
+.runtime/node/bin/node --test --test-concurrency=1 --test-reporter=spec "${files[@]}" || node_rc=$?
+if [[ $# -gt 0 ]]; then exit "$node_rc"; fi
+# Python SDK, gym env and the schemathesis fuzz run (pytest exit 5 = nothing collected counts as a failure).
+echo "==> python SDK tests (pytest)" >&2
+py_rc=0
+.runtime/venv/bin/python -m pytest sdk/python/tests -ra -p no:cacheprovider -W ignore::DeprecationWarning || py_rc=$?
+echo "==> summary: node --test exit $node_rc, pytest exit $py_rc" >&2
+(( node_rc == 0 && py_rc == 0 ))

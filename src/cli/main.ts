@@ -196,6 +196,23 @@ program.command('conformance').description('black-box checks of a daemon\'s API 
   });
 
 const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
+bench.command('api').description('API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions')
+  .option('--quick', 'fewer samples, shorter run (CI)')
+  .option('--image <name>', 'image', 'minimal')
+  .option('--clients <n>', 'concurrent clients = sessions', '16')
+  .option('--seconds <n>', 'throughput run length')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .option('--json', 'print the record')
+  .action(async (o: { quick?: boolean; image: string; clients: string; seconds?: string; out: string; json?: boolean }) => {
+    const { runApiBench } = await import('../bench/api-bench.ts');
+    const { record, file } = await runApiBench({
+      quick: !!o.quick, image: o.image, outDir: o.out, clients: Number(o.clients), seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
+      progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+    });
+    if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
+    for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
+    process.stdout.write(`record: ${file}\n`);
+  });
 bench.command('sessions').description('lifecycle latency and memory per added session, against the session-core bars')
   .option('--quick', 'a few sessions, few runs (CI)')
   .option('--image <name>', 'image', 'default')

@@ -47,6 +47,7 @@ export class Api {
           clearTimeout(timer);
           const body = Buffer.concat(chunks);
           resolve({ status: res.statusCode!, headers: res.headers, body, json: () => JSON.parse(body.toString('utf8')), text: () => body.toString('utf8') });
+          req.destroy();
         };
         if (o.readMs) timer = setTimeout(() => { res.destroy(); finish(); }, o.readMs);
         res.on('data', (d: Buffer) => chunks.push(d));
@@ -59,10 +60,16 @@ export class Api {
       let answered = false;
       req.on('response', () => { answered = true; });
       req.on('error', (e) => { setTimeout(() => { if (!answered) reject(e); }, 1000); });
-      if (payload && o.chunked) {
-        // Write in pieces so the server sees a chunked body.
-        for (let i = 0; i < payload.length; i += 1 << 20) req.write(payload.subarray(i, i + (1 << 20)));
-        req.end();
+      if (payload && payload.length > 1 << 20) {
+        // Big bodies go in pieces (chunked, unless a length was set), and stop once the
+        // server answered: a server that refuses a body answers before reading it.
+        (async () => {
+          for (let i = 0; i < payload.length && !answered; i += 1 << 20) {
+            if (!req.write(payload.subarray(i, i + (1 << 20)))) await new Promise((r) => { req.once('drain', r); req.once('response', r); req.once('error', r); });
+            await new Promise((r) => setImmediate(r));
+          }
+          if (!answered) req.end();
+        })().catch(() => {});
       } else req.end(payload);
     });
   }

@@ -77,12 +77,13 @@ describe('API conformance', () => {
     const sitePort = (site.address() as AddressInfo).port;
     const before = await forbiddenOriginCount(d);
     const profile = mkdtempSync('/var/tmp/drums-test-chromium-');
-    const browser = await chromium.launch({
-      executablePath: '/usr/bin/chromium',
-      headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${profile}`],
-    });
+    let browser: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | undefined;
     try {
+      browser = await chromium.launchPersistentContext(profile, {
+        executablePath: '/usr/bin/chromium',
+        headless: true,
+        args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      });
       const p = await browser.newPage();
       await p.goto(`http://127.0.0.1:${sitePort}/`);
       const results = (await p.evaluate('window.results')) as { cors: string; simple: string };
@@ -91,7 +92,7 @@ describe('API conformance', () => {
       // A "simple" no-cors POST reaches the daemon but is refused on its Origin.
       assert.equal(results.simple, 'opaque opaque', JSON.stringify(results));
     } finally {
-      await browser.close();
+      await browser?.close();
       site.close();
       rmSync(profile, { recursive: true, force: true });
     }

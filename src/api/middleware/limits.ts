@@ -23,9 +23,9 @@ export interface RateLimitOptions {
 }
 
 export function rateLimitFromEnv(env = process.env): RateLimitOptions {
-  const perSecond = Number(env.DRUMS_RATE_LIMIT ?? 1000);
+  const perSecond = Number(env.DRUMS_RATE_LIMIT ?? 5000);
   const burst = Number(env.DRUMS_RATE_BURST ?? Math.max(1, perSecond * 2));
-  return { perSecond: Number.isFinite(perSecond) && perSecond >= 0 ? perSecond : 1000, burst: Number.isFinite(burst) && burst >= 1 ? burst : 2000 };
+  return { perSecond: Number.isFinite(perSecond) && perSecond >= 0 ? perSecond : 5000, burst: Number.isFinite(burst) && burst >= 1 ? burst : 10000 };
 }
 
 /** A token bucket per bearer token (runs after authentication): 429 rate_limited with Retry-After. */

@@ -1,0 +1,423 @@
+"""Sync and async clients for the Drums HTTP API.
+
+    from drums import Client
+    with Client() as client:                      # DRUMS_URL/DRUMS_TOKEN or the local daemon
+        with client.sessions.create(image="default", url="https://example.org") as s:
+            png = s.screenshot()
+            s.act({"type": "click", "x": 100, "y": 200, "button": "left", "count": 1})
+            print(s.exec(["uname", "-a"])["stdout"])
+            s.reset()                             # a new attempt: generation + 1
+        # the session is destroyed here
+
+A ``Session`` pins its generation: every call states it (``x-drums-generation``),
+so a call made after somebody else reset the session fails with
+``StaleGeneration`` instead of acting on the wrong attempt. ``reset()`` and
+``refresh()`` move the pin.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+import httpx
+
+from .errors import DrumsError, error_from_response
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=60.0)
+
+
+def _discover(url: str | None, token: str | None) -> tuple[str, str]:
+    """Arguments, else DRUMS_URL/DRUMS_TOKEN, else the state dir's daemon.json and token."""
+    state = Path(os.environ.get("DRUMS_STATE_DIR") or "/var/lib/drums")
+    if url is None:
+        url = os.environ.get("DRUMS_URL")
+        if url is None and (state / "daemon.json").exists():
+            url = json.loads((state / "daemon.json").read_text())["url"]
+    if url is None:
+        raise DrumsError("no daemon URL: pass url=, set DRUMS_URL, or start 'drums serve'", code="no_daemon")
+    if token is None:
+        token = os.environ.get("DRUMS_TOKEN")
+        if token is None and (state / "token").exists():
+            token = (state / "token").read_text().strip()
+    if token is None:
+        raise DrumsError("no token: pass token= or set DRUMS_TOKEN", code="no_token")
+    return url.rstrip("/"), token
+
+
+def _check(r: httpx.Response) -> httpx.Response:
+    if r.status_code >= 400:
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        raise error_from_response(r.status_code, body)
+    return r
+
+
+def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
+    names = {"root": "root", "cwd": "cwd", "env": "env", "stdin": "stdin", "timeout_ms": "timeoutMs", "max_output_bytes": "maxOutputBytes"}
+    for k, v in kw.items():
+        if k not in names:
+            raise TypeError(f"exec() got an unexpected keyword argument {k!r}")
+        if v is not None:
+            body[names[k]] = v
+    return body
+
+
+def _spec(kw: dict[str, Any]) -> dict[str, Any]:
+    names = {"memory_mb": "memoryMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
+    return {names.get(k, k): v for k, v in kw.items() if v is not None}
+
+
+def _actions(actions: dict[str, Any] | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [actions] if isinstance(actions, dict) else list(actions)
+
+
+class _SessionBase:
+    def __init__(self, info: dict[str, Any]):
+        self._set(info)
+
+    def _set(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.id: str = info["id"]
+        self.generation: int = info["generation"]
+        self.attempt: dict[str, Any] = info["attempt"]
+
+    @property
+    def state(self) -> str:
+        return self.info["state"]
+
+    @property
+    def screen(self) -> tuple[int, int]:
+        return self.info["screen"]["width"], self.info["screen"]["height"]
+
+    def _h(self) -> dict[str, str]:
+        return {"x-drums-generation": str(self.generation)}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} gen {self.generation} {self.info.get('state')}>"
+
+
+# ----------------------------------------------------------------------------- sync
+
+
+class Client:
+    """Synchronous client. ``Client(url, token)``; both default from the environment."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT):
+        self.url, self._token = _discover(url, token)
+        self._http = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
+        self.sessions = Sessions(self)
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(self._http.request(method, path, **kw))
+        except httpx.TransportError as e:
+            raise DrumsError(f"cannot reach the daemon at {self.url}: {e}", code="transport_error") from e
+
+    def health(self) -> bool:
+        return self.request("GET", "/healthz").json().get("ok") is True
+
+    def openapi(self) -> dict[str, Any]:
+        return self.request("GET", "/openapi.json").json()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Sessions:
+    def __init__(self, client: Client):
+        self._c = client
+
+    def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "Session":
+        """Creates a session (image, url, screen, memory_mb, cpus, pids, egress, host_ports,
+        browser_flags, ttl_seconds, labels) and waits until it is ready. Retries with the
+        same ``idempotency_key`` return the same session."""
+        headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
+        return Session(self._c, self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers).json())
+
+    def list(self) -> list["Session"]:
+        return [Session(self._c, s) for s in self._c.request("GET", "/v1/sessions").json()["sessions"]]
+
+    def get(self, session_id: str) -> "Session":
+        return Session(self._c, self._c.request("GET", f"/v1/sessions/{session_id}").json())
+
+
+class Files:
+    """Files inside a session (as the desktop user unless ``root=True``)."""
+
+    def __init__(self, s: "Session"):
+        self._s = s
+
+    def _q(self, path: str, root: bool, **extra: Any) -> dict[str, Any]:
+        q = {"path": path, **{k: v for k, v in extra.items() if v is not None}}
+        if root:
+            q["root"] = "true"
+        return q
+
+    def read(self, path: str, *, root: bool = False) -> bytes:
+        return self._s._req("GET", "/files", params=self._q(path, root)).content
+
+    def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> dict[str, Any]:
+        body = data.encode() if isinstance(data, str) else data
+        return self._s._req("PUT", "/files", params=self._q(path, root, mode=mode), content=body, headers={"content-type": "application/octet-stream"}).json()
+
+    def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
+        self._s._req("DELETE", "/files", params=self._q(path, root, recursive="true" if recursive else None))
+
+    def list(self, path: str, *, root: bool = False) -> dict[str, Any]:
+        return self._s._req("GET", "/files/list", params=self._q(path, root)).json()
+
+    def stat(self, path: str, *, root: bool = False) -> dict[str, Any]:
+        return self._s._req("GET", "/files/stat", params=self._q(path, root)).json()
+
+
+class Session(_SessionBase):
+    """One session. A context manager: ``with client.sessions.create() as s: ...`` destroys it on exit."""
+
+    def __init__(self, client: Client, info: dict[str, Any]):
+        super().__init__(info)
+        self._c = client
+        self.files = Files(self)
+
+    def _req(self, method: str, sub: str, **kw: Any) -> httpx.Response:
+        headers = {**self._h(), **kw.pop("headers", {})}
+        return self._c.request(method, f"/v1/sessions/{self.id}{sub}", headers=headers, **kw)
+
+    def refresh(self) -> "Session":
+        """Re-reads the session (and moves the generation pin to the current one)."""
+        self._set(self._c.request("GET", f"/v1/sessions/{self.id}").json())
+        return self
+
+    def screenshot(self, format: str = "png", **query: Any) -> bytes:
+        """The screen as png, jpeg, webp or raw (packed RGB). Extra query: quality, scale, region, cursor."""
+        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
+        return self._req("GET", "/screenshot", params=params).content
+
+    def screenshot_array(self, cursor: bool = True):
+        """The screen as a numpy uint8 array of shape (height, width, 3)."""
+        import numpy as np
+
+        r = self._req("GET", "/screenshot", params={"format": "raw", "cursor": str(cursor).lower()})
+        w, h = int(r.headers["x-drums-width"]), int(r.headers["x-drums-height"])
+        return np.frombuffer(r.content, dtype=np.uint8).reshape(h, w, 3)
+
+    def act(self, actions: dict[str, Any] | Sequence[dict[str, Any]], *, screenshot: dict[str, Any] | bool | None = None, scale: dict[str, int] | None = None) -> dict[str, Any]:
+        """Runs one canonical action or a batch; optionally returns a screenshot taken after it."""
+        body: dict[str, Any] = {"actions": _actions(actions), "generation": self.generation}
+        if screenshot is not None:
+            body["screenshot"] = screenshot
+        if scale is not None:
+            body["scale"] = scale
+        return self._req("POST", "/actions", json=body).json()
+
+    def exec(self, cmd: str | Sequence[str], **kw: Any) -> dict[str, Any]:
+        """Runs a command (argv list, or a shell string) in the session: {exitCode, stdout, stderr, ...}."""
+        return self._req("POST", "/exec", json=_exec_body(cmd, kw)).json()
+
+    def a11y(self, format: str = "xml") -> str | dict[str, Any]:
+        """The accessibility tree: OSWorld-style XML text, or the JSON tree."""
+        r = self._req("GET", "/a11y", params={"format": format})
+        return r.text if format == "xml" else r.json()
+
+    def windows(self) -> dict[str, Any]:
+        return self._req("GET", "/windows").json()
+
+    def reset(self) -> "Session":
+        """A fresh desktop and a new attempt (generation + 1)."""
+        self._set(self._req("POST", "/reset", json={"generation": self.generation}).json())
+        return self
+
+    def events(self, fps: float = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Server-sent events: ("state", session), ("frame", {...}), ("end", {reason})."""
+        with self._c._http.stream("GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)) as r:
+            _check_stream(r)
+            yield from _sse(r.iter_lines())
+
+    def destroy(self) -> None:
+        try:
+            self._c.request("DELETE", f"/v1/sessions/{self.id}")
+        except DrumsError as e:
+            if e.code not in ("session_not_found", "session_expired"):
+                raise
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.destroy()
+
+
+def _check_stream(r: httpx.Response) -> None:
+    if r.status_code >= 400:
+        r.read()
+        _check(r)
+
+
+def _parse_event(lines: list[str]) -> tuple[str, dict[str, Any]] | None:
+    event, data = "message", []
+    for line in lines:
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+    if not data:
+        return None
+    return event, json.loads("\n".join(data))
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    buf: list[str] = []
+    for line in lines:
+        if line == "":
+            ev = _parse_event(buf)
+            buf = []
+            if ev:
+                yield ev
+                if ev[0] == "end":
+                    return
+        elif not line.startswith(":"):
+            buf.append(line)
+
+
+# ----------------------------------------------------------------------------- async
+
+
+class AsyncClient:
+    """Asynchronous client with the same shape: ``await client.sessions.create(...)``."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT):
+        self.url, self._token = _discover(url, token)
+        self._http = httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
+        self.sessions = AsyncSessions(self)
+
+    async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(await self._http.request(method, path, **kw))
+        except httpx.TransportError as e:
+            raise DrumsError(f"cannot reach the daemon at {self.url}: {e}", code="transport_error") from e
+
+    async def health(self) -> bool:
+        return (await self.request("GET", "/healthz")).json().get("ok") is True
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class AsyncSessions:
+    def __init__(self, client: AsyncClient):
+        self._c = client
+
+    async def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "AsyncSession":
+        headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
+        return AsyncSession(self._c, (await self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers)).json())
+
+    async def list(self) -> list["AsyncSession"]:
+        return [AsyncSession(self._c, s) for s in (await self._c.request("GET", "/v1/sessions")).json()["sessions"]]
+
+    async def get(self, session_id: str) -> "AsyncSession":
+        return AsyncSession(self._c, (await self._c.request("GET", f"/v1/sessions/{session_id}")).json())
+
+
+class AsyncFiles:
+    def __init__(self, s: "AsyncSession"):
+        self._s = s
+
+    async def read(self, path: str, *, root: bool = False) -> bytes:
+        return (await self._s._req("GET", "/files", params={"path": path, **({"root": "true"} if root else {})})).content
+
+    async def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> dict[str, Any]:
+        q: dict[str, Any] = {"path": path, **({"mode": mode} if mode else {}), **({"root": "true"} if root else {})}
+        body = data.encode() if isinstance(data, str) else data
+        return (await self._s._req("PUT", "/files", params=q, content=body, headers={"content-type": "application/octet-stream"})).json()
+
+    async def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
+        q: dict[str, Any] = {"path": path, **({"recursive": "true"} if recursive else {}), **({"root": "true"} if root else {})}
+        await self._s._req("DELETE", "/files", params=q)
+
+    async def list(self, path: str, *, root: bool = False) -> dict[str, Any]:
+        return (await self._s._req("GET", "/files/list", params={"path": path, **({"root": "true"} if root else {})})).json()
+
+
+class AsyncSession(_SessionBase):
+    """``async with await client.sessions.create() as s: ...`` destroys it on exit."""
+
+    def __init__(self, client: AsyncClient, info: dict[str, Any]):
+        super().__init__(info)
+        self._c = client
+        self.files = AsyncFiles(self)
+
+    async def _req(self, method: str, sub: str, **kw: Any) -> httpx.Response:
+        headers = {**self._h(), **kw.pop("headers", {})}
+        return await self._c.request(method, f"/v1/sessions/{self.id}{sub}", headers=headers, **kw)
+
+    async def refresh(self) -> "AsyncSession":
+        self._set((await self._c.request("GET", f"/v1/sessions/{self.id}")).json())
+        return self
+
+    async def screenshot(self, format: str = "png", **query: Any) -> bytes:
+        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
+        return (await self._req("GET", "/screenshot", params=params)).content
+
+    async def act(self, actions: dict[str, Any] | Sequence[dict[str, Any]], *, screenshot: dict[str, Any] | bool | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"actions": _actions(actions), "generation": self.generation}
+        if screenshot is not None:
+            body["screenshot"] = screenshot
+        return (await self._req("POST", "/actions", json=body)).json()
+
+    async def exec(self, cmd: str | Sequence[str], **kw: Any) -> dict[str, Any]:
+        return (await self._req("POST", "/exec", json=_exec_body(cmd, kw))).json()
+
+    async def a11y(self, format: str = "xml") -> str | dict[str, Any]:
+        r = await self._req("GET", "/a11y", params={"format": format})
+        return r.text if format == "xml" else r.json()
+
+    async def reset(self) -> "AsyncSession":
+        self._set((await self._req("POST", "/reset", json={"generation": self.generation})).json())
+        return self
+
+    async def events(self, fps: float = 0) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        async with self._c._http.stream("GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                _check(r)
+            buf: list[str] = []
+            async for line in r.aiter_lines():
+                if line == "":
+                    ev = _parse_event(buf)
+                    buf = []
+                    if ev:
+                        yield ev
+                        if ev[0] == "end":
+                            return
+                elif not line.startswith(":"):
+                    buf.append(line)
+
+    async def destroy(self) -> None:
+        try:
+            await self._c.request("DELETE", f"/v1/sessions/{self.id}")
+        except DrumsError as e:
+            if e.code not in ("session_not_found", "session_expired"):
+                raise
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.destroy()

@@ -1,0 +1,105 @@
+import numpy as np
+import pytest
+
+from drums import AsyncClient, Client, errors
+from drums.errors import DrumsError
+
+
+def test_health_and_openapi(client):
+    assert client.health()
+    assert client.openapi()["openapi"].startswith("3.1.")
+
+
+def test_session_context_manager_exec_screenshot_files_reset(client):
+    with client.sessions.create(image="minimal", screen="800x600") as s:
+        assert s.state == "ready" and s.generation == 1 and s.screen == (800, 600)
+        r = s.exec("echo hi; exit 4")
+        assert (r["exitCode"], r["stdout"]) == (4, "hi\n")
+        assert s.exec(["id", "-u"])["stdout"].strip() == "1000"
+        png = s.screenshot()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        arr = s.screenshot_array()
+        assert arr.dtype == np.uint8 and arr.shape == (600, 800, 3)
+        s.files.write("/home/user/note.txt", "drums\n")
+        assert s.files.read("/home/user/note.txt") == b"drums\n"
+        old = client.sessions.get(s.id)
+        token = s.attempt["token"]
+        s.reset()
+        assert s.generation == 2 and s.attempt["token"] != token
+        # The old handle is pinned to generation 1: it may not act on the new attempt.
+        with pytest.raises(errors.StaleGeneration) as e:
+            old.exec(["true"])
+        assert isinstance(e.value, errors.Conflict) and e.value.status == 409
+        with pytest.raises(errors.FileNotFound):
+            s.files.read("/home/user/note.txt")
+        sid = s.id
+    # Destroyed on exit.
+    with pytest.raises(errors.SessionNotFound):
+        client.sessions.get(sid)
+
+
+def test_actions_move_the_pointer(client):
+    with client.sessions.create(image="minimal", screen="640x480") as s:
+        r = s.act([{"type": "move", "x": 123, "y": 45}, {"type": "cursor_position"}])
+        assert r["generation"] == 1
+        assert s.windows()["cursor"] == {"x": 123, "y": 45}
+        with pytest.raises(errors.InvalidAction) as e:
+            s.act({"type": "teleport"})
+        assert e.value.field
+
+
+def test_typed_validation_errors(client):
+    with pytest.raises(errors.InvalidSpec) as e:
+        client.sessions.create(image="minimal", memory_mb="lots")
+    assert e.value.field == "memoryMb" and e.value.status == 400
+    with pytest.raises(errors.ImageNotFound):
+        client.sessions.create(image="no-such-image")
+    with pytest.raises(errors.Unauthorized):
+        Client(client.url, "wrong").sessions.list()
+    assert issubclass(errors.ERRORS["session_expired"], errors.Gone)
+    assert issubclass(errors.ERRORS["rate_limited"], errors.TooManyRequests)
+
+
+def test_idempotency_key_returns_the_same_session(client):
+    a = client.sessions.create(image="minimal", idempotency_key="py-idem-1")
+    try:
+        b = client.sessions.create(image="minimal", idempotency_key="py-idem-1")
+        assert b.id == a.id
+        with pytest.raises(errors.IdempotencyConflict):
+            client.sessions.create(image="minimal", screen="800x600", idempotency_key="py-idem-1")
+    finally:
+        a.destroy()
+
+
+def test_events_stream_state_and_end(client):
+    s = client.sessions.create(image="minimal")
+    events = s.events()
+    kind, data = next(events)
+    assert kind == "state" and data["id"] == s.id and data["generation"] == 1
+    s.destroy()
+    kinds = [k for k, _ in events]
+    assert kinds[-1] == "end"
+
+
+async def test_async_client(daemon):
+    async with AsyncClient(daemon.url, daemon.token) as c:
+        assert await c.health()
+        async with await c.sessions.create(image="minimal") as s:
+            assert (await s.exec(["echo", "async"]))["stdout"] == "async\n"
+            await s.reset()
+            assert s.generation == 2
+            got = [k async for k, _ in _first(s.events(), 1)]
+            assert got == ["state"]
+        with pytest.raises(DrumsError) as e:
+            await c.sessions.get(s.id)
+        assert e.value.code == "session_not_found"
+
+
+async def _first(agen, n):
+    i = 0
+    async for item in agen:
+        yield item
+        i += 1
+        if i >= n:
+            await agen.aclose()
+            return

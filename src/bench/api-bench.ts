@@ -1,0 +1,129 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DrumsClient } from '../client/client.ts';
+import { hostFacts } from './host-facts.ts';
+import { startPrivateDaemon } from './private-daemon.ts';
+import { summary } from './stats.ts';
+
+/**
+ * API benchmark:
+ * 1. overhead: GET /v1/sessions/:id over HTTP (keep-alive, loopback) against the same
+ *    lookup as a direct in-process call (manager.get + the JSON view), both on one
+ *    in-process daemon; overhead p50 = HTTP p50 − direct p50 (bar: ≤ 1 ms).
+ * 2. throughput: `clients` concurrent clients each driving its own session with
+ *    POST /v1/sessions/:id/actions (one pointer move per request) for `seconds`, against a
+ *    private daemon process; aggregate actions/s and per-request latency.
+ */
+export interface ApiBenchOptions {
+  quick: boolean;
+  outDir: string;
+  image: string;
+  clients: number;
+  seconds: number;
+  progress?: (msg: string) => void;
+}
+
+async function overhead(o: ApiBenchOptions) {
+  // An in-process daemon with its own state dir and instance, so both paths hit one manager.
+  const instance = 'b' + randomBytes(2).toString('hex');
+  const stateDir = mkdtempSync(`/var/tmp/drums-bench-${instance}-`);
+  const set = { DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: randomBytes(16).toString('hex'), DRUMS_PORT: '0' };
+  const saved = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, set);
+  const { startDaemon } = await import('../daemon.ts');
+  const { sessionView } = await import('../api/routes/sessions.ts');
+  const d = await startDaemon();
+  for (const [k, v] of Object.entries(saved)) { if (v === undefined) delete process.env[k]; else process.env[k] = v; }
+  try {
+    const { DrumsClient } = await import('../client/client.ts');
+    const client = new DrumsClient(d.url, d.token);
+    const s = await client.createSession({ image: o.image, screen: '640x480' });
+    const n = o.quick ? 500 : 3000;
+    const direct: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t = performance.now();
+      JSON.stringify(sessionView(d.mgr.get(s.id)));
+      direct.push(performance.now() - t);
+    }
+    const http: number[] = [];
+    for (let i = 0; i < 100; i++) await client.getSession(s.id); // warm the connection and JIT
+    for (let i = 0; i < n; i++) {
+      const t = performance.now();
+      await client.getSession(s.id);
+      http.push(performance.now() - t);
+    }
+    await client.destroySession(s.id);
+    const h = summary(http), dd = summary(direct);
+    return { call: 'GET /v1/sessions/:id vs manager.get + view', n, httpMs: h, directMs: dd, overheadP50Ms: h.p50 - dd.p50, note: 'client and daemon share one process (the client side is included in the HTTP time)' };
+  } finally {
+    await d.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+}
+
+async function throughput(o: ApiBenchOptions, client: DrumsClient) {
+  const sessions: string[] = [];
+  try {
+    o.progress?.(`creating ${o.clients} sessions (${o.image})`);
+    const made = await Promise.allSettled(Array.from({ length: o.clients }, () => client.createSession({ image: o.image, screen: '640x480' })));
+    for (const m of made) if (m.status === 'fulfilled') sessions.push(m.value.id);
+    const failed = made.find((m) => m.status === 'rejected');
+    if (failed) throw (failed as PromiseRejectedResult).reason;
+    // Which route: POST /actions if this daemon has it, else a raw screenshot.
+    const probe = await client.request('POST', `/v1/sessions/${sessions[0]}/actions`, { actions: [{ type: 'move', x: 1, y: 1 }] }).then(() => true, () => false);
+    const route = probe ? 'POST /v1/sessions/:id/actions (1 move)' : 'GET /v1/sessions/:id/screenshot?format=raw';
+    o.progress?.(`driving ${o.clients} sessions with ${o.clients} clients for ${o.seconds} s via ${route}`);
+    const lat: number[] = [];
+    let errors = 0;
+    const end = performance.now() + o.seconds * 1000;
+    const t0 = performance.now();
+    await Promise.all(sessions.map(async (id, k) => {
+      let i = 0;
+      while (performance.now() < end) {
+        const t = performance.now();
+        try {
+          if (probe) await client.request('POST', `/v1/sessions/${id}/actions`, { actions: [{ type: 'move', x: 10 + ((i * 7 + k) % 600), y: 10 + ((i * 13) % 460) }] }).then((r) => r.arrayBuffer());
+          else await client.screenshot(id, 'raw');
+          lat.push(performance.now() - t);
+        } catch { errors++; }
+        i++;
+      }
+    }));
+    const elapsed = (performance.now() - t0) / 1000;
+    return { route, clients: o.clients, sessions: sessions.length, seconds: elapsed, requests: lat.length, errors, actionsPerSec: lat.length / elapsed, latencyMs: summary(lat) };
+  } finally {
+    for (const id of sessions) await client.destroySession(id).catch(() => {});
+  }
+}
+
+export async function runApiBench(o: ApiBenchOptions) {
+  const started = new Date().toISOString();
+  o.progress?.('overhead: HTTP vs in-process');
+  const ov = await overhead(o);
+  const daemon = await startPrivateDaemon();
+  let tp;
+  try {
+    tp = await throughput(o, daemon.client);
+  } finally {
+    await daemon.stop();
+  }
+  const record = {
+    schemaVersion: 1,
+    kind: 'api',
+    started,
+    quick: o.quick,
+    image: o.image,
+    host: hostFacts(),
+    overhead: ov,
+    throughput: tp,
+    bars: {
+      apiOverheadP50Ms: { value: Math.round(ov.overheadP50Ms * 1000) / 1000, bar: '<= 1', pass: ov.overheadP50Ms <= 1 },
+      actionsPerSec16: { value: Math.round(tp.actionsPerSec), bar: 'recorded', pass: tp.errors === 0 },
+    },
+  };
+  mkdirSync(o.outDir, { recursive: true });
+  const file = join(o.outDir, `api-${o.quick ? 'quick-' : ''}${started.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, JSON.stringify(record, null, 2) + '\n');
+  return { record, file };
+}
