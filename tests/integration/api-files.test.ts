@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
@@ -99,8 +99,11 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
   it('writing over an image file changes only the session upper layer', async () => {
     const img = JSON.parse(readFileSync(join(d.stateDir, 'sessions', s.id, 'session.json'), 'utf8')) as unknown;
     assert.ok(img);
+    // The overlay's lower layer is the session dir's `lower` link to the image rootfs.
     const lower = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').find((l) => l.includes(join(d.stateDir, 'sessions', s.id, 'bundle', 'rootfs')))!;
-    const lowerdir = /lowerdir=([^,]+)/.exec(lower)![1]!;
+    assert.match(lower, /lowerdir=lower,/);
+    const lowerdir = realpathSync(join(d.stateDir, 'sessions', s.id, 'lower'));
+    assert.match(lowerdir, /\/images\/minimal-[0-9a-f]{12}\/rootfs$/);
     const before = readFileSync(join(lowerdir, 'etc', 'debian_version'));
     await d.client.writeFile(s.id, '/etc/debian_version', 'changed\n', { root: true });
     assert.equal((await d.client.readFile(s.id, '/etc/debian_version')).toString(), 'changed\n');
