@@ -10,7 +10,12 @@ export function bodyLimit(maxBytes: number): MiddlewareHandler {
   });
   return async (c, next) => {
     const len = c.req.header('content-length');
-    if (len !== undefined && Number(len) > maxBytes) throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
+    if (len !== undefined && Number(len) > maxBytes) {
+      // Note: read and discard the refused body rather than leave it unread: a client still
+      // writing it would otherwise hit EPIPE on a closed socket and never see the 413.
+      (c.env as { incoming?: { resume(): void } } | undefined)?.incoming?.resume();
+      throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
+    }
     return limit(c, next);
   };
 }
