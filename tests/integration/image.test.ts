@@ -177,10 +177,14 @@ describe('recipe hash', () => {
     const root = scratchRepo();
     try {
       const opts = { recipesDir: join(root, 'images'), repoRoot: root };
-      const [min, def] = [recipeHash('minimal', opts), recipeHash('default', opts)];
-      writeFileSync(join(root, 'guest/session-init'), `${readFileSync(join(root, 'guest/session-init'), 'utf8')}\n# changed\n`);
-      assert.notEqual(recipeHash('minimal', opts), min);
-      assert.notEqual(recipeHash('default', opts), def);
+      // osworld copies guest/osworld/google-chrome in; a recipe built from it inherits the change.
+      const [osw, def] = [recipeHash('osworld', opts), recipeHash('default', opts)];
+      writeFileSync(join(root, 'images', 'child.json'), JSON.stringify({ name: 'child', base: { from: 'osworld' }, packages: ['less'] }));
+      const child = recipeHash('child', opts);
+      writeFileSync(join(root, 'guest/osworld/google-chrome'), `${readFileSync(join(root, 'guest/osworld/google-chrome'), 'utf8')}\n# changed\n`);
+      assert.notEqual(recipeHash('osworld', opts), osw);
+      assert.notEqual(recipeHash('child', opts), child, 'a child recipe changes with its parent');
+      assert.equal(recipeHash('default', opts), def, 'a recipe that does not copy the file keeps its hash');
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
