@@ -9,7 +9,7 @@ import pytest
 import drums.osworld as osw
 
 
-def test_registers_into_desktop_env():
+def test_registers_into_desktop_env(daemon):  # the provider finds the daemon through DRUMS_URL/DRUMS_TOKEN
     import desktop_env.desktop_env as de
     import desktop_env.providers as providers
     manager, provider = providers.create_vm_manager_and_provider("drums", None)
@@ -38,16 +38,9 @@ def test_needs_internet_and_validation(tmp_path):
     assert all(isinstance(v, ValueError) for v in loaded.values())
 
 
-def _daemon_available():
-    try:
-        osw.DrumsAPI()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _daemon_available(), reason="no Drums daemon")
-def test_desktop_env_reset_step_evaluate():
+def test_desktop_env_reset_step_evaluate(daemon):
+    # The `daemon` fixture (conftest.py) starts a private daemon and exports DRUMS_URL/DRUMS_TOKEN,
+    # which the provider reads. (A collection-time probe would run before the fixture and skip.)
     from desktop_env.desktop_env import DesktopEnv
     env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False)
     try:

@@ -6,7 +6,7 @@ import type { RouteContext } from '../context.ts';
 import { sessionView } from '../routes/sessions.ts';
 
 const ID_RE = /^s[0-9a-f]{10}$/;
-const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/[^/]+)?\/?$/;
+const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/.*)?$/;
 
 function sessionIdOf(path: string): string | undefined {
   const m = SESSION_PATH.exec(path);

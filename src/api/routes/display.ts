@@ -73,6 +73,13 @@ function screenOf(s: Session) {
 /** Validates screenshot options fully (region against the screen too) before any capture. */
 function checkShot(s: Session, o: ScreenshotOptions, prefix = ''): ScreenshotOptions {
   if (o.region) validateRegion(o.region, screenOf(s), `${prefix}region`);
+  // Scaling is for fitting a model's input size: never larger than the screen (a raw
+  // 8192x8192 frame would be 200 MB).
+  const sc = o.scale as { width?: number; height?: number } | undefined;
+  const screen = screenOf(s);
+  if (sc && ((sc.width ?? 0) > screen.width || (sc.height ?? 0) > screen.height)) {
+    throw bad(`${prefix}scale`, `must not exceed the screen (${screen.width}x${screen.height})`, 'invalid_region');
+  }
   return o;
 }
 
@@ -239,7 +246,7 @@ export function displayRoutes(ctx: RouteContext) {
       const list = await guard(() => d.listWindows());
       if (!list.some((w) => w.id === wid)) throw new DrumsError('window_not_found', `no managed window ${wid} in session ${s.id}; list them with GET /v1/sessions/${s.id}/windows`, { details: { wid } });
       await guard(() => (op === 'activate' ? d.activateWindow(wid) : d.closeWindow(wid)));
-      return c.json({ ok: true, id: wid, generation: s.generation });
+      return c.json({ ok: true, id: wid, generation: s.generation }, 200, { 'x-drums-generation': String(s.generation) });
     });
   }
 
@@ -298,14 +305,14 @@ export function displayRoutes(ctx: RouteContext) {
     const root = queryRoot(c);
     const s = ready(c);
     const r = await listDir(target(s), path, root);
-    return c.json({ path, ...r, generation: s.generation });
+    return c.json({ path, ...r, generation: s.generation }, 200, { 'x-drums-generation': String(s.generation) });
   });
   app.get('/v1/sessions/:id/files/stat', async (c) => {
     const path = validatePath(c.req.query('path'));
     const root = queryRoot(c);
     const follow = parseBool(c.req.query('follow'), 'follow') ?? false;
     const s = ready(c);
-    return c.json({ ...(await statFile(target(s), path, root, follow)), generation: s.generation });
+    return c.json({ ...(await statFile(target(s), path, root, follow)), generation: s.generation }, 200, { 'x-drums-generation': String(s.generation) });
   });
   return app;
 }

@@ -62,13 +62,17 @@ export function renderDocs(doc: Json): string {
       const resps = Object.entries(op.responses as Json).map(([code, r]: [string, any]) => {
         const rr = resolve(doc, r);
         const types = Object.keys(rr.content ?? {}).map((ct) => `<code>${esc(ct)}</code>`).join(', ');
-        return `<tr><td>${esc(code)}</td><td>${md(rr.description).replace(/<\/?p>/g, '')}</td><td>${types}</td></tr>`;
+        const hdrs = Object.entries((rr.headers ?? {}) as Json).map(([h, hv]: [string, any]) => {
+          const hh = resolve(doc, hv);
+          return `<code>${esc(h)}</code>: ${schemaText(doc, hh.schema)}${hh.description ? ' ' + md(hh.description).replace(/<\/?p>/g, '') : ''}`;
+        }).join('<br>');
+        return `<tr><td>${esc(code)}</td><td>${md(rr.description).replace(/<\/?p>/g, '')}</td><td>${types}</td><td>${hdrs}</td></tr>`;
       }).join('');
       ops.push(`<section id="${anchor}"><h3><span class="m ${method}">${method.toUpperCase()}</span> <code>${esc(path)}</code></h3>
 <p><strong>${esc(op.summary)}</strong>${op.security && op.security.length === 0 ? ' <em>(no token)</em>' : ''}</p>${md(op.description)}
 ${paramRows ? `<h4>Parameters</h4><table><tr><th>name</th><th>in</th><th>type</th><th>notes</th></tr>${paramRows}</table>` : ''}
 ${body ? `<h4>Request body</h4>${body}` : ''}
-<h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>content</th></tr>${resps}</table></section>`);
+<h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>content</th><th>headers</th></tr>${resps}</table></section>`);
     }
   }
   const schemas = Object.entries(doc.components.schemas as Json).map(([name, s]) =>

@@ -97,5 +97,243 @@ export type ExecResult = {
   generation: Generation;
 };
 
+/** A boolean query flag; anything else is 400 `invalid_request` naming the parameter. */
+export type Flag = "true" | "false" | "1" | "0" | "yes" | "no";
+
+export type Point = {
+  x: number;
+  y: number;
+};
+
+/** An image size in pixels (extra fields are ignored); each side 1..8192, else 400 `invalid_region`. */
+export type Size = {
+  width: number;
+  height: number;
+};
+
+/** A rectangle in screen pixels; it must lie inside the screen, else 400 `invalid_region`. */
+export type Region = {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+};
+
+/** The screenshot taken after an action batch. Bad values are 400 `invalid_format` (format, quality, unknown fields, cursor) or `invalid_region` (region, scale). */
+export type ScreenshotOptions = {
+  format?: "png" | "jpeg" | "webp" | "raw";
+  /** JPEG/WebP quality (default 80) */
+  quality?: number;
+  scale?: Size;
+  region?: Region;
+  cursor?: boolean;
+};
+
+/** One action in any vocabulary of docs/actions.md, told apart by its
+discriminator field: `type` (canonical: move, click, mouse_down,
+mouse_up, drag, scroll, key, key_down, key_up, type, wait, screenshot,
+cursor_position, done; also E2B and cua names), `action` (Anthropic
+computer_20250124: left_click, type, key, mouse_move, scroll...) or
+`action_type` (OSWorld computer_13: CLICK, TYPING, HOTKEY, DONE... with
+`parameters` or flat fields). Coordinates are integers in agent space
+(the request's `scale`, else the screen). */
+export type Action = {
+  type?: string;
+  action?: string;
+  action_type?: string;
+};
+
+/** Unknown fields are 400 `invalid_action`. */
+export type ActionsRequest = {
+  actions: Action[];
+  generation?: Generation;
+  /** Agent space; the size of the screenshot the agent saw. Also the default scale of the final screenshot. */
+  scale?: Size;
+  /** `true` = a PNG after the batch (at `scale` if given); `false` or absent = none. */
+  screenshot?: boolean | ScreenshotOptions;
+};
+
+export type ScreenshotData = {
+  format: "png" | "jpeg" | "webp" | "raw";
+  width: number;
+  height: number;
+  mimeType: string;
+  /** Only when scaled: screen pixels per image pixel */
+  scaleX?: number;
+  scaleY?: number;
+  /** The image bytes, base64 */
+  data: string;
+};
+
+export type ActionResult = {
+  /** Position in the normalized (canonical) list; one foreign action can expand into several */
+  index: number;
+  type: "move" | "click" | "mouse_down" | "mouse_up" | "drag" | "scroll" | "key" | "key_down" | "key_up" | "type" | "wait" | "screenshot" | "cursor_position" | "done";
+  /** Time the action took */
+  ms: number;
+  cursor?: Point;
+  status?: "done" | "fail";
+  screenshot?: ScreenshotData;
+};
+
+export type ActionsResponse = {
+  generation: Generation;
+  results: ActionResult[];
+  screenshot?: ScreenshotData;
+};
+
+/** One accessible object (see docs/a11y.md). */
+export type A11yNode = {
+  /** AT-SPI role name (`push button`, `terminal`); empty if unknown */
+  role: string;
+  name: string;
+  description?: string;
+  states: string[];
+  attributes: Record<string, string>;
+  interfaces: string[];
+  extents?: {
+    x: number;
+    y: number;
+    width: number;
+    height: number;
+  };
+  text?: string;
+  value?: {
+    current?: number;
+    min?: number;
+    max?: number;
+    step?: number;
+  };
+  actions?: {
+    name: string;
+    description: string;
+    keyBinding: string;
+  }[];
+  children: A11yNode[];
+  truncated?: true;
+  error?: "timeout" | "deadline" | "gone";
+  stub?: true;
+  ref: {
+    bus: string;
+    path: string;
+  };
+};
+
+export type A11yStats = {
+  durationMs: number;
+  nodes: number;
+  calls: number;
+  errors: number;
+  timeouts: number;
+  hungApps: string[];
+  directApps: string[];
+  deadlineHit: boolean;
+};
+
+export type A11yTree = {
+  generation: Generation;
+  tree: A11yNode;
+  stats: A11yStats;
+};
+
+export type TerminalText = {
+  text: string | null;
+  generation: Generation;
+};
+
+export type Window = {
+  id: number;
+  title: string;
+  /** WM_CLASS class */
+  className: string;
+  /** WM_CLASS instance */
+  instance: string;
+  /** _NET_WM_PID, in the session */
+  pid: number | null;
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+};
+
+export type WindowsView = {
+  generation: Generation;
+  windows: Window[];
+  /** Id of the active window */
+  active: number | null;
+  cursor: Point;
+  screen: {
+    width: number;
+    height: number;
+  };
+};
+
+export type WindowOpResult = {
+  ok: true;
+  id: number;
+  generation: Generation;
+};
+
+export type FileType = "file" | "directory" | "symlink" | "fifo" | "socket" | "char" | "block" | "unknown";
+
+export type FileStat = {
+  path: string;
+  name: string;
+  type: FileType;
+  size: number;
+  /** Permission bits, octal */
+  mode: string;
+  uid: number;
+  gid: number;
+  mtime: string;
+  /** Symlinks only: the link text */
+  target?: string;
+};
+
+/** A FileStat and the session's generation. */
+export type FileStatResult = {
+  path: string;
+  name: string;
+  type: FileType;
+  size: number;
+  mode: string;
+  uid: number;
+  gid: number;
+  mtime: string;
+  target?: string;
+  generation: Generation;
+};
+
+export type FileList = {
+  path: string;
+  entries: FileStat[];
+  truncated: boolean;
+  generation: Generation;
+};
+
+export type FileWritten = {
+  path: string;
+  size: number;
+  mode: string;
+  generation: Generation;
+};
+
+/** One line of a streamed exec (`POST /v1/sessions/{id}/exec?stream=1`). */
+export type ExecStreamRecord = {
+  stream: "stdout" | "stderr";
+  data: string;
+} | {
+  exitCode: number;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+  generation: Generation;
+} | {
+  error: {
+    code: string;
+    message: string;
+  };
+};
+
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
 export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
