@@ -1,6 +1,7 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { listImages } from '../image/index.ts';
+import { KSM_SETTINGS, ksmHooks, zramHooks } from './memory-arms.ts';
 
 /**
  * Arms: session configurations an experiment compares. Each arm says how to
@@ -9,6 +10,31 @@ import { listImages } from '../image/index.ts';
  */
 export interface ArmOptions {
   osworldSrc?: string;
+}
+
+/** What an arm's hooks see: the run's client, the daemon instance, and the trial's data object (stored in the record). */
+export interface ArmCtx {
+  c: DrumsClient;
+  instance: string;
+  quick: boolean;
+  status: (s: string) => void;
+  data: Record<string, unknown>;
+}
+
+/** Optional per-arm machinery beyond the create spec (the memory arms, src/bench/memory-arms.ts). */
+export interface ArmHooks {
+  /** Labels added to every create of this arm. */
+  labels?: Record<string, string>;
+  /** Environment the private daemon needs for this arm (e.g. DRUMS_BENCH_HOOKS=1). */
+  daemonEnv?: Record<string, string>;
+  /** Before the arm's trial (host knobs on); its originals are journalled. */
+  enter?(ctx: ArmCtx): Promise<void>;
+  /** After the arm's trial, sessions destroyed (host knobs restored). Runs even when the trial failed. */
+  exit?(ctx: ArmCtx): Promise<void>;
+  /** Before each memory reading (N = 0 included), after the common settle: returns data kept with that ladder point. */
+  settle?(ctx: ArmCtx, sessions: SessionInfo[], n: number): Promise<Record<string, unknown>>;
+  /** At the largest N, right after its reading. */
+  collect?(ctx: ArmCtx, sessions: SessionInfo[]): Promise<void>;
 }
 
 export interface Arm {
@@ -27,6 +53,16 @@ export interface Arm {
   step(c: DrumsClient, s: SessionInfo): Promise<void>;
   /** What one step is, for the record. */
   stepNote: string;
+  hooks?: ArmHooks;
+  /** A saving bought with isolation: what a session gives up (shown next to the memory figure). */
+  tradeoff?: string;
+  /**
+   * The arm's isolation verdict when it does not come from a `drums audit`
+   * record of its own: 'fail' by design (the run's own probe, if any, names the
+   * failing probe), or the baseline's audit verdict for arms whose sessions are
+   * baseline sessions.
+   */
+  isolation?: { kind: 'fail-by-design'; probe: string; why: string } | { kind: 'as-baseline'; why: string };
 }
 
 const imageBuilt = (name: string): string | null => {
@@ -90,31 +126,43 @@ const peerVnc: Arm = {
 };
 
 const zramAvailable = (): string | null => {
-  if (!existsSync('/sys/block/zram0') && !existsSync('/sys/class/zram-control')) return 'no zram device or zram-control on this host (modprobe zram)';
+  if (!existsSync('/sys/class/zram-control/hot_add') && !existsSync('/sys/block/zram0')) return 'no zram on this host (no /sys/class/zram-control; modprobe zram)';
+  if (!existsSync('/sys/class/zram-control/hot_add')) return 'zram is built without hot_add (/sys/class/zram-control missing): the arm only adds a device of its own, never reuses one';
+  for (const tool of ['mkswap', 'swapon', 'swapoff']) if (!onPath(tool)) return `${tool} not found (util-linux)`;
   return null;
 };
 
+const onPath = (tool: string) => (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').concat(['/usr/sbin', '/sbin']).some((d) => existsSync(`${d}/${tool}`));
+
 const notBuilt = (what: string) => (): string | null => `not implemented in this iteration: ${what}`;
+
+/** The memory arms need root on the host (sysfs knobs, swapon, cgroup files). */
+const needRoot = (): string | null => (process.getuid?.() === 0 ? null : 'needs root on the host (host knobs, cgroup files)');
 
 const zramIdle: Arm = {
   name: 'zram-idle',
-  description: 'baseline sessions whose idle memory is pushed to a zram swap device through per-session cgroup limits / force-reclaim (no cross-session sharing)',
+  description: 'baseline sessions whose memory is pushed, at every reading, into a zram swap device (its own, added for the trial) through each session\'s own memory cgroup (v1: limit lowered then restored with swappiness 100; v2: memory.reclaim); then the first step after idle is timed. zram compresses page by page: no page is shared or deduplicated across sessions',
   image: 'default',
-  unavailable: () => zramAvailable() ?? notBuilt('per-session reclaim into zram and wake-up latency (see docs/bench.md, "not done")')(),
+  unavailable: () => needRoot() ?? zramAvailable() ?? baseline.unavailable({}),
   spec: baseline.spec,
   step: drumsStep,
   stepNote: baseline.stepNote,
+  hooks: zramHooks(),
+  isolation: { kind: 'as-baseline', why: 'zram-idle sessions are baseline sessions (same spec, same image); the arm adds host swap on a zram device, which stores each swapped page compressed in its own slot: no page is shared or deduplicated across sessions, so no cross-session page sharing. Host-wide totals (/proc/swaps, /proc/meminfo, /sys/block/zramN/mm_stat) are readable in a session, as host memory totals already are in the baseline' },
 };
 
 const ksm = (aslr: boolean): Arm => ({
   name: aslr ? 'ksm-aslr-on' : 'ksm-aslr-off',
-  description: `baseline sessions with prctl(PR_SET_MEMORY_MERGE) in the session init and ksmd running; kernel.randomize_va_space ${aslr ? 'left on' : 'set to 0'}`,
+  description: `baseline sessions whose init opts its whole process tree into KSM (prctl(PR_SET_MEMORY_MERGE) before exec, inherited by every desktop process; session label drums.bench.ksm=1, honoured only by a daemon with DRUMS_BENCH_HOOKS=1) with ksmd running (run=1, pages_to_scan=${KSM_SETTINGS.pages_to_scan}, sleep_millisecs=${KSM_SETTINGS.sleep_millisecs}) for the trial; kernel.randomize_va_space ${aslr ? 'left as is' : 'set to 0 host-wide for the trial'}; readings taken once merging settles`,
   image: 'default',
-  ...(aslr ? {} : { unsafe: 'ASLR off host-wide: weakens every process on the host; measurement only' }),
-  unavailable: () => (existsSync('/sys/kernel/mm/ksm/run') ? notBuilt('the PR_SET_MEMORY_MERGE hook in guest/session-init and the ksm knob save/restore')() : 'kernel has no KSM (/sys/kernel/mm/ksm missing)'),
+  ...(aslr ? {} : { unsafe: 'ASLR off host-wide (kernel.randomize_va_space=0) for the trial: weakens every process on the host; measurement only' }),
+  tradeoff: 'a saving bought with isolation: KSM merges identical pages across sessions, and a write to a merged page takes a copy-on-write fault, so one session can tell by timing which page contents another session holds (the run\'s probe ksm.cross-session-merge demonstrates it)',
+  unavailable: () => needRoot() ?? (existsSync('/sys/kernel/mm/ksm/run') ? (existsSync('/proc/self/ksm_stat') ? baseline.unavailable({}) : 'kernel lacks per-process KSM (PR_SET_MEMORY_MERGE, /proc/PID/ksm_stat; Linux >= 6.4)') : 'kernel has no KSM (/sys/kernel/mm/ksm missing)'),
   spec: baseline.spec,
   step: drumsStep,
   stepNote: baseline.stepNote,
+  hooks: ksmHooks(aslr),
+  isolation: { kind: 'fail-by-design', probe: 'ksm.cross-session-merge', why: 'KSM deduplicates pages across sessions; a merged page is a cross-session timing side channel (copy-on-write on write). FAIL by design' },
 });
 
 const sharedBrowser: Arm = {
@@ -148,4 +196,3 @@ export function getArm(name: string): Arm {
   return a;
 }
 
-void readFileSync;

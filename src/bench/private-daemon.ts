@@ -8,6 +8,8 @@ const DRUMS = fileURLToPath(new URL('../../bin/drums', import.meta.url));
 
 export interface PrivateDaemon {
   client: DrumsClient;
+  /** The bearer token (for child processes that talk to the daemon themselves). */
+  token: string;
   instance: string;
   stateDir: string;
   /** The daemon's own process (not the harness): its memory is part of what is measured. */
@@ -40,6 +42,7 @@ export async function startPrivateDaemon(extraEnv: NodeJS.ProcessEnv = {}): Prom
   });
   return {
     client: new DrumsClient(url, token),
+    token,
     instance,
     stateDir,
     pid: proc.pid!,

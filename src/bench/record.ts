@@ -42,6 +42,8 @@ export interface ArmRecord {
   status: 'measured' | 'skipped' | 'invalid' | 'partial';
   reason?: string;
   unsafe?: string;
+  /** A saving bought with isolation: what the arm's sessions give up. */
+  tradeoff?: string;
   stepNote?: string;
   isolation: { verdict: 'pass' | 'fail' | 'not-audited'; failedProbes: string[]; source?: string };
 }
@@ -99,21 +101,21 @@ export function validateRecord(r: unknown): string[] {
   if (!['quick', 'full'].includes(o.mode as string)) errs.push(`mode: ${String(o.mode)}`);
   if (!['passed', 'failed', 'inconclusive'].includes(o.status as string)) errs.push(`status: ${String(o.status)}`);
   if (o.status === 'passed' && o.complete !== true) errs.push('status passed but record incomplete');
-  for (const [i, a] of ((o.arms as ArmRecord[]) ?? []).entries()) {
+  for (const [i, a] of (Array.isArray(o.arms) ? (o.arms as ArmRecord[]) : []).entries()) {
     if (typeof a.name !== 'string' || !['measured', 'skipped', 'invalid', 'partial'].includes(a.status)) errs.push(`arms[${i}]: bad name/status`);
     if ((a.status === 'skipped' || a.status === 'invalid') && !a.reason) errs.push(`arms[${i}]: ${a.status} without a reason`);
     if (!a.isolation || !['pass', 'fail', 'not-audited'].includes(a.isolation.verdict)) errs.push(`arms[${i}].isolation: bad verdict`);
   }
-  for (const [i, t] of ((o.trials as TrialRecord[]) ?? []).entries()) {
+  for (const [i, t] of (Array.isArray(o.trials) ? (o.trials as TrialRecord[]) : []).entries()) {
     if (typeof t.valid !== 'boolean' || typeof t.warmup !== 'boolean') errs.push(`trials[${i}]: valid/warmup must be booleans`);
     if (!t.valid && !t.reason) errs.push(`trials[${i}]: invalid without a reason`);
   }
-  for (const [i, x] of ((o.results as ResultRow[]) ?? []).entries()) {
+  for (const [i, x] of (Array.isArray(o.results) ? (o.results as ResultRow[]) : []).entries()) {
     if (typeof x.metric !== 'string' || typeof x.unit !== 'string' || typeof x.n !== 'number') errs.push(`results[${i}]: metric/unit/n`);
     if (x.value !== null && typeof x.value !== 'number') errs.push(`results[${i}]: value`);
     if (x.ci !== null && !(Array.isArray(x.ci) && x.ci.length === 2)) errs.push(`results[${i}]: ci`);
   }
-  for (const [i, v] of ((o.verdicts as Verdict[]) ?? []).entries()) {
+  for (const [i, v] of (Array.isArray(o.verdicts) ? (o.verdicts as Verdict[]) : []).entries()) {
     if (typeof v.barId !== 'string' || ![true, false, null].includes(v.pass)) errs.push(`verdicts[${i}]: barId/pass`);
   }
   return errs;

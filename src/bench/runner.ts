@@ -1,10 +1,12 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import { getArm, type Arm, type ArmOptions } from './arms.ts';
+import { getArm, type Arm, type ArmCtx, type ArmOptions } from './arms.ts';
 import { judge, loadBars } from './bars.ts';
 import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { cgroupCpuNs, pssByKind, sampleUsed, sleep, upperMiB, type Kind } from './measure.ts';
+import { recoverHostKnobs, restoreHostKnobs } from './host-knobs.ts';
+import { hostThreadsCpuNs, sessionSwapPss } from './memory-arms.ts';
 import { startPrivateDaemon, type PrivateDaemon } from './private-daemon.ts';
 import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord, type ResultRow, type TrialRecord, type Verdict } from './record.ts';
 import { bootstrap, linearFit, quantile } from './stats.ts';
@@ -17,6 +19,10 @@ export interface Experiment {
   bars: string;
   /** In full mode, hold this many browser sessions at once once per run (baseline arm only). */
   capacity?: number;
+  /** Overrides of the quick mode's parameters for this experiment. */
+  quick?: Partial<Params>;
+  /** At the largest N, time each session's first step after the idle reading (wake-up) and a second one. */
+  wake?: boolean;
 }
 
 export const EXPERIMENTS: Record<string, Experiment> = {
@@ -33,6 +39,15 @@ export const EXPERIMENTS: Record<string, Experiment> = {
     arms: ['baseline', 'peer-vnc', 'zram-idle', 'ksm-aslr-on', 'ksm-aslr-off', 'shared-browser', 'seed-guest-server'],
     bars: 'density',
     capacity: 50,
+    wake: true,
+  },
+  'memory-arms': {
+    name: 'memory-arms',
+    description: 'The memory-saving arms interleaved with the baseline in the same run: KSM with ASLR on and off (pages merged across sessions; readings once merging settles; ksmd CPU) and zram-idle (idle sessions pushed into a zram swap device through their own cgroup; wake-up latency and CPU). Each saving is shown next to its isolation verdict; a saving bought with isolation is marked.',
+    arms: ['baseline', 'ksm-aslr-on', 'ksm-aslr-off', 'zram-idle'],
+    bars: 'density',
+    quick: { ns: [1, 2, 4, 6] },
+    wake: true,
   },
   'vs-peer': {
     name: 'vs-peer',
@@ -87,11 +102,14 @@ interface Ctx {
   c: DrumsClient;
   p: Params;
   o: RunOptions;
+  exp: Experiment;
   status: (s: string) => void;
+  /** What the arm's hooks see (its data is the trial's data). */
+  armCtx: ArmCtx;
 }
 
 async function createFor(ctx: Ctx, arm: Arm, url?: string): Promise<SessionInfo> {
-  const s = await ctx.c.createSession({ ...arm.spec(url), labels: { 'drums.bench.arm': arm.name } });
+  const s = await ctx.c.createSession({ ...arm.spec(url), labels: { ...arm.hooks?.labels, 'drums.bench.arm': arm.name } });
   try {
     await arm.afterStart?.(ctx.c, s);
   } catch (e) {
@@ -137,16 +155,19 @@ async function latencyCycles(ctx: Ctx, arm: Arm, data: Record<string, unknown>):
 
 async function memoryLadder(ctx: Ctx, arm: Arm, data: Record<string, unknown>, capacity: number | undefined): Promise<void> {
   const sessions: SessionInfo[] = [];
-  const points: { n: number; usedMiB: number; rawMiB: number; harnessRssMiB: number; daemonRssMiB: number }[] = [];
+  const points: { n: number; usedMiB: number; rawMiB: number; harnessRssMiB: number; daemonRssMiB: number; arm?: Record<string, unknown> }[] = [];
   data.memoryPoints = points;
   const { rssMiB } = await import('./measure.ts');
   const sample = async (n: number) => {
     ctx.status(`memory: settling at N=${n}`);
     await sleep(ctx.p.settleMs);
+    const armData = await arm.hooks?.settle?.(ctx.armCtx, sessions, n);
     await checkAlive(ctx, sessions.map((s) => s.id));
     const u = await sampleUsed();
-    points.push({ n, ...u, daemonRssMiB: rssMiB(ctx.d.pid) });
+    points.push({ n, ...u, daemonRssMiB: rssMiB(ctx.d.pid), ...(armData && Object.keys(armData).length ? { arm: armData } : {}) });
+    lastReading = performance.now();
   };
+  let lastReading = performance.now();
   const maxN = Math.max(...ctx.p.ns);
   try {
     await sample(0);
@@ -169,7 +190,8 @@ async function memoryLadder(ctx: Ctx, arm: Arm, data: Record<string, unknown>, c
         data.stepMsN1 = xs;
       }
     }
-    // At the largest N: PSS by kind, writable layer, idle CPU, then steps/s.
+    await arm.hooks?.collect?.(ctx.armCtx, sessions);
+    // At the largest N: PSS by kind, writable layer, (wake-up,) idle CPU, then steps/s.
     ctx.status(`memory: PSS and upper at N=${maxN}`);
     const kinds: Record<string, number[]> = {};
     const uppers: number[] = [];
@@ -183,13 +205,40 @@ async function memoryLadder(ctx: Ctx, arm: Arm, data: Record<string, unknown>, c
     data.pssByKind = Object.fromEntries(Object.entries(kinds).map(([k, v]) => [k, mean(v)])) as Record<Kind, number>;
     data.pssTotal = mean(totals);
     data.upperMiB = uppers;
+    if (ctx.exp.wake) {
+      data.swapPssMiB = sessions.map((s) => sessionSwapPss(ctx.d.instance, s.id));
+      // Wake-up: each session's first step after the idle reading, then a second one; CPU of the session's cgroup for each.
+      ctx.status(`wake-up: first step of each of ${sessions.length} idle sessions`);
+      const idleMs = performance.now() - lastReading;
+      const wake: { wakeMs: number; warmMs: number; wakeCpuMs: number; warmCpuMs: number }[] = [];
+      const th0 = hostThreadsCpuNs();
+      for (const s of sessions) {
+        const w0 = cgroupCpuNs(ctx.d.instance, s.id);
+        let t = performance.now();
+        await arm.step(ctx.c, s);
+        const wakeMs = performance.now() - t;
+        await sleep(WAKE_CPU_TAIL_MS);
+        const w1 = cgroupCpuNs(ctx.d.instance, s.id);
+        t = performance.now();
+        await arm.step(ctx.c, s);
+        const warmMs = performance.now() - t;
+        await sleep(WAKE_CPU_TAIL_MS);
+        const w2 = cgroupCpuNs(ctx.d.instance, s.id);
+        wake.push({ wakeMs, warmMs, wakeCpuMs: (w1 - w0) / 1e6, warmCpuMs: (w2 - w1) / 1e6 });
+      }
+      const th1 = hostThreadsCpuNs();
+      data.wake = { idleBeforeMs: Math.round(idleMs), sessions: wake, hostThreadsCpuMs: Object.fromEntries(Object.keys(th1).map((k) => [k, (th1[k]! - (th0[k] ?? th1[k]!)) / 1e6])) };
+    }
     ctx.status(`idle CPU over ${ctx.p.cpuSeconds}s at N=${maxN}`);
     const c0 = sessions.map((s) => cgroupCpuNs(ctx.d.instance, s.id));
+    const h0 = hostThreadsCpuNs();
     const t0 = performance.now();
     await sleep(ctx.p.cpuSeconds * 1000);
     const c1 = sessions.map((s) => cgroupCpuNs(ctx.d.instance, s.id));
+    const h1 = hostThreadsCpuNs();
     const wallNs = (performance.now() - t0) * 1e6;
     data.cpuIdlePct = c1.map((c, i) => ((c - c0[i]!) / wallNs) * 100);
+    data.hostThreadsIdlePct = Object.fromEntries(Object.keys(h1).map((k) => [k, ((h1[k]! - (h0[k] ?? h1[k]!)) / wallNs) * 100]));
     ctx.status(`steps/s at N=${maxN} for ${ctx.p.stepSeconds}s`);
     const end = performance.now() + ctx.p.stepSeconds * 1000;
     const stepMs: number[] = [];
@@ -226,6 +275,9 @@ async function memoryLadder(ctx: Ctx, arm: Arm, data: Record<string, unknown>, c
   }
 }
 
+/** The wake-up CPU window runs this long past each step (the page repaints after a click returns); also keeps the two clicks from making a double-click. */
+const WAKE_CPU_TAIL_MS = 600;
+
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
 const r1 = (x: number) => Math.round(x * 100) / 100;
 
@@ -239,17 +291,19 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
   }
   const bars = loadBars(exp.bars);
   o = { ...o, killAt: o.killAt ?? process.env.DRUMS_BENCH_TEST_KILL_AT };
-  const p: Params = { ...(o.quick ? QUICK : FULL), ...(o.trials ? { trials: o.trials } : {}), ...o.params };
+  const p: Params = { ...(o.quick ? { ...QUICK, ...exp.quick } : FULL), ...(o.trials ? { trials: o.trials } : {}), ...o.params };
   const started = new Date().toISOString();
   const g = gitState();
   const progress = o.progress ?? (() => {});
+  const recovered = recoverHostKnobs();
+  if (recovered) progress(recovered);
   const arms: ArmRecord[] = [];
   const runnable: Arm[] = [];
   for (const name of armNames) {
     const arm = getArm(name);
     const why = arm.unavailable(o.armOptions ?? {});
-    const iso = isolationOf(name, o.outDir);
-    arms.push({ name, description: arm.description, image: arm.image, status: why ? 'skipped' : 'measured', ...(why ? { reason: why } : {}), ...(arm.unsafe ? { unsafe: arm.unsafe } : {}), stepNote: arm.stepNote, isolation: iso });
+    const iso = armIsolation(arm, o.outDir);
+    arms.push({ name, description: arm.description, image: arm.image, status: why ? 'skipped' : 'measured', ...(why ? { reason: why } : {}), ...(arm.unsafe ? { unsafe: arm.unsafe } : {}), ...(arm.tradeoff ? { tradeoff: arm.tradeoff } : {}), stepNote: arm.stepNote, isolation: iso });
     if (!why) runnable.push(arm);
     else progress(`skip arm ${name}: ${why}`);
   }
@@ -259,7 +313,8 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
   let interrupted = false;
   const onSig = () => { interrupted = true; progress('interrupted: finishing the current step, then writing a partial record'); };
   process.once('SIGINT', onSig);
-  const d = runnable.length ? await startPrivateDaemon() : undefined;
+  const daemonEnv = Object.assign({}, ...runnable.map((a) => a.hooks?.daemonEnv ?? {})) as Record<string, string>;
+  const d = runnable.length ? await startPrivateDaemon(daemonEnv) : undefined;
   try {
     const total = p.warmups + p.trials;
     for (let t = 0; t < total && !interrupted; t++) {
@@ -270,11 +325,15 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
         if (interrupted) break;
         const trialNo = t - p.warmups + 1;
         const label = warmup ? `warm-up ${t + 1}/${p.warmups}` : `trial ${trialNo}/${p.trials}`;
-        const ctx: Ctx = { d: d!, c: d!.client, p, o, status: (s) => progress(`[${label} · ${arm.name}] ${s}`) };
         const data: Record<string, unknown> = {};
+        const status = (s: string) => progress(`[${label} · ${arm.name}] ${s}`);
+        const ctx: Ctx = { d: d!, c: d!.client, p, o, exp, status, armCtx: { c: d!.client, instance: d!.instance, quick: o.quick, status, data } };
         const t0 = performance.now();
         const at = new Date().toISOString();
+        let entered = false;
         try {
+          entered = true;
+          await arm.hooks?.enter?.(ctx.armCtx);
           if (warmup) {
             ctx.status('warm-up create/destroy (discarded)');
             const s = await createFor(ctx, arm, PAGE);
@@ -284,8 +343,10 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
             const cap = !o.quick && exp.capacity && arm.name === 'baseline' && trialNo === p.trials ? exp.capacity : undefined;
             await memoryLadder(ctx, arm, data, cap);
           }
+          if (entered) { entered = false; await arm.hooks?.exit?.(ctx.armCtx); }
           trials.push({ arm: arm.name, trial: trialNo, warmup, valid: true, startedAt: at, durationMs: performance.now() - t0, data });
         } catch (e) {
+          if (entered) await arm.hooks?.exit?.(ctx.armCtx).catch((x) => { failures.push(`${arm.name} ${label}: exit hook: ${(x as Error).message}`); });
           const reason = e instanceof TrialInvalid ? e.message : `error: ${(e as Error).message}`;
           failures.push(`${arm.name} ${label}: ${reason}`);
           trials.push({ arm: arm.name, trial: trialNo, warmup, valid: false, reason, startedAt: at, durationMs: performance.now() - t0, data });
@@ -296,6 +357,8 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
   } finally {
     process.removeListener('SIGINT', onSig);
     await d?.stop();
+    const left = restoreHostKnobs();
+    if (left.length) failures.push(`host knobs not restored: ${left.join('; ')}`);
   }
   if (interrupted) incompleteReasons.push('interrupted (SIGINT) before all trials ran');
 
@@ -307,6 +370,7 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
     if (ok === 0) { a.status = 'invalid'; a.reason = ts.map((t) => t.reason).filter(Boolean).join('; ') || 'no trial ran'; incompleteReasons.push(`arm ${a.name} has no valid trial`); }
     else if (ok < p.trials) { a.status = 'partial'; a.reason = `${ok}/${p.trials} valid trials: ${ts.filter((t) => !t.valid).map((t) => t.reason).join('; ')}`; incompleteReasons.push(`arm ${a.name}: ${a.reason}`); }
   }
+  applyProbes(arms, trials);
   const { results, plots } = aggregate(arms, trials, p);
   const verdicts = bars.bars.bars.filter((b) => !b.measuredBy).map((b): Verdict => {
     const row = results.find((r) => r.arm === b.arm && r.metric === b.metric);
@@ -439,8 +503,14 @@ function aggregate(arms: ArmRecord[], trials: TrialRecord[], p: Params): { resul
       results.push({ arm, metric: 'action_screenshot_ms.p50', value: r1(quantile(n1, 0.5)), ci: medianCi(n1)?.map(r1) as [number, number] ?? null, unit: 'ms', n: n1.length, note: 'one step (act + screenshot) at N=1, sequential' });
       plots.latency!.push({ arm, metric: 'action_screenshot_ms', samples: n1.map(r1) });
     }
+    const wk = ts.flatMap((t) => ((t.data.wake as { sessions: { wakeMs: number }[] } | undefined)?.sessions ?? []).map((x) => x.wakeMs));
+    if (wk.length) plots.latency!.push({ arm, metric: 'wake_step_ms', samples: wk.map(r1) });
     const cap = ts.map((t) => t.data.capacity as { target: number; ready: number; steppedOk: number } | undefined).find((x) => x);
     if (cap) results.push({ arm, metric: 'concurrent_sessions_ok', value: Math.min(cap.ready, cap.steppedOk), ci: null, unit: 'sessions', n: 1, note: `target ${cap.target}: ${cap.ready} ready, ${cap.steppedOk} answered a step` });
+  }
+  for (const a of arms) {
+    if (a.status === 'skipped' || a.status === 'invalid') continue;
+    results.push(...memoryArmRows(a.name, trials.filter((t) => t.arm === a.name && !t.warmup && t.valid)));
   }
   // Ratios and differences against the baseline, from the same run.
   const get = (arm: string, m: string) => results.find((r) => r.arm === arm && r.metric === m);
@@ -450,15 +520,16 @@ function aggregate(arms: ArmRecord[], trials: TrialRecord[], p: Params): { resul
     if (sb && sa) {
       const n = Math.min(sb.length, sa.length);
       const diff = bootstrap(n, (idx) => mean(idx.map((i) => sa[i]! - sb[i]!)));
-      results.push({ arm: a.name, metric: 'diff.mem_per_session_mib', value: r1(mean(sa) - mean(sb)), ci: n >= 2 ? diff.map(r1) as [number, number] : null, unit: 'MiB', n, note: `${a.name} − baseline, paired by trial` });
+      results.push({ arm: a.name, metric: 'diff.mem_per_session_mib', value: r1(mean(sa) - mean(sb)), ci: n >= 2 ? diff.map(r1) as [number, number] : null, unit: 'MiB', n, note: `${a.name} − baseline, paired by trial; isolation ${a.isolation.verdict}${a.tradeoff ? ' (saving bought with isolation)' : ''}${a.unsafe ? ' (UNSAFE)' : ''}` });
     }
-    for (const [m, key] of [['mem_per_session_mib', null], ['create_browser_ready_ms.p50', 'create_browser_ready_ms'], ['reset_ms.p50', 'reset_ms'], ['action_screenshot_ms.p50', 'action_screenshot_ms']] as const) {
+    for (const [m, key] of [['mem_per_session_mib', null], ['create_browser_ready_ms.p50', 'create_browser_ready_ms'], ['reset_ms.p50', 'reset_ms'], ['action_screenshot_ms.p50', 'action_screenshot_ms'], ['wake_step_ms.p50', 'wake_step_ms']] as const) {
       const x = get(a.name, m), y = get('baseline', m);
       if (!x?.value || !y?.value) continue;
       let ci: [number, number] | null = null;
       if (key) {
-        const xa = key === 'action_screenshot_ms' ? plots.latency!.find((l) => l.arm === a.name && l.metric === key)?.samples ?? [] : pooled(a.name, key);
-        const ya = key === 'action_screenshot_ms' ? plots.latency!.find((l) => l.arm === 'baseline' && l.metric === key)?.samples ?? [] : pooled('baseline', key);
+        const fromPlot = key === 'action_screenshot_ms' || key === 'wake_step_ms';
+        const xa = fromPlot ? plots.latency!.find((l) => l.arm === a.name && l.metric === key)?.samples ?? [] : pooled(a.name, key);
+        const ya = fromPlot ? plots.latency!.find((l) => l.arm === 'baseline' && l.metric === key)?.samples ?? [] : pooled('baseline', key);
         if (xa.length >= 2 && ya.length >= 2) ci = ratioCi(xa, ya).map((v) => r1(v)) as [number, number];
       }
       results.push({ arm: a.name, metric: `ratio.${m}`, value: r1(x.value / y.value), ci, unit: '×', n: Math.min(x.n, y.n), note: `${a.name} ÷ baseline` });
@@ -486,7 +557,10 @@ function summarize(r: BenchRecord): string {
     if (a.status === 'skipped') { parts.push(`${a.name} was skipped (${a.reason}).`); continue; }
     if (a.status === 'invalid') { parts.push(`${a.name} produced no valid trial (${a.reason}).`); continue; }
     const mem = v(a.name, 'mem_per_session_mib'), br = v(a.name, 'create_browser_ready_ms.p50'), rs = v(a.name, 'reset_ms.p50');
-    parts.push(`${a.name}: ${mem ? `${mem.value} MiB per added browser session${mem.ci ? ` (95% ${mem.ci[0]}–${mem.ci[1]})` : ''}` : 'memory not measured'}, create→browser-ready p50 ${br?.value ?? '–'} ms, reset p50 ${rs?.value ?? '–'} ms; isolation ${a.isolation.verdict}${a.unsafe ? ' (UNSAFE: ' + a.unsafe + ')' : ''}.`);
+    const dm = v(a.name, 'diff.mem_per_session_mib'), wk = v(a.name, 'wake_step_ms.p50');
+    const ks = v(a.name, 'ksm_saved_mib_per_session'), zs = v(a.name, 'zram_saved_mib_per_session'), kc = v(a.name, 'ksmd_cpu_pct_idle'), zc = v(a.name, 'zram_push_cpu_ms_at_n'), zr = v(a.name, 'zram_ratio');
+    const direct = ks ? ` (KSM merged ${ks.value} MiB per added session; ksmd ${kc?.value ?? '–'} % of a core at idle)` : zs ? ` (zram took ${zs.value} MiB per added idle session out of memory, net of its own ${zr?.value ?? '–'}× compressed copy; push ${zc?.value ?? '–'} ms CPU for all sessions at the largest N)` : '';
+    parts.push(`${a.name}: ${mem ? `${mem.value} MiB per added browser session${mem.ci ? ` (95% ${mem.ci[0]}–${mem.ci[1]})` : ''}${dm?.value != null ? ` (${dm.value >= 0 ? '+' : ''}${dm.value} vs baseline)` : ''}${direct}` : 'memory not measured'} — isolation ${a.isolation.verdict.toUpperCase()}${a.isolation.failedProbes.length ? ` (${a.isolation.failedProbes.join(', ')})` : ''}${a.tradeoff ? '; saving bought with isolation' : ''}${a.unsafe ? '; UNSAFE: ' + a.unsafe : ''}; create→browser-ready p50 ${br?.value ?? '–'} ms, reset p50 ${rs?.value ?? '–'} ms${wk ? `, first step after idle p50 ${wk.value} ms` : ''}.`);
   }
   const failed = r.verdicts.filter((x) => x.pass === false).map((x) => x.barId);
   const open = r.verdicts.filter((x) => x.pass === null).map((x) => x.barId);
@@ -504,6 +578,97 @@ function addSurprises(r: BenchRecord): void {
     if (x.metric === 'mem_per_session_mib' && x.ci && x.ci[1] - x.ci[0] > 0.3 * Math.abs(x.value ?? 0)) r.surprises.push(`${x.arm}: the memory slope's interval is wide (${x.ci[0]}–${x.ci[1]} MiB)`);
   }
   for (const t of r.trials) if (!t.valid) r.surprises.push(`${t.arm} ${t.warmup ? 'warm-up' : `trial ${t.trial}`} invalid: ${t.reason}`);
+}
+
+/** An arm's isolation verdict: its own audit record, or what the arm declares (fail by design; the baseline's verdict). */
+export function armIsolation(arm: Arm, dir?: string): ArmRecord['isolation'] {
+  const decl = arm.isolation;
+  if (!decl) return isolationOf(arm.name, dir);
+  if (decl.kind === 'fail-by-design') return { verdict: 'fail', failedProbes: [`${decl.probe} (by design)`], source: decl.why };
+  const b = isolationOf('baseline', dir);
+  return { verdict: b.verdict, failedProbes: b.failedProbes, source: `${b.verdict === 'not-audited' ? '' : `the baseline's audit (${b.source}); `}${decl.why}` };
+}
+
+/** Puts the result of an arm's in-run isolation probe (ksmProbe) into its verdict: observed = the named probe failed. */
+function applyProbes(arms: ArmRecord[], trials: TrialRecord[]): void {
+  for (const a of arms) {
+    const probes = trials.filter((t) => t.arm === a.name && !t.warmup).map((t) => t.data.ksmProbe as { crossSessionMerge?: boolean; cowTimingVisible?: boolean; guess?: { mergedPages?: number; medianWriteNs?: number }; control?: { mergedPages?: number; medianWriteNs?: number }; pages?: number } | undefined).filter((x) => x);
+    if (!probes.length) continue;
+    const hit = probes.find((x) => x!.crossSessionMerge);
+    if (hit) {
+      const ids = ['ksm.cross-session-merge', ...(hit.cowTimingVisible ? ['ksm.cow-write-timing'] : [])];
+      a.isolation = { verdict: 'fail', failedProbes: ids, source: `in-run probe: session A's guess of session B's pages merged ${hit.guess?.mergedPages}/${hit.pages} (control ${hit.control?.mergedPages}/${hit.pages}); a one-byte write took ${hit.guess?.medianWriteNs} ns median on the guessed pages vs ${hit.control?.medianWriteNs} ns on the control (copy-on-write of merged pages): A learns which contents B holds. ${a.isolation.source ?? ''}` };
+    } else {
+      a.isolation = { ...a.isolation, verdict: 'fail', source: `in-run probe did not observe a cross-session merge in time (${JSON.stringify(probes[0]).slice(0, 300)}); FAIL by design regardless: ${a.isolation.source ?? ''}` };
+    }
+  }
+}
+
+/** Result rows of the memory arms' own data (KSM counters and ksmd CPU; zram stats, push CPU; wake-up). */
+function memoryArmRows(arm: string, ts: TrialRecord[]): ResultRow[] {
+  const rows: ResultRow[] = [];
+  const add = (metric: string, xs: number[], unit: string, note: string, withCi = false) => {
+    const v = xs.filter(Number.isFinite);
+    if (!v.length) return;
+    rows.push({ arm, metric, value: r1(mean(v)), ci: withCi && v.length >= 2 ? bootstrap(v.length, (idx) => mean(idx.map((i) => v[i]!))).map(r1) as [number, number] : null, unit, n: v.length, note });
+  };
+  // Direct savings, per added session: slope over the ladder (N >= 1) of a counter read at each reading. Unlike the host slope they don't carry other processes' noise.
+  const slopeOf = (metric: string, unit: string, note: string, f: (p: { n: number; arm?: Record<string, unknown> }) => number | undefined) => {
+    const ss = ts.map((t) => {
+      const pts = ((t.data.memoryPoints as { n: number; arm?: Record<string, unknown> }[] | undefined) ?? []).filter((p) => p.n > 0).map((p) => [p.n, f(p)] as const).filter((x): x is readonly [number, number] => Number.isFinite(x[1]));
+      return pts.length >= 2 ? linearFit(pts.map((x) => x[0]), pts.map((x) => x[1])).slope : NaN;
+    });
+    add(metric, ss, unit, note);
+  };
+  slopeOf('ksm_saved_mib_per_session', 'MiB', 'slope over N of host pages_sharing × 4 KiB read once merging settled: memory KSM saves per added session (direct; cf. diff.mem_per_session_mib from host readings)', (p) => {
+    const c = (p.arm?.ksm as { counters?: Record<string, number> } | undefined)?.counters;
+    return c ? (c.pages_sharing! * 4096) / 1024 ** 2 : undefined;
+  });
+  slopeOf('zram_saved_mib_per_session', 'MiB', 'slope over N of zram orig_data_size − mem_used_total after each push: anonymous memory zram-idle saves per added idle session (direct; page cache dropped by the push is not counted)', (p) => {
+    const z = (p.arm?.zram as { stat?: { origMiB: number; memUsedMiB: number } } | undefined)?.stat;
+    return z ? z.origMiB - z.memUsedMiB : undefined;
+  });
+  const lastPoint = (t: TrialRecord) => { const pts = (t.data.memoryPoints as { n: number; arm?: Record<string, unknown> }[] | undefined) ?? []; return pts[pts.length - 1]; };
+  // KSM
+  const ksm = ts.map((t) => ({ t, k: t.data.ksm as { counters: Record<string, number>; perSession: { mergingPages: number; profitMiB: number }[] } | undefined })).filter((x) => x.k);
+  if (ksm.length) {
+    add('ksm_pages_sharing_mib', ksm.map((x) => (x.k!.counters.pages_sharing! * 4096) / 1024 ** 2), 'MiB', 'host-wide pages_sharing × 4 KiB at the largest N (memory saved by merging)');
+    add('ksm_pages_shared', ksm.map((x) => x.k!.counters.pages_shared!), 'pages', 'host-wide KSM pages at the largest N');
+    add('ksm_general_profit_mib', ksm.map((x) => (x.k!.counters.general_profit ?? NaN) / 1024 ** 2), 'MiB', 'host-wide general_profit (saving minus rmap metadata) at the largest N');
+    add('ksm_merging_mib_per_session', ksm.flatMap((x) => x.k!.perSession.map((p) => (p.mergingPages * 4096) / 1024 ** 2)), 'MiB', "sum of /proc/PID/ksm_merging_pages over a session's processes, at the largest N");
+    const settle = ts.flatMap((t) => ((t.data.memoryPoints as { arm?: { ksm?: { settle?: { ms: number; stable: boolean } } } }[] | undefined) ?? []).map((p) => p.arm?.ksm?.settle).filter((x) => x)) as { ms: number; stable: boolean }[];
+    if (settle.length) rows.push({ arm, metric: 'ksm_settle_s', value: r1(Math.max(...settle.map((x) => x.ms)) / 1000), ci: null, unit: 's', n: settle.length, note: `longest wait for pages_sharing to settle at a reading; ${settle.filter((x) => !x.stable).length} of ${settle.length} readings hit the bound before settling` });
+    add('ksmd_cpu_pct_trial', ts.map((t) => (t.data.ksmdTrial as { pctOfCore?: number } | undefined)?.pctOfCore ?? NaN), '% of a core', 'ksmd utime+stime over the whole trial (creates, merging, steps) / wall time');
+  }
+  const idleThreads = ts.map((t) => t.data.hostThreadsIdlePct as Record<string, number> | undefined).filter((x) => x) as Record<string, number>[];
+  if (idleThreads.length && idleThreads.some((x) => (x.ksmd ?? 0) > 0 || ksm.length)) add('ksmd_cpu_pct_idle', idleThreads.map((x) => x.ksmd ?? 0), '% of a core', 'ksmd over the idle-CPU interval at the largest N (steady-state scanning cost; host-wide, for all sessions together)');
+  // zram
+  const zr = ts.map((t) => lastPoint(t)?.arm?.zram as { stat: { origMiB: number; comprMiB: number; memUsedMiB: number }; pushes: { beforeMiB: number; afterMiB: number; reclaimCpuMs: number; ms: number }[]; reclaimCpuMs: number; kswapdCpuMs: number; sessionCpuMs: number; wallMs: number } | undefined).filter((x) => x);
+  if (zr.length) {
+    add('zram_orig_mib', zr.map((z) => z!.stat.origMiB), 'MiB', 'data swapped into zram at the largest N (all sessions)');
+    add('zram_mem_used_mib', zr.map((z) => z!.stat.memUsedMiB), 'MiB', 'memory zram holds for it (mem_used_total; counted in host used)');
+    add('zram_ratio', zr.map((z) => z!.stat.origMiB / Math.max(z!.stat.comprMiB, 1e-9)), '×', 'orig_data_size / compr_data_size');
+    add('zram_pushed_mib_per_session', zr.flatMap((z) => z!.pushes.map((p) => p.beforeMiB - p.afterMiB)), 'MiB', 'cgroup usage before − after the push at the largest N (already-pushed sessions move little)');
+    add('zram_resident_mib_per_session', zr.flatMap((z) => z!.pushes.map((p) => p.afterMiB)), 'MiB', 'cgroup usage after the push at the largest N');
+    const ladderCpu = ts.map((t) => ((t.data.memoryPoints as { arm?: { zram?: { reclaimCpuMs: number; kswapdCpuMs: number; sessionCpuMs: number; pushes: unknown[] } } }[] | undefined) ?? []).reduce((a, p) => a + (p.arm?.zram ? p.arm.zram.reclaimCpuMs + p.arm.zram.kswapdCpuMs + p.arm.zram.sessionCpuMs : 0), 0));
+    add('zram_push_cpu_ms_at_n', zr.map((z) => z!.reclaimCpuMs + z!.kswapdCpuMs + z!.sessionCpuMs), 'ms', 'CPU of one push of every session at the largest N: reclaim+compression in the writer of the cgroup limit, kswapd, and the sessions\' cgroups');
+    add('zram_push_cpu_ms_total', ladderCpu, 'ms', 'the same summed over every reading of the ladder');
+    add('zram_push_wall_ms_at_n', zr.map((z) => z!.wallMs), 'ms', 'wall time of the push at the largest N');
+  }
+  const swapPss = ts.flatMap((t) => (t.data.swapPssMiB as number[] | undefined) ?? []);
+  if (swapPss.some((x) => x > 0)) add('swap_pss_mib_per_session', swapPss, 'MiB', 'SwapPss summed over a session\'s processes at the largest N, before the wake-up');
+  // Wake-up (every arm of an experiment with wake: true)
+  const wk = ts.flatMap((t) => (t.data.wake as { sessions: { wakeMs: number; warmMs: number; wakeCpuMs: number; warmCpuMs: number }[] } | undefined)?.sessions ?? []);
+  if (wk.length) {
+    const xs = wk.map((x) => x.wakeMs), ws = wk.map((x) => x.warmMs);
+    const ci = (v: number[]) => (v.length >= 2 ? bootstrap(v.length, (idx) => quantile(idx.map((i) => v[i]!), 0.5)).map(r1) as [number, number] : null);
+    rows.push({ arm, metric: 'wake_step_ms.p50', value: r1(quantile(xs, 0.5)), ci: ci(xs), unit: 'ms', n: xs.length, note: 'first step (act + screenshot) of each session after the idle reading at the largest N, sequential' });
+    rows.push({ arm, metric: 'wake_step_ms.max', value: r1(Math.max(...xs)), ci: null, unit: 'ms', n: xs.length });
+    rows.push({ arm, metric: 'warm_step_ms.p50', value: r1(quantile(ws, 0.5)), ci: ci(ws), unit: 'ms', n: ws.length, note: 'the step right after it' });
+    add('wake_cpu_ms_per_session', wk.map((x) => x.wakeCpuMs), 'ms', `session cgroup CPU during the first step after idle and ${WAKE_CPU_TAIL_MS} ms after it (swap-in and decompression run in the faulting task)`);
+    add('warm_cpu_ms_per_session', wk.map((x) => x.warmCpuMs), 'ms', `session cgroup CPU during the second step and ${WAKE_CPU_TAIL_MS} ms after it`);
+  }
+  return rows;
 }
 
 /** The isolation verdict of an arm from the newest audit record that covers it. */

@@ -251,7 +251,7 @@ bench.command('preregister').description('freeze an experiment\'s bars into benc
   });
 
 bench.command('run').description('run an experiment: arms interleaved over trials, warm-ups discarded; writes a record to bench/records')
-  .argument('<experiment>', 'baseline | density | vs-peer')
+  .argument('<experiment>', 'baseline | density | vs-peer | memory-arms')
   .option('--quick', 'few sessions, one trial (CI)')
   .option('--trials <n>', 'measured trials per arm')
   .option('--arms <list>', 'comma-separated subset of the experiment\'s arms')

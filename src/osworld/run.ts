@@ -19,7 +19,22 @@ export async function osworldRun(tasks: string[], o: { parallel: string; oracle?
   if (o.allowInternet) args.push('--allow-internet');
   if (o.verbose) args.push('--verbose');
   const sdk = join(ROOT, 'sdk', 'python');
-  const env = { ...process.env, PYTHONPATH: process.env.PYTHONPATH ? `${sdk}:${process.env.PYTHONPATH}` : sdk };
-  const child = spawn(python, args, { stdio: 'inherit', env });
-  return new Promise((resolve) => child.on('close', (code, sig) => resolve(code ?? (sig ? 130 : 1))));
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: process.env.PYTHONPATH ? `${sdk}:${process.env.PYTHONPATH}` : sdk };
+  // No daemon named (DRUMS_URL) and none running for the state dir: run the tasks on a private one.
+  const stateDir = process.env.DRUMS_STATE_DIR || '/var/lib/drums';
+  let stop = async () => {};
+  if (!process.env.DRUMS_URL && !existsSync(join(stateDir, 'daemon.json'))) {
+    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    process.stderr.write('drums: no daemon running; starting a private one for this run\n');
+    const d = await startPrivateDaemon();
+    env.DRUMS_URL = d.client.url;
+    env.DRUMS_TOKEN = d.token;
+    stop = d.stop;
+  }
+  try {
+    const child = spawn(python, args, { stdio: 'inherit', env });
+    return await new Promise((resolve) => child.on('close', (code, sig) => resolve(code ?? (sig ? 130 : 1))));
+  } finally {
+    await stop();
+  }
 }

@@ -329,6 +329,7 @@ export class SessionManager {
         DRUMS_SESSION_ID: s.id,
         ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
         ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
+        ...benchEnv(s.spec.labels),
       },
       netnsPath: `/var/run/netns/${s.names.netns}`,
       cgroupsPath: s.names.cgroup,
@@ -467,6 +468,19 @@ export class SessionManager {
   static rootCaps(): string[] {
     return ROOT_CAPS;
   }
+}
+
+/**
+ * Bench-only session settings, honoured only when the daemon runs with
+ * DRUMS_BENCH_HOOKS=1 (DrumsBench's private daemons): label drums.bench.ksm=1
+ * makes the session init opt its process tree into KSM
+ * (prctl(PR_SET_MEMORY_MERGE), guest/session-init), which merges pages across
+ * sessions once the host runs ksmd: a cross-session timing channel, so never a
+ * setting a client can ask a production daemon for.
+ */
+export function benchEnv(labels: Record<string, string>): Record<string, string> {
+  if (process.env.DRUMS_BENCH_HOOKS !== '1') return {};
+  return labels['drums.bench.ksm'] === '1' ? { DRUMS_KSM: '1' } : {};
 }
 
 /** Removes a session's cgroup directories in every hierarchy (v1 controllers or the v2 tree). */

@@ -42,14 +42,23 @@ export function barsFlag(r: BenchRecord, barsDir = BARS_DIR): string | null {
   return null;
 }
 
-export function loadRecords(dir: string, barsDir = BARS_DIR): { ok: LoadedRecord[]; bad: { file: string; errors: string[] }[] } {
-  const ok: LoadedRecord[] = [], bad: { file: string; errors: string[] }[] = [];
+interface OtherRecord { file: string; errors: string[]; component?: { experiment: string; started: string } }
+
+export function loadRecords(dir: string, barsDir = BARS_DIR): { ok: LoadedRecord[]; bad: OtherRecord[] } {
+  const ok: LoadedRecord[] = [], bad: OtherRecord[] = [];
   if (!existsSync(dir)) return { ok, bad };
   for (const f of readdirSync(dir).filter((x) => x.endsWith('.json')).sort()) {
     let rec: unknown;
     try { rec = JSON.parse(readFileSync(join(dir, f), 'utf8')); } catch (e) { bad.push({ file: f, errors: [`not JSON: ${(e as Error).message}`] }); continue; }
     const errors = validateRecord(rec);
-    if (errors.length) { bad.push({ file: f, errors }); continue; }
+    if (errors.length) {
+      // Records of the component benches (ops, api, OSWorld, density) have their own shape.
+      const o = rec as { schemaVersion?: unknown; kind?: unknown; experiment?: unknown; started?: unknown };
+      const name = typeof o?.experiment === 'string' ? o.experiment : typeof o?.kind === 'string' ? o.kind : undefined;
+      const component = o && o.schemaVersion === 1 && o.kind !== 'drums-bench-record' && name ? { experiment: name, started: String(o.started ?? '') } : undefined;
+      bad.push({ file: f, errors, component });
+      continue;
+    }
     const record = rec as BenchRecord;
     ok.push({ file: f, slug: f.replace(/\.json$/, ''), record, barsFlag: barsFlag(record, barsDir) });
   }
@@ -142,7 +151,7 @@ function recordPage(l: LoadedRecord): string {
   b += `</table><h2>Arms</h2><table><tr><th>arm</th><th>status</th><th>isolation</th><th>description</th></tr>`;
   for (const a of r.arms) {
     const iso = a.isolation.verdict === 'fail' ? `<span class="badge fail">FAIL</span> ${esc(a.isolation.failedProbes.join(', '))}` : a.isolation.verdict === 'pass' ? '<span class="badge pass">pass</span>' : 'not audited';
-    b += `<tr><td>${esc(a.name)}${a.unsafe ? ` <span class="badge fail" title="${esc(a.unsafe)}">unsafe</span>` : ''}</td><td>${esc(a.status)}${a.reason ? ': ' + esc(a.reason) : ''}</td><td>${iso}${a.isolation.source ? `<br><small>${esc(a.isolation.source)}</small>` : ''}</td><td>${esc(a.description)}${a.unsafe ? `<br><strong>Savings bought with isolation/safety:</strong> ${esc(a.unsafe)}` : ''}${a.stepNote ? `<br><small>step: ${esc(a.stepNote)}</small>` : ''}</td></tr>`;
+    b += `<tr><td>${esc(a.name)}${a.unsafe ? ` <span class="badge fail" title="${esc(a.unsafe)}">unsafe</span>` : ''}</td><td>${esc(a.status)}${a.reason ? ': ' + esc(a.reason) : ''}</td><td>${iso}${a.isolation.source ? `<br><small>${esc(a.isolation.source)}</small>` : ''}</td><td>${esc(a.description)}${a.unsafe ? `<br><strong>Savings bought with isolation/safety:</strong> ${esc(a.unsafe)}` : ''}${a.tradeoff ? `<br><strong>Saving bought with isolation:</strong> ${esc(a.tradeoff)}` : ''}${a.stepNote ? `<br><small>step: ${esc(a.stepNote)}</small>` : ''}</td></tr>`;
   }
   b += `</table><h2>Results</h2><table><tr><th>arm</th><th>metric</th><th>value</th><th>95% interval</th><th>unit</th><th>n</th><th>note</th></tr>`;
   for (const x of r.results) b += `<tr><td>${esc(x.arm)}</td><td>${esc(x.metric)}</td><td>${fmt(x.value)}</td><td>${ci(x.ci)}</td><td>${esc(x.unit)}</td><td>${x.n}</td><td>${esc(x.note ?? '')}</td></tr>`;
@@ -167,7 +176,7 @@ function auditSection(a: unknown): string {
   return b;
 }
 
-function indexPage(loaded: LoadedRecord[], bad: { file: string; errors: string[] }[]): string {
+function indexPage(loaded: LoadedRecord[], bad: OtherRecord[]): string {
   let b = '<h1>DrumsBench</h1><p>Every record under <code>bench/records</code>, newest first. Failed and incomplete records are kept.</p>';
   // Headline: ratios against peer-vnc from the newest record that has them.
   const withPeer = loaded.find((l) => l.record.results.some((x) => x.arm === 'peer-vnc' && x.metric.startsWith('ratio.')));
@@ -191,11 +200,41 @@ function indexPage(loaded: LoadedRecord[], bad: { file: string; errors: string[]
     b += `<tr><td><a href="${esc(l.slug)}.html">${esc(r.experiment)}</a></td><td>${badge(r.status)}${r.complete ? '' : ' incomplete'}${l.barsFlag ? ' <span class="badge fail">bars changed</span>' : ''}</td><td>${esc(r.mode)}</td><td>${esc(r.started)}</td><td><code>${esc(r.commit.slice(0, 12))}</code></td><td><small>${esc(r.summary.slice(0, 300))}</small></td></tr>`;
   }
   b += '</table>';
-  if (bad.length) b += `<h2>Unreadable records</h2><ul>${bad.map((x) => `<li><code>${esc(x.file)}</code>: ${esc(x.errors.slice(0, 3).join('; '))}</li>`).join('')}</ul>`;
+  const components = bad.filter((x) => x.component);
+  const unreadable = bad.filter((x) => !x.component);
+  if (components.length) {
+    b += '<h2>Component benchmarks</h2><p>Records of the per-area benches (observe/act, API, OSWorld, density), in their own formats.</p><table class="records"><tr><th>record</th><th>experiment</th><th>measured</th></tr>';
+    for (const c of components) b += `<tr><td><a href="${esc(c.file.replace(/\.json$/, ''))}.html">${esc(c.file)}</a></td><td>${esc(c.component!.experiment)}</td><td>${esc(c.component!.started)}</td></tr>`;
+    b += '</table>';
+  }
+  if (unreadable.length) b += `<h2>Unreadable records</h2><ul>${unreadable.map((x) => `<li><code>${esc(x.file)}</code>: ${esc(x.errors.slice(0, 3).join('; '))}</li>`).join('')}</ul>`;
   return page('DrumsBench', b);
 }
 
-export function buildSite(opts: { out: string; records?: string; barsDir?: string }): { out: string; pages: string[]; bad: { file: string; errors: string[] }[] } {
+/** A component record (schemaVersion 1, its own shape): its numbers as a flat table, its bars, its JSON. */
+function componentPage(file: string, rec: Record<string, unknown>): string {
+  const rows: string[] = [];
+  const walk = (v: unknown, path: string) => {
+    if (typeof v === 'number' || typeof v === 'boolean' || (typeof v === 'string' && v.length < 120)) rows.push(`<tr><td><code>${esc(path)}</code></td><td>${esc(typeof v === 'number' ? Math.round(v * 100) / 100 : v)}</td></tr>`);
+    else if (Array.isArray(v)) { if (v.length <= 12) v.forEach((x, i) => walk(x, `${path}[${i}]`)); }
+    else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, path ? `${path}.${k}` : k);
+  };
+  walk(rec.results, '');
+  let b = `<p><a href="index.html">index</a></p><p>Experiment <b>${esc(rec.experiment)}</b>, measured ${esc(rec.started)}.</p>`;
+  if (rec.bars && typeof rec.bars === 'object') {
+    b += '<h2>Bars</h2><table><tr><th>bar</th><th>value</th><th>target</th><th>verdict</th></tr>';
+    for (const [k, v] of Object.entries(rec.bars as Record<string, { value?: unknown; bar?: unknown; pass?: boolean }>)) {
+      b += `<tr><td>${esc(k)}</td><td>${esc(v.value)}</td><td>${esc(v.bar)}</td><td>${v.pass === undefined ? '' : v.pass ? 'PASS' : 'FAIL'}</td></tr>`;
+    }
+    b += '</table>';
+  }
+  b += `<h2>Results</h2><table>${rows.join('')}</table>`;
+  if (Array.isArray(rec.notes)) b += `<h2>Notes</h2><ul>${(rec.notes as unknown[]).map((n) => `<li>${esc(n)}</li>`).join('')}</ul>`;
+  b += `<h2>Host</h2><pre>${esc(JSON.stringify(rec.host ?? {}, null, 2))}</pre><p><a href="records/${esc(file)}">the record as JSON</a></p>`;
+  return page(`${String(rec.experiment)} — ${file}`, b);
+}
+
+export function buildSite(opts: { out: string; records?: string; barsDir?: string }): { out: string; pages: string[]; bad: OtherRecord[] } {
   const recordsDir = opts.records ?? join(REPO_ROOT, 'bench', 'records');
   const { ok, bad } = loadRecords(recordsDir, opts.barsDir);
   mkdirSync(join(opts.out, 'records'), { recursive: true });
@@ -206,5 +245,12 @@ export function buildSite(opts: { out: string; records?: string; barsDir?: strin
     writeFileSync(join(opts.out, 'records', l.file), readFileSync(join(recordsDir, l.file)));
     pages.push(`${l.slug}.html`);
   }
-  return { out: opts.out, pages, bad };
+  for (const c of bad) {
+    if (!c.component) continue;
+    const slug = c.file.replace(/\.json$/, '');
+    writeFileSync(join(opts.out, `${slug}.html`), componentPage(c.file, JSON.parse(readFileSync(join(recordsDir, c.file), 'utf8'))));
+    writeFileSync(join(opts.out, 'records', c.file), readFileSync(join(recordsDir, c.file)));
+    pages.push(`${slug}.html`);
+  }
+  return { out: opts.out, pages, bad: bad.filter((x) => !x.component) };
 }

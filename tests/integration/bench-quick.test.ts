@@ -144,7 +144,7 @@ describe('DrumsBench quick run, record and site', () => {
   });
 
   it('skips an arm whose host feature or image is missing with the reason in the record', async () => {
-    const { record: r } = await runExperiment({ experiment: 'density', quick: true, arms: ['seed-guest-server', 'zram-idle'], outDir: join(out, 'skip') });
+    const { record: r } = await runExperiment({ experiment: 'density', quick: true, arms: ['seed-guest-server', 'shared-browser'], outDir: join(out, 'skip') });
     assert.deepEqual(validateRecord(r), []);
     for (const a of r.arms) {
       assert.equal(a.status, 'skipped');
