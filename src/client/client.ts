@@ -32,13 +32,18 @@ export interface SessionInfo {
   [k: string]: unknown;
 }
 
-export interface ExecResult {
-  exitCode: number;
-  stdout: string;
-  stderr: string;
-  durationMs: number;
-  timedOut: boolean;
-  truncated: boolean;
+/** Wire types come from the spec (protocol/openapi.yaml → src/protocol/generated). */
+export type { ExecResult } from '../protocol/generated/types.ts';
+import type { ExecResult } from '../protocol/generated/types.ts';
+
+/** Rebuilds the typed error from the one error body `{error: {code, message, details}}`. */
+async function apiError(res: Response): Promise<DrumsApiError> {
+  let code = 'http_' + res.status, message = res.statusText, details: unknown;
+  try {
+    const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
+    if (j.error) ({ code, message, details } = j.error);
+  } catch {}
+  return new DrumsApiError(res.status, code, message, details);
 }
 
 export interface ScreenshotQuery {
@@ -102,14 +107,7 @@ export class DrumsClient {
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
-    if (!res.ok) {
-      let code = 'http_' + res.status, message = res.statusText, details: unknown;
-      try {
-        const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
-        if (j.error) ({ code, message, details } = j.error);
-      } catch {}
-      throw new DrumsApiError(res.status, code, message, details);
-    }
+    if (!res.ok) throw await apiError(res);
     return res;
   }
 
@@ -146,14 +144,7 @@ export class DrumsClient {
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/octet-stream' } : {}) },
       body: body === undefined ? undefined : new Uint8Array(body),
     });
-    if (!res.ok) {
-      let code = 'http_' + res.status, message = res.statusText, details: unknown;
-      try {
-        const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
-        if (j.error) ({ code, message, details } = j.error);
-      } catch {}
-      throw new DrumsApiError(res.status, code, message, details);
-    }
+    if (!res.ok) throw await apiError(res);
     return res;
   }
   /** Screenshot with options; returns the bytes and the geometry headers. */
