@@ -21,6 +21,8 @@ export interface SpecInput {
   x11Dir: string;
   /** Host file bound read-only at /usr/lib/drums/session-init (the init ships with the daemon). */
   initPath: string;
+  /** Bench only: let the session opt into KSM (see seccomp.ts). */
+  allowMemoryMerge?: boolean;
   memoryBytes: number;
   pids: number;
   /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
@@ -84,7 +86,7 @@ export function buildSpec(i: SpecInput) {
         '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
       ],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
-      seccomp: seccompProfile(),
+      seccomp: seccompProfile({ allowMemoryMerge: i.allowMemoryMerge }),
     },
   };
 }

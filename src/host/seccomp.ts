@@ -21,7 +21,14 @@ const CLONE_NS_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x100000
 const EPERM = 1;
 const ENOSYS = 38;
 
-export function seccompProfile() {
+const PR_SET_MEMORY_MERGE = 67;
+
+/**
+ * `allowMemoryMerge`: only for DrumsBench's KSM arm. Otherwise a session may not opt
+ * itself into kernel same-page merging (an unprivileged prctl on recent kernels),
+ * which would open a cross-session timing channel on any host that runs ksmd.
+ */
+export function seccompProfile(opts: { allowMemoryMerge?: boolean } = {}) {
   return {
     defaultAction: 'SCMP_ACT_ALLOW',
     architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
@@ -34,6 +41,12 @@ export function seccompProfile() {
         errnoRet: EPERM,
         args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }],
       })),
+      ...(opts.allowMemoryMerge ? [] : [{
+        names: ['prctl'],
+        action: 'SCMP_ACT_ERRNO',
+        errnoRet: EPERM,
+        args: [{ index: 0, value: PR_SET_MEMORY_MERGE, valueTwo: 0, op: 'SCMP_CMP_EQ' }],
+      }]),
       // clone3 passes flags in memory seccomp can't read: make libc fall back to clone.
       { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
       // ptrace is confined by the PID namespace; keep it for debuggers inside.

@@ -336,6 +336,7 @@ export class SessionManager {
       runDir: s.runDir,
       x11Dir: join(this.inst.rtDir, s.id, 'x11'),
       initPath: join(this.inst.rtDir, 'session-init'),
+      allowMemoryMerge: benchEnv(s.spec.labels).DRUMS_KSM === '1',
       memoryBytes: s.spec.memoryBytes,
       pids: s.spec.pids,
       cpus: s.spec.cpus,

@@ -120,6 +120,7 @@ try:
     open('/sys/kernel/mm/ksm/run', 'w').write('1'); print('sys ok')
 except OSError as e: print('sys', errno.errorcode[e.errno])
 print('unshare', sc('unshare', 0x20000000))
+print('ksm', 'ok' if libc.prctl(67, 1, 0, 0, 0) == 0 else errno.errorcode[ctypes.get_errno()])
 "`;
     for (const root of [false, true]) {
       const r = await exec(a, py, root);
@@ -128,6 +129,7 @@ print('unshare', sc('unshare', 0x20000000))
       assert.match(r.stdout, /^mount E/m);
       assert.match(r.stdout, /^raw E/m);
       assert.match(r.stdout, /^ptrace ESRCH/m);
+      assert.match(r.stdout, /^ksm EPERM/m, 'a session may not opt into cross-session page merging');
     }
     const caps = await exec(a, 'grep Cap /proc/self/status', true);
     const eff = BigInt('0x' + /CapEff:\s+(\w+)/.exec(caps.stdout)![1]);
