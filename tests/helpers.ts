@@ -23,6 +23,8 @@ export interface TestDaemon {
   proc: ChildProcess;
   /** Graceful stop (SIGTERM) and wait for exit. */
   stop(): Promise<void>;
+  /** stop(), then assert nothing of the instance is left, then remove its state dir. */
+  finish(): Promise<void>;
   /** Runs the CLI against this daemon. */
   cli(args: string[], opts?: { input?: string }): { status: number; stdout: string; stderr: string };
 }
@@ -47,14 +49,20 @@ export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<Tes
     proc.on('exit', (code) => { clearTimeout(timer); rej(new Error(`daemon exited (${code}) before listening:\n${log}`)); });
   });
   const client = new DrumsClient(url, token);
+  const stop = async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    await exited;
+  };
   const cliEnv = { ...env, DRUMS_URL: url };
   return {
     url, token, client, stateDir, instance, env: cliEnv, proc,
-    async stop() {
-      if (proc.exitCode !== null || proc.signalCode !== null) return;
-      const exited = new Promise((r) => proc.once('exit', r));
-      proc.kill('SIGTERM');
-      await exited;
+    stop,
+    async finish() {
+      await stop();
+      assertClean(instance, stateDir);
+      removeStateDir(stateDir);
     },
     cli(args, opts = {}) {
       try {

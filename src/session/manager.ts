@@ -11,6 +11,7 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
+import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
@@ -482,17 +483,4 @@ export class SessionManager {
 export function benchEnv(labels: Record<string, string>): Record<string, string> {
   if (process.env.DRUMS_BENCH_HOOKS !== '1') return {};
   return labels['drums.bench.ksm'] === '1' ? { DRUMS_KSM: '1' } : {};
-}
-
-/** Removes a session's cgroup directories in every hierarchy (v1 controllers or the v2 tree). */
-export async function removeCgroup(path: string): Promise<void> {
-  const { readdirSync, rmdirSync } = await import('node:fs');
-  const bases = existsSync('/sys/fs/cgroup/cgroup.controllers') ? ['/sys/fs/cgroup'] : readdirSync('/sys/fs/cgroup').map((c) => `/sys/fs/cgroup/${c}`);
-  for (const base of bases) {
-    const dir = base + path;
-    if (!existsSync(dir)) continue;
-    try { rmdirSync(dir); } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    }
-  }
 }

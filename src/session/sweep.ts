@@ -7,6 +7,7 @@ import { listClaims, listNetns, listVeths } from '../host/network.ts';
 import { deleteTable, tableExists } from '../host/nftables.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountsUnder } from '../host/overlay.ts';
+import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
 
 export interface SweepReport {
@@ -43,9 +44,7 @@ export function liveDaemon(inst: Instance): DaemonRecord | undefined {
 }
 
 function cgroupRoots(inst: Instance): string[] {
-  const name = `drums-${inst.name}`;
-  if (existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory')) return [join('/sys/fs/cgroup', name)];
-  return readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, name));
+  return cgroupBases().map((base) => join(base, `drums-${inst.name}`));
 }
 
 /**

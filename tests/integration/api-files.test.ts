@@ -4,7 +4,7 @@ import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
-import { assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Session files through the API (confinement), streaming exec, and an X server crash → `broken`.
 describe('session files, streaming exec, X crash (minimal image)', () => {
@@ -22,9 +22,7 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
   });
   after(async () => {
     if (s) await d.client.destroySession(s.id).catch(() => {});
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('writes, reads, stats, lists and deletes files (binary-safe, parents created)', async () => {

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import { randomInt } from 'node:crypto';
 import sharp from 'sharp';
 import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
-import { assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Observe and act through the daemon's HTTP API on a real `default` session: every action type is
 // verified by the events the session's Chromium receives (a page served by a task server on the
@@ -84,9 +84,7 @@ describe('observe and act through the API (default image, Chromium)', () => {
   after(async () => {
     server?.close();
     if (s) await d.client.destroySession(s.id).catch(() => {});
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('left click lands at the screen coordinates sent', async () => {

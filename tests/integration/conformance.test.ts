@@ -11,9 +11,7 @@ describe('API conformance', () => {
   let d: TestDaemon;
   before(async () => { d = await startDaemon(); });
   after(async () => {
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('drums conformance passes every check (≥ 40) and leaves no session', async () => {

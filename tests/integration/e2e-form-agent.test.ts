@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { randomInt } from 'node:crypto';
 import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
-import { assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // End to end: a scripted agent completes a web form in the session's Chromium using ONLY
 // screenshots and actions through the HTTP API (no DOM access, no exec): it finds the fields by
@@ -65,9 +65,7 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
   after(async () => {
     server?.close();
     if (s) await d.client.destroySession(s.id).catch(() => {});
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   // ---- the agent: sees only raw screenshots, acts only through /actions ----

@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { ROOT, assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // OSWorld's guest contract served per session by the daemon, driven by desktop_env's
 // real PythonController and SetupController, plus the error shapes and isolation.
@@ -22,9 +22,7 @@ describe('osworld guest contract (osworld image)', () => {
   });
   after(async () => {
     for (const x of await d.client.listSessions()) await d.client.destroySession(x.id).catch(() => {});
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   const post = (path: string, body: unknown) => fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ROOT, assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // OSWorld's `os` tasks (read from the shared test data, never copied into the repo) through
 // `drums osworld run`, i.e. the real desktop_env DesktopEnv with the drums provider.
@@ -15,9 +15,7 @@ describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task dat
   let tmp: string;
   before(async () => { d = await startDaemon(); tmp = mkdtempSync('/tmp/drums-osw-'); });
   after(async () => {
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   const run = (args: string[]) => {

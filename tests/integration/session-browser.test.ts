@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { assertClean, removeStateDir, startDaemon, type TestDaemon } from '../helpers.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 /** Fraction of pixels within `tol` of an RGB colour. */
 async function colourShare(png: Buffer, rgb: [number, number, number], tol = 12): Promise<number> {
@@ -19,9 +19,7 @@ describe('Chromium in a session', () => {
   let d: TestDaemon;
   before(async () => { d = await startDaemon(); });
   after(async () => {
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('`drums session create --url` shows Chromium on the session\'s own display', async () => {

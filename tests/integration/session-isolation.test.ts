@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import type { SessionInfo } from '../../src/client/client.ts';
-import { assertClean, removeStateDir, startDaemon, runPrefix, type TestDaemon } from '../helpers.ts';
+import { startDaemon, runPrefix, type TestDaemon } from '../helpers.ts';
 
 // Two live sessions of the default image, probed from inside each other.
 describe('isolation between two sessions', () => {
@@ -21,9 +21,7 @@ describe('isolation between two sessions', () => {
   after(async () => {
     rmSync(hostMarker, { force: true });
     for (const s of [a, b]) if (s) await d.client.destroySession(s.id).catch(() => {});
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('each session sees only its own processes, in its own namespaces', async () => {

@@ -8,9 +8,7 @@ describe('session lifecycle (minimal image)', () => {
   let d: TestDaemon;
   before(async () => { d = await startDaemon({ DRUMS_TEST_HOOKS: '1' }); });
   after(async () => {
-    await d.stop();
-    assertClean(d.instance, d.stateDir);
-    removeStateDir(d.stateDir);
+    await d.finish();
   });
 
   it('creates a ready desktop, execs in it, resets it and destroys it', async () => {
