@@ -109,7 +109,7 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
       actions: [
         // Like a real agent, give the page a moment between fields (keystrokes and the next
         // click travel to the renderer by different paths).
-        { type: 'click', x: red.x, y: red.y }, { type: 'type', text: name }, { type: 'wait', ms: 200 },
+        { type: 'click', x: red.x, y: red.y }, { type: 'wait', ms: 100 }, { type: 'type', text: name }, { type: 'wait', ms: 200 },
         { action: 'left_click', coordinate: [green.x, green.y] }, { type: 'wait', ms: 100 }, { action: 'type', text: email },
       ],
       screenshot: { format: 'png', scale: { width: 640, height: 400 } },
