@@ -57,6 +57,14 @@ export const REBIND_QUIET_MS = 200;
  * change on this machine), so bindings are kept for reuse across calls until input goes idle.
  */
 export const RESTORE_IDLE_MS = 5_000;
+/**
+ * Time between binding a keysym to a spare keycode and first pressing it. The notify reaches a
+ * client before the key event, but a client may re-read the map asynchronously (Chromium does) and
+ * translate a key that arrives meanwhile with the old map, where the keycode is NoSymbol: the
+ * character is lost (Chromium loads keymaps on a worker thread). Seen in CI and once in 20 tries
+ * here: the first character of a typed text with a fresh binding went missing.
+ */
+export const BIND_SETTLE_MS = 50;
 
 export function sleep(ms: number): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
@@ -227,6 +235,7 @@ export async function typeText(d: XDisplay, text: string): Promise<void> {
     const kb = d._keyboard;
     await kb.ensureFresh();
     try {
+      await kb.prebind(chars);
       let n = 0;
       for (const candidates of chars) {
         await kb.tap(candidates);
@@ -256,6 +265,8 @@ export class Keyboard {
   private bound = new Map<number, number>();
   /** keycode → time (ms) it was last bound or pressed. */
   private lastUse = new Map<number, number>();
+  /** keycode → time (ms) it was bound (cleared once it has settled, see BIND_SETTLE_MS). */
+  private boundAt = new Map<number, number>();
   /** keysym → { keycode, withShift } for keys held by key_down. */
   private held = new Map<number, { keycode: number; withShift: boolean }>();
   private stale = false;
@@ -356,12 +367,50 @@ export class Keyboard {
     this.d._x.ChangeKeyboardMapping(kc, this.perKeycode, row);
     this.bound.set(sym, kc);
     this.lastUse.set(kc, performance.now());
+    this.boundAt.set(kc, performance.now());
     return { keycode: kc, level: 0 };
+  }
+
+  /**
+   * Bind, in one go, the keysyms that the keymap lacks for the given characters (as many as there
+   * are free spare keycodes), so typing pays the settle time once rather than per character.
+   */
+  async prebind(chars: number[][]): Promise<void> {
+    const need = new Set<number>();
+    for (const candidates of chars) {
+      if (candidates.some(sym => this.lookup.has(sym) || this.bound.has(sym))) continue;
+      need.add(candidates[0]);
+    }
+    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
+    let free = this.spare.filter(k => !heldCodes.has(k) && ![...this.bound.values()].includes(k)).length;
+    for (const sym of need) {
+      if (free-- <= 0) break;
+      await this.locate([sym], new Set());
+    }
+  }
+
+  /** Wait until every freshly bound keycode about to be pressed has settled in the clients. */
+  private async settle(keycode: number): Promise<void> {
+    const at = this.boundAt.get(keycode);
+    if (at === undefined) return;
+    const wait = at + BIND_SETTLE_MS - performance.now();
+    if (wait > 0) {
+      await this.d.sync();
+      await sleep(Math.max(0, at + BIND_SETTLE_MS - performance.now()));
+    }
+    // Everything bound up to now has settled too.
+    const now = performance.now();
+    for (const [kc, t] of this.boundAt) if (t + BIND_SETTLE_MS <= now) this.boundAt.delete(kc);
   }
 
   private shiftHeld(): boolean {
     for (const h of this.held.values()) if (h.keycode === this.shiftKeycode || h.withShift) return true;
     return false;
+  }
+
+  private async pressSettled(keycode: number, down: boolean): Promise<void> {
+    if (down) await this.settle(keycode);
+    this.press(keycode, down);
   }
 
   private press(keycode: number, down: boolean): void {
@@ -373,6 +422,7 @@ export class Keyboard {
   async tap(candidates: number[]): Promise<void> {
     const loc = await this.locate(candidates, new Set());
     const shift = loc.level === 1 && !this.shiftHeld() && this.shiftKeycode !== 0;
+    await this.settle(loc.keycode);
     if (shift) this.press(this.shiftKeycode, true);
     this.press(loc.keycode, true);
     this.press(loc.keycode, false);
@@ -396,7 +446,7 @@ export class Keyboard {
           pressed.push(this.shiftKeycode);
           shiftAdded = true;
         }
-        this.press(loc.keycode, true);
+        await this.pressSettled(loc.keycode, true);
         pressed.push(loc.keycode);
       }
       await fn();
@@ -409,6 +459,7 @@ export class Keyboard {
     if (this.held.has(sym)) return;
     const loc = await this.locate([sym], new Set());
     const withShift = loc.level === 1 && !this.shiftHeld() && !isModifierKeysym(sym) && this.shiftKeycode !== 0;
+    await this.settle(loc.keycode);
     if (withShift) this.press(this.shiftKeycode, true);
     this.press(loc.keycode, true);
     this.held.set(sym, { keycode: loc.keycode, withShift });
