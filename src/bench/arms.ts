@@ -2,6 +2,8 @@ import { existsSync } from 'node:fs';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { listImages } from '../image/index.ts';
 import { KSM_SETTINGS, ksmHooks, zramHooks } from './memory-arms.ts';
+import { PROBE_ID, sharedBrowser, sharedBrowserUnavailable } from './shared-browser.ts';
+import { seedGuestArm } from './seed-guest.ts';
 
 /**
  * Arms: session configurations an experiment compares. Each arm says how to
@@ -47,8 +49,10 @@ export interface Arm {
   unavailable(o: ArmOptions): string | null;
   /** Extra fields of the create spec (browser = open Chromium on `url`). */
   spec(url?: string): Record<string, unknown>;
-  /** Runs after a create or reset returns (the peer stack starts its VNC server here). Counted in create/reset latency. */
-  afterStart?(c: DrumsClient, s: SessionInfo): Promise<void>;
+  /** Runs after a create or reset returns (the peer stack starts its VNC server here), with the page the session opens, if any. Counted in create/reset latency. */
+  afterStart?(c: DrumsClient, s: SessionInfo, url?: string): Promise<void>;
+  /** Runs after the runner destroyed one of the arm's sessions. */
+  afterDestroy?(s: SessionInfo): Promise<void>;
   /** One agent step: act + observe. */
   step(c: DrumsClient, s: SessionInfo): Promise<void>;
   /** What one step is, for the record. */
@@ -134,7 +138,6 @@ const zramAvailable = (): string | null => {
 
 const onPath = (tool: string) => (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').concat(['/usr/sbin', '/sbin']).some((d) => existsSync(`${d}/${tool}`));
 
-const notBuilt = (what: string) => (): string | null => `not implemented in this iteration: ${what}`;
 
 /** The memory arms need root on the host (sysfs knobs, swapon, cgroup files). */
 const needRoot = (): string | null => (process.getuid?.() === 0 ? null : 'needs root on the host (host knobs, cgroup files)');
@@ -165,29 +168,31 @@ const ksm = (aslr: boolean): Arm => ({
   isolation: { kind: 'fail-by-design', probe: 'ksm.cross-session-merge', why: 'KSM deduplicates pages across sessions; a merged page is a cross-session timing side channel (copy-on-write on write). FAIL by design' },
 });
 
-const sharedBrowser: Arm = {
+/** The session-side port of the shared browser's DevTools endpoint (each shared-browser session may reach its gateway on it). */
+const SHARED_DEVTOOLS_PORT = 9222;
+const shared = sharedBrowser(SHARED_DEVTOOLS_PORT);
+
+const sharedBrowserArm: Arm = {
   name: 'shared-browser',
-  description: 'one host Chromium with a profile per session, served into sessions (isolation is expected to FAIL; the audit probe `shared-browser.cross-profile` documents why)',
+  description: 'one Chromium on the host (same flags as a session\'s own, on a host Xvfb) with a browser context (profile) and one page per session; the sessions run the desktop only (Xvfb, openbox, buses). Tools in a session reach their browser through its DevTools endpoint, as OSWorld tasks do on port 9222',
   image: 'default',
-  unsafe: 'one browser process tree serves every session: a renderer or browser compromise reaches all sessions',
-  unavailable: notBuilt('memory of the shared browser; only its isolation probe is implemented (drums audit --arms shared-browser)'),
-  spec: baseline.spec,
-  step: drumsStep,
-  stepNote: baseline.stepNote,
+  unsafe: 'one browser process tree serves every session: a session that reaches the DevTools endpoint reads and drives every other session\'s pages, and a renderer or browser compromise reaches all sessions',
+  tradeoff: 'a saving bought with isolation: every session\'s pages live in one browser process and behind one DevTools endpoint (the run\'s probe shared-browser.cross-session-devtools shows session A reading and driving session B\'s page)',
+  unavailable: () => sharedBrowserUnavailable() ?? baseline.unavailable({}),
+  spec: () => ({ image: 'default', hostPorts: [SHARED_DEVTOOLS_PORT] }),
+  afterStart: shared.afterStart,
+  afterDestroy: shared.afterDestroy,
+  step: shared.step,
+  stepNote: 'a click (5, 5) and a PNG screenshot of the session\'s page through the shared browser\'s DevTools protocol (Playwright over CDP)',
+  hooks: shared.hooks,
+  isolation: { kind: 'fail-by-design', probe: PROBE_ID, why: 'one browser serves every session: whoever reaches its DevTools endpoint reads and drives all pages. FAIL by design; the in-run probe and drums audit --arms shared-browser name the path' },
 };
 
-const seedGuest: Arm = {
-  name: 'seed-guest-server',
-  description: 'an OSWorld-style guest server seeded inside the session (needs --osworld-src)',
-  image: 'default',
-  unavailable: (o) => (o.osworldSrc ? notBuilt('seeding the OSWorld guest server') () : 'needs --osworld-src DIR (an OSWorld checkout); not given'),
-  spec: baseline.spec,
-  step: drumsStep,
-  stepNote: baseline.stepNote,
-};
+/** OSWorld's own guest server inside every session, from the checkout given with --osworld-src (src/bench/seed-guest.ts). */
+const seedGuest: Arm = seedGuestArm(imageBuilt);
 
 export const ARMS: Record<string, Arm> = Object.fromEntries(
-  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowser, seedGuest].map((a) => [a.name, a]),
+  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest].map((a) => [a.name, a]),
 );
 
 export function getArm(name: string): Arm {

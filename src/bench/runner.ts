@@ -43,8 +43,8 @@ export const EXPERIMENTS: Record<string, Experiment> = {
   },
   'memory-arms': {
     name: 'memory-arms',
-    description: 'The memory-saving arms interleaved with the baseline in the same run: KSM with ASLR on and off (pages merged across sessions; readings once merging settles; ksmd CPU) and zram-idle (idle sessions pushed into a zram swap device through their own cgroup; wake-up latency and CPU). Each saving is shown next to its isolation verdict; a saving bought with isolation is marked.',
-    arms: ['baseline', 'ksm-aslr-on', 'ksm-aslr-off', 'zram-idle'],
+    description: 'The memory-saving arms interleaved with the baseline in the same run: KSM with ASLR on and off (pages merged across sessions; readings once merging settles; ksmd CPU), zram-idle (idle sessions pushed into a zram swap device through their own cgroup; wake-up latency and CPU) and shared-browser (one Chromium on the host, a profile per session; in-run probe of its DevTools endpoint). Each saving is shown next to its isolation verdict; a saving bought with isolation is marked.',
+    arms: ['baseline', 'ksm-aslr-on', 'ksm-aslr-off', 'zram-idle', 'shared-browser'],
     bars: 'density',
     quick: { ns: [1, 2, 4, 6] },
     wake: true,
@@ -111,12 +111,20 @@ interface Ctx {
 async function createFor(ctx: Ctx, arm: Arm, url?: string): Promise<SessionInfo> {
   const s = await ctx.c.createSession({ ...arm.spec(url), labels: { ...arm.hooks?.labels, 'drums.bench.arm': arm.name } });
   try {
-    await arm.afterStart?.(ctx.c, s);
+    await arm.afterStart?.(ctx.c, s, url);
   } catch (e) {
-    await ctx.c.destroySession(s.id).catch(() => {});
+    await destroyFor(ctx, arm, s).catch(() => {});
     throw e;
   }
   return s;
+}
+
+async function destroyFor(ctx: Ctx, arm: Arm, s: SessionInfo): Promise<void> {
+  try {
+    await ctx.c.destroySession(s.id);
+  } finally {
+    await arm.afterDestroy?.(s);
+  }
 }
 
 async function checkAlive(ctx: Ctx, ids: string[]): Promise<void> {
@@ -142,11 +150,11 @@ async function latencyCycles(ctx: Ctx, arm: Arm, data: Record<string, unknown>):
         if (typeof srv === 'number') lat[browser ? 'server_browser_ready_ms' : 'server_desktop_ready_ms']!.push(srv);
         t = performance.now();
         const r = await ctx.c.resetSession(s.id);
-        await arm.afterStart?.(ctx.c, r);
+        await arm.afterStart?.(ctx.c, r, browser ? PAGE : undefined);
         lat[browser ? 'reset_browser_ms' : 'reset_ms']!.push(performance.now() - t);
       } finally {
         t = performance.now();
-        await ctx.c.destroySession(s.id);
+        await destroyFor(ctx, arm, s);
         lat.destroy_ms!.push(performance.now() - t);
       }
     }
@@ -271,7 +279,7 @@ async function memoryLadder(ctx: Ctx, arm: Arm, data: Record<string, unknown>, c
     }
   } finally {
     ctx.status('destroying sessions');
-    for (const s of sessions) await ctx.c.destroySession(s.id).catch(() => {});
+    for (const s of sessions) await destroyFor(ctx, arm, s).catch(() => {});
   }
 }
 
@@ -337,7 +345,7 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
           if (warmup) {
             ctx.status('warm-up create/destroy (discarded)');
             const s = await createFor(ctx, arm, PAGE);
-            await ctx.c.destroySession(s.id);
+            await destroyFor(ctx, arm, s);
           } else {
             await latencyCycles(ctx, arm, data);
             const cap = !o.quick && exp.capacity && arm.name === 'baseline' && trialNo === p.trials ? exp.capacity : undefined;
@@ -589,9 +597,17 @@ export function armIsolation(arm: Arm, dir?: string): ArmRecord['isolation'] {
   return { verdict: b.verdict, failedProbes: b.failedProbes, source: `${b.verdict === 'not-audited' ? '' : `the baseline's audit (${b.source}); `}${decl.why}` };
 }
 
-/** Puts the result of an arm's in-run isolation probe (ksmProbe) into its verdict: observed = the named probe failed. */
+/** Puts the result of an arm's in-run isolation probe (ksmProbe, or a generic isolationProbe) into its verdict: observed = the named probe failed. */
 function applyProbes(arms: ArmRecord[], trials: TrialRecord[]): void {
   for (const a of arms) {
+    const generic = trials.filter((t) => t.arm === a.name && !t.warmup).map((t) => t.data.isolationProbe as { id: string; observed: boolean; detail: string } | undefined).filter((x) => x);
+    if (generic.length) {
+      const hit = generic.find((x) => x!.observed);
+      a.isolation = hit
+        ? { verdict: 'fail', failedProbes: [hit.id], source: `in-run probe (${generic.filter((x) => x!.observed).length} of ${generic.length} trials observed it): ${hit.detail}. ${a.isolation.source ?? ''}` }
+        : { ...a.isolation, verdict: 'fail', source: `in-run probe ${generic[0]!.id} did not observe the path (${generic[0]!.detail}); FAIL by design regardless: ${a.isolation.source ?? ''}` };
+      continue;
+    }
     const probes = trials.filter((t) => t.arm === a.name && !t.warmup).map((t) => t.data.ksmProbe as { crossSessionMerge?: boolean; cowTimingVisible?: boolean; guess?: { mergedPages?: number; medianWriteNs?: number }; control?: { mergedPages?: number; medianWriteNs?: number }; pages?: number } | undefined).filter((x) => x);
     if (!probes.length) continue;
     const hit = probes.find((x) => x!.crossSessionMerge);
@@ -628,6 +644,11 @@ function memoryArmRows(arm: string, ts: TrialRecord[]): ResultRow[] {
     const z = (p.arm?.zram as { stat?: { origMiB: number; memUsedMiB: number } } | undefined)?.stat;
     return z ? z.origMiB - z.memUsedMiB : undefined;
   });
+  slopeOf('shared_browser_pss_mib_per_session', 'MiB', 'slope over N of the PSS of the shared Chromium\'s process tree (on the host, outside the sessions): what one more profile and page cost in the shared browser', (p) => (p.arm?.sharedBrowser as { pssMiB?: number } | undefined)?.pssMiB);
+  const sb = ts.map((t) => t.data.sharedBrowserPss as { pssMiB: number; processes: number; contexts: number } | undefined).filter((x) => x);
+  if (sb.length) {
+    add('shared_browser_pss_mib', sb.map((x) => x!.pssMiB), 'MiB', `PSS of the shared Chromium's whole process tree at the largest N (${sb[0]!.processes} processes, ${sb[0]!.contexts} profiles)`);
+  }
   const lastPoint = (t: TrialRecord) => { const pts = (t.data.memoryPoints as { n: number; arm?: Record<string, unknown> }[] | undefined) ?? []; return pts[pts.length - 1]; };
   // KSM
   const ksm = ts.map((t) => ({ t, k: t.data.ksm as { counters: Record<string, number>; perSession: { mergingPages: number; profitMiB: number }[] } | undefined })).filter((x) => x.k);

@@ -20,7 +20,7 @@ const hostState = () => ({
 
 // The memory arms (docs/bench.md): the KSM opt-in is a bench-only label, and
 // each arm's trial leaves the host as it found it. About 45 s on 2 cores.
-describe('memory arms (ksm, zram-idle)', () => {
+describe('memory arms (ksm, zram-idle, shared-browser)', () => {
   const out = mkdtempSync('/var/tmp/drums-memarms-test-');
   after(() => rmSync(out, { recursive: true, force: true }));
 
@@ -63,5 +63,27 @@ describe('memory arms (ksm, zram-idle)', () => {
     assert.notEqual(zr.isolation.verdict, 'fail');
     assert.ok((v('zram-idle', 'zram_orig_mib') ?? 0) > 10, 'memory went to zram');
     assert.ok((v('zram-idle', 'wake_step_ms.p50') ?? 0) > 0);
+  });
+
+  it('shared-browser measures one host Chromium with a profile per session, and its in-run probe catches A driving B\'s page', async () => {
+    const chromiumTree = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+      try { return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('drums-bench-shared-browser-'); } catch { return false; }
+    });
+    const { record } = await runExperiment({
+      experiment: 'memory-arms', quick: true, arms: ['shared-browser'], outDir: out,
+      params: { ns: [2], cycles: 1, settleMs: 500, stepSeconds: 1, cpuSeconds: 1, warmups: 0, stepsAtN1: 0 },
+    });
+    assert.deepEqual(validateRecord(record), []);
+    const arm = record.arms.find((a) => a.name === 'shared-browser')!;
+    assert.equal(arm.status, 'measured', arm.reason);
+    assert.equal(record.trials.filter((t) => !t.valid).length, 0, JSON.stringify(record.failures));
+    assert.equal(arm.isolation.verdict, 'fail');
+    assert.deepEqual(arm.isolation.failedProbes, ['shared-browser.cross-session-devtools'], arm.isolation.source);
+    assert.match(arm.isolation.source ?? '', /Target activated/);
+    const v = (m: string) => record.results.find((x) => x.arm === 'shared-browser' && x.metric === m)?.value;
+    assert.ok((v('shared_browser_pss_mib') ?? 0) > 50, 'the shared browser\'s PSS is measured');
+    assert.ok((v('create_browser_ready_ms.p50') ?? 0) > 0);
+    assert.deepEqual(chromiumTree(), [], 'the shared Chromium is gone');
+    assert.equal(readdirSync('/tmp').filter((f) => f.startsWith('drums-bench-shared-browser-')).length, 0);
   });
 });
