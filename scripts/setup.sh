@@ -9,7 +9,10 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 NODE_VERSION=24.22.3
 HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux coreutils python3 python3-venv python3-pip)
-TEST_PACKAGES=(chromium)   # a real browser for web UI tests (headless)
+# Tests also run X clients on the host: a real browser for web UI tests (headless), and the
+# display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture.
+TEST_PACKAGES=(chromium xvfb openbox xterm x11-utils x11-xserver-utils xdotool dbus at-spi2-core
+  python3-pyatspi python3-lxml python3-gi gir1.2-gtk-3.0 gnome-terminal)
 
 missing=()
 for p in "${HOST_PACKAGES[@]}" ${DRUMS_SETUP_TEST:+"${TEST_PACKAGES[@]}"}; do
