@@ -104,6 +104,17 @@ const baseline: Arm = {
   stepNote: 'POST /v1/sessions/:id/actions (one click) with a PNG screenshot in the response',
 };
 
+const osworldImage: Arm = {
+  name: 'osworld',
+  description: 'a Drums session on the osworld image (default + what OSWorld tasks assume; 1920x1080 screen, its default) with Chromium open, and the host-side OSWorld guest endpoint the daemon serves for it: what one more OSWorld environment costs',
+  image: 'osworld',
+  unavailable: () => imageBuilt('osworld'),
+  spec: (url) => ({ image: 'osworld', ...(url ? { url } : {}) }),
+  step: drumsStep,
+  stepNote: baseline.stepNote,
+  isolation: { kind: 'as-baseline', why: 'the same session core and policy as the baseline; the image adds packages, and the host-side guest endpoint on 127.0.0.1 refuses local users other than the daemon\'s (peer uid check, tests/integration/osworld-contract.test.ts)' },
+};
+
 /** The peer stack: x11vnc on the session display, websockify serving noVNC; actions and screenshots by spawning xdotool and import. */
 const PEER_START = [
   'setsid x11vnc -display :0 -forever -shared -nopw -localhost -rfbport 5900 -quiet -noxdamage >/tmp/x11vnc.log 2>&1 < /dev/null &',
@@ -192,7 +203,7 @@ const sharedBrowserArm: Arm = {
 const seedGuest: Arm = seedGuestArm(imageBuilt);
 
 export const ARMS: Record<string, Arm> = Object.fromEntries(
-  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest].map((a) => [a.name, a]),
+  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest, osworldImage].map((a) => [a.name, a]),
 );
 
 export function getArm(name: string): Arm {

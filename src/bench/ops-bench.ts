@@ -1,7 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import { hostFacts } from './host-facts.ts';
+import { judge, loadBars } from './bars.ts';
+import { gitState, hostFacts } from './host-facts.ts';
 import { summary } from './stats.ts';
 
 /**
@@ -53,9 +54,16 @@ export async function runOpsBench(o: OpsBenchOptions) {
     await c.act(s.id, { actions: [{ type: 'click', x: 640, y: 600 }, { type: 'key', keys: ['Tab'] }] });
     const api: Record<string, unknown> = {};
     const step = (name: string) => o.progress(`api ${name}`);
-    step('screenshot png'); api.screenshotPng = await time(o.runs, () => c.screenshotEx(s.id, { format: 'png' }));
-    step('screenshot jpeg'); api.screenshotJpegQ80 = await time(o.runs, () => c.screenshotEx(s.id, { format: 'jpeg', quality: 80 }));
-    step('screenshot raw'); api.screenshotRaw = await time(o.runs, () => c.screenshotEx(s.id, { format: 'raw' }));
+    // Client wall time, and the daemon's own capture + encode time (Server-Timing) apart from the transfer.
+    const server: Record<string, number[]> = { png: [], jpeg: [], raw: [] };
+    const shot = (format: 'png' | 'jpeg' | 'raw') => async () => {
+      const r = await c.screenshotEx(s.id, { format, ...(format === 'jpeg' ? { quality: 80 } : {}) });
+      if (r.serverMs !== undefined) server[format]!.push(r.serverMs);
+    };
+    step('screenshot png'); api.screenshotPng = await time(o.runs, shot('png'));
+    step('screenshot jpeg'); api.screenshotJpegQ80 = await time(o.runs, shot('jpeg'));
+    step('screenshot raw'); api.screenshotRaw = await time(o.runs, shot('raw'));
+    for (const [f, xs] of Object.entries(server)) if (xs.length) api[`screenshot${f === 'png' ? 'Png' : f === 'jpeg' ? 'JpegQ80' : 'Raw'}Server`] = round(summary(xs.slice(-o.runs)));
     step('click'); api.clickRoundTrip = await time(o.runs, () => c.act(s.id, { actions: [{ type: 'click', x: 1200, y: 760 }] }));
     step('action+screenshot'); api.actionPlusScreenshotPng = await time(o.runs, () => c.act(s.id, { actions: [{ type: 'move', x: 1100, y: 700 }], screenshot: { format: 'png' } }));
     api.actionPlusScreenshotJpeg = await time(o.runs, () => c.act(s.id, { actions: [{ type: 'move', x: 1100, y: 700 }], screenshot: { format: 'jpeg', quality: 80 } }));
@@ -122,9 +130,27 @@ export async function runOpsBench(o: OpsBenchOptions) {
     for (const s of many) await c.destroySession(s.id).catch(() => {});
   }
 
+  // The observe/act bars (frozen in bench/bars/observe-act.json) are judged on client wall time.
+  const { bars, sha256 } = loadBars('observe-act');
+  const api = (results.api ?? {}) as Record<string, { p50: number } | undefined>;
+  const metricOf: Record<string, string> = {
+    'screenshot_png_ms.p50': 'screenshotPng', 'screenshot_jpeg_q80_ms.p50': 'screenshotJpegQ80', 'screenshot_raw_ms.p50': 'screenshotRaw',
+    'click_ms.p50': 'clickRoundTrip', 'action_screenshot_ms.p50': 'actionPlusScreenshotPng', 'type_100_chars_ms.p50': 'type100Ascii',
+    'a11y_tree_ms.p50': 'a11yChromiumForm', 'exec_true_ms.p50': 'execTrue',
+  };
+  const verdicts = Object.fromEntries(bars.bars.map((b) => {
+    const value = api[metricOf[b.metric] ?? '']?.p50;
+    const pass = judge(b, value);
+    return [b.id, { metric: b.metric, value: value ?? null, bar: `${b.op} ${b.value} ${b.unit}`, ...(pass === null ? {} : { pass }) }];
+  }));
+  const g = gitState();
   const record = {
     schemaVersion: 1,
     experiment: 'ops',
+    commit: g.commit,
+    dirty: g.dirty,
+    barsFile: { path: 'bench/bars/observe-act.json', sha256, fixedAt: bars.fixedAt, fixedCommit: bars.fixedCommit },
+    bars: verdicts,
     mode: o.quick ? 'quick' : 'full',
     started,
     finished: new Date().toISOString(),
@@ -132,7 +158,8 @@ export async function runOpsBench(o: OpsBenchOptions) {
     config: { runs: o.runs, sessions: o.sessions, parallelSeconds: o.parallelSeconds, screen: '1280x800', page: FORM },
     results,
     notes: [
-      'latencies are client wall time through the HTTP API on 127.0.0.1 (ms), sequential, after 1-2 warm-up calls',
+      'latencies are client wall time through the HTTP API on 127.0.0.1 (ms), sequential, after 1-2 warm-up calls; bars are judged on them',
+      'screenshot*Server = the daemon\'s capture + encode time from the Server-Timing header, apart from the HTTP transfer (a raw 1280x800 frame is 3 MB)',
       'peers = the same operation by spawning a tool inside the session through POST /exec (runc exec per call): xdotool for input, python3 PIL ImageGrab for screenshots (+ reading the file back through /files)',
       'parallel sessions use the minimal image (no Chromium) to bound memory; the daemon, client and sessions share the host CPUs',
     ],

@@ -49,6 +49,12 @@ export const EXPERIMENTS: Record<string, Experiment> = {
     quick: { ns: [1, 2, 4, 6] },
     wake: true,
   },
+  'osworld-image': {
+    name: 'osworld-image',
+    description: 'Memory per added session and latencies of OSWorld environments on Drums: the osworld image with Chromium open (and its host-side guest endpoint), interleaved with the baseline.',
+    arms: ['baseline', 'osworld'],
+    bars: 'osworld',
+  },
   'vs-peer': {
     name: 'vs-peer',
     description: 'Baseline and the peer-vnc stack only, interleaved: the headline ratios.',

@@ -130,7 +130,7 @@ export class DrumsClient {
   async destroySession(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
   }
-  exec(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number }): Promise<ExecResult> {
+  exec(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number; maxOutputBytes?: number }): Promise<ExecResult> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/exec`, req);
   }
   async screenshot(id: string, format = 'png'): Promise<Buffer> {
@@ -148,7 +148,7 @@ export class DrumsClient {
     return res;
   }
   /** Screenshot with options; returns the bytes and the geometry headers. */
-  async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number }> {
+  async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number; serverMs?: number }> {
     const q = new URLSearchParams();
     if (o.format) q.set('format', o.format);
     if (o.quality !== undefined) q.set('quality', String(o.quality));
@@ -159,11 +159,13 @@ export class DrumsClient {
     const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot?${q}`);
     const h = res.headers;
     const sx = h.get('x-drums-scale-x');
+    const st = /capture;dur=([\d.]+)/.exec(h.get('server-timing') ?? '');
     return {
       data: Buffer.from(await res.arrayBuffer()),
       width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')), generation: Number(h.get('x-drums-generation')),
       mimeType: h.get('content-type') ?? '',
       ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
+      ...(st ? { serverMs: Number(st[1]) } : {}),
     };
   }
   /** Runs a batch of actions (validated whole first); optionally returns a screenshot taken after it. */
@@ -190,7 +192,7 @@ export class DrumsClient {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/close`, {});
   }
   /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
-  async execStream(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number },
+  async execStream(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number; maxOutputBytes?: number },
     onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<{ exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean }> {
     const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req);
     const dec = new TextDecoder();

@@ -140,6 +140,69 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     assert.equal(r.status, 400);
   });
 
+  it('exec honours cwd, env and stdin, caps the output and says so, and refuses bad fields', async () => {
+    const r = await d.client.exec(s.id, { shell: 'pwd; echo "$GREETING"; cat; id -u', cwd: '/tmp', env: { GREETING: 'hi there' }, stdin: 'from stdin\n' });
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.deepEqual(r.stdout.split('\n'), ['/tmp', 'hi there', 'from stdin', '1000', '']);
+    assert.equal(r.truncated, false);
+    const big = await d.client.exec(s.id, { shell: 'head -c 100000 /dev/zero | tr "\\0" x; echo done >&2', maxOutputBytes: 1000 });
+    assert.equal(big.truncated, true);
+    assert.ok(big.stdout.length <= 1000 && big.stdout.length > 0, `stdout ${big.stdout.length} bytes`);
+    assert.equal((await d.client.exec(s.id, { argv: ['id', '-u'], root: true })).stdout.trim(), '0');
+    for (const bad of [{ argv: ['true'], cwd: 'relative' }, { argv: ['true'], stdin: 5 }, { argv: ['true'], maxOutputBytes: -1 }, { argv: ['true'], shell: 'true' }, { argv: ['true'], bogus: 1 }]) {
+      await assert.rejects(d.client.exec(s.id, bad as never), (e: DrumsApiError) => e.status === 400);
+    }
+  });
+
+  it('the event stream sends JPEG frames at the asked rate', async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${d.url}/v1/sessions/${s.id}/events?fps=4`, { headers: { authorization: `Bearer ${d.token}` }, signal: ac.signal });
+    assert.equal(res.status, 200);
+    const frames: { generation: number; width: number; format: string; data: string }[] = [];
+    const t0 = performance.now();
+    let buf = '';
+    const reader = res.body!.getReader();
+    try {
+      while (performance.now() - t0 < 2000) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += Buffer.from(value).toString('utf8');
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+          if (/^event: frame$/m.test(ev)) frames.push(JSON.parse(/^data: (.*)$/m.exec(ev)![1]!));
+        }
+      }
+    } finally {
+      ac.abort();
+      await reader.cancel().catch(() => {});
+    }
+    // 4 fps for 2 s: about 8 frames (the first comes at once); never more than the rate allows.
+    assert.ok(frames.length >= 4 && frames.length <= 10, `${frames.length} frames in 2 s at fps=4`);
+    const jpeg = Buffer.from(frames[0]!.data, 'base64');
+    assert.deepEqual([...jpeg.subarray(0, 2)], [0xff, 0xd8]);
+    assert.equal(frames[0]!.format, 'jpeg');
+    await assert.rejects(d.client.request('GET', `/v1/sessions/${s.id}/events?fps=50`), code(400, 'invalid_request'));
+  });
+
+  it('an action or screenshot during a reset gets 409 session_resetting; the new generation works after it', async () => {
+    const before = (await d.client.getSession(s.id)).generation;
+    const reset = d.client.resetSession(s.id);
+    // Catch the session while it is resetting (a minimal reset takes a few hundred ms).
+    let seen = false;
+    for (let i = 0; i < 400 && !seen; i++) {
+      if ((await d.client.getSession(s.id)).state === 'resetting') seen = true;
+      else await new Promise((r) => setTimeout(r, 2));
+    }
+    assert.ok(seen, 'saw the session in state resetting');
+    await assert.rejects(d.client.act(s.id, { actions: [{ type: 'click', x: 1, y: 1 }] }), code(409, 'session_resetting'));
+    await assert.rejects(d.client.screenshotEx(s.id, {}), code(409, 'session_resetting'));
+    const r = await reset;
+    assert.equal(r.generation, before + 1);
+    const ok = await d.client.act(s.id, { actions: [{ type: 'click', x: 1, y: 1 }], generation: r.generation });
+    assert.equal(ok.generation, r.generation);
+  });
+
   it('an X server crash marks the session broken (the daemon lives); reset repairs it', async () => {
     await d.client.screenshotEx(s.id, { format: 'png' }); // the daemon holds an X connection now
     // Kill this session's Xvfb from inside the session (its own PID namespace; found by executable).
@@ -154,7 +217,7 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     const r = await d.client.resetSession(s.id);
     assert.equal(r.state, 'ready');
     const shot = await d.client.screenshotEx(s.id, { format: 'raw' });
-    assert.equal(shot.generation, 2);
-    await assert.rejects(d.client.screenshotEx(s.id, { generation: 1 }), code(409, 'stale_generation'));
+    assert.equal(shot.generation, r.generation);
+    await assert.rejects(d.client.screenshotEx(s.id, { generation: r.generation - 1 }), code(409, 'stale_generation'));
   });
 });

@@ -60,6 +60,13 @@ describe('osworld guest contract (osworld image)', () => {
     assert.equal(rep.run_python.return_code, 0);
     assert.deepEqual(rep.run_bash, { status: 'error', output: 'bash-out\nbash-err\n', error: '', returncode: 3 });
     assert.ok(rep.recording_bytes > 1000, `recording ${rep.recording_bytes} bytes`);
+    assert.equal(rep.wallpaper_setup_ok, true);
+    assert.equal(rep.wallpaper_same, true, 'the wallpaper read back is the file set');
+    assert.equal(rep.verify_ok, 'passed');
+    assert.equal(rep.verify_fail, 'verification_failed');
+    assert.deepEqual(rep.download, [200, 'File downloaded successfully']);
+    assert.equal(rep.downloaded, true);
+    assert.equal(rep.download_missing, 500);
   });
 
   it('answers bad input with the contract\'s own error shapes', async () => {

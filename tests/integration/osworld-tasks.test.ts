@@ -20,7 +20,13 @@ describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task dat
 
   const run = (args: string[]) => {
     const r = d.cli(['osworld', 'run', ...args]);
-    return { ...r, results: existsSync(join(tmp, 'out.json')) ? (JSON.parse(readFileSync(join(tmp, 'out.json'), 'utf8')) as { results: Result[] }).results : [] };
+    const out = existsSync(join(tmp, 'out.json')) ? (JSON.parse(readFileSync(join(tmp, 'out.json'), 'utf8')) as { schemaVersion: number; config: { parallel: number }; results: { summary: { tasks: number; wall_seconds: number }; tasks: Result[] } }) : undefined;
+    if (out) {
+      assert.equal(out.schemaVersion, 1);
+      assert.equal(out.results.summary.tasks, out.results.tasks.length);
+      assert.ok(out.results.summary.wall_seconds > 0);
+    }
+    return { ...r, results: out?.results.tasks ?? [] };
   };
 
   it('offline tasks set up and score 0.0 before acting; internet tasks fail fast', async () => {

@@ -446,6 +446,8 @@ def run_main(argv: list[str]) -> int:
     cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
     results: list[dict] = []
     n = len(tasks)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t_run = time.monotonic()
     print(f"running {n} task(s), {a.parallel} at a time", file=sys.stderr, flush=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
         futs = {}
@@ -465,9 +467,26 @@ def run_main(argv: list[str]) -> int:
     for r in results:
         sc = "-" if r["score"] is None else f"{r['score']:.1f}"
         print(f"{r['task'][:38]:38} {('ok' if r['setup_ok'] else 'no'):5} {sc:>5} {r['seconds']:>6}s  {(r['error'] or '')[:100]}")
+    wall = round(time.monotonic() - t_run, 1)
+    print(f"{n} task(s) in {wall} s at --parallel {a.parallel}", file=sys.stderr)
     if a.out:
+        import platform
+        summary = {
+            "tasks": n,
+            "setup_ok": sum(1 for r in results if r["setup_ok"]),
+            "scored_1": sum(1 for r in results if r["score"] == 1),
+            "scored_0": sum(1 for r in results if r["score"] == 0),
+            "not_started": sum(1 for r in results if r["score"] is None),
+            "wall_seconds": wall,
+        }
         with open(a.out, "w") as f:
-            json.dump({"results": results}, f, indent=2)
+            json.dump({
+                "schemaVersion": 1, "experiment": "osworld-tasks", "started": started,
+                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause, "allow_internet": a.allow_internet},
+                "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                "results": {"summary": summary, "tasks": results},
+                "notes": ["wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"],
+            }, f, indent=2)
     return 0
 
 

@@ -153,9 +153,12 @@ export function displayRoutes(ctx: RouteContext) {
       scale: parseScaleQuery(c.req.query('scale')),
       cursor: parseBool(c.req.query('cursor'), 'cursor'),
     });
+    const t0 = performance.now();
     const shot = await guard(() => display.screenshot(s, opts));
     const h: Record<string, string> = {
       'content-type': shot.mimeType,
+      // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
+      'server-timing': `capture;dur=${(performance.now() - t0).toFixed(2)}`,
       'x-drums-generation': String(s.generation),
       'x-drums-width': String(shot.width),
       'x-drums-height': String(shot.height),
