@@ -5,6 +5,7 @@
  *   src/protocol/generated/error-codes.ts the code → status table (server and TS client)
  *   src/protocol/generated/types.ts       TS types of components.schemas (for the client)
  *   sdk/python/drums/_codes.py            the same code table for the Python SDK's exceptions
+ *   sdk/python/drums/_models.py           TypedDicts of components.schemas (the Python SDK's annotations)
  * `--check` writes nothing and exits 1 if any file differs from what it would write,
  * or if src/api/errors.ts maps a code the spec does not list (or to another status).
  *
@@ -42,6 +43,8 @@ function tsType(s: Schema, indent = ''): string {
         if (!props.length) return ap && typeof ap === 'object' ? `Record<string, ${tsType(ap, indent)}>` : 'Record<string, unknown>';
         const inner = indent + '  ';
         const lines = props.map(([k, v]) => `${v.description ? `${inner}/** ${String(v.description).trim().replace(/\*\//g, '* /')} */\n` : ''}${inner}${k}${req.has(k) ? '' : '?'}: ${tsType(v, inner)};`);
+        // `additionalProperties: true` says other fields are part of the contract (actions).
+        if (ap === true) lines.push(`${inner}[field: string]: unknown;`);
         return `{\n${lines.join('\n')}\n${indent}}`;
       }
     }
@@ -67,6 +70,103 @@ files['src/protocol/generated/types.ts'] = HEADER + '/* eslint-disable */\n' + O
 files['sdk/python/drums/_codes.py'] = HEADER.replace('//', '#') +
   '"""The error code table: code -> (HTTP status, description)."""\n\n' +
   `ERROR_CODES: dict[str, tuple[int, str]] = {\n${codeNames.map((c) => `    ${JSON.stringify(c)}: (${codes[c]!.status}, ${JSON.stringify(codes[c]!.description)}),`).join('\n')}\n}\n`;
+
+files['sdk/python/drums/_models.py'] = pythonModels(schemas);
+
+/**
+ * components.schemas as typing.TypedDicts (Python 3.10+, no typing_extensions).
+ * An object schema becomes a class; an inline object gets its `title`, else
+ * <Parent><Field> (array items: <Parent><Field>Item). Required fields sit in a
+ * `_<Name>Required` base, optional ones in the `total=False` class itself.
+ * Anything else becomes an alias (Literal for enums, Union for oneOf/anyOf).
+ */
+function pythonModels(all: Record<string, Schema>): string {
+  const blocks: string[] = [];
+  const defined = new Set<string>();
+  const KEYWORDS = new Set(['False', 'None', 'True', 'and', 'as', 'assert', 'async', 'await', 'break', 'class', 'continue', 'def', 'del', 'elif', 'else', 'except', 'finally', 'for', 'from', 'global', 'if', 'import', 'in', 'is', 'lambda', 'nonlocal', 'not', 'or', 'pass', 'raise', 'return', 'try', 'while', 'with', 'yield']);
+  const pascal = (k: string) => k.split(/[^A-Za-z0-9]+/).filter(Boolean).map((p) => p[0]!.toUpperCase() + p.slice(1)).join('');
+  const oneLine = (d: unknown) => String(d).trim().replace(/\s+/g, ' ');
+  /** `# ` lines of at most ~100 characters. */
+  const comment = (text: string) => text.split(' ').reduce<string[]>((ls, w) => {
+    if (ls.length && (ls[ls.length - 1]! + ' ' + w).length <= 100) ls[ls.length - 1] += ' ' + w;
+    else ls.push('# ' + w);
+    return ls;
+  }, []).map((l) => l + '\n').join('');
+  const lit = (v: unknown) => (v === true ? 'True' : v === false ? 'False' : v === null ? 'None' : JSON.stringify(v));
+  const docstring = (d: string, indent: string) => `${indent}"""${d.trim().replace(/\\/g, '\\\\').replace(/"""/g, '\\"\\"\\"').replace(/\n/g, `\n${indent}`)}"""\n`;
+  // Class annotations are lazy (`from __future__ import annotations`), so `A | B` is fine
+  // there; module-level aliases run, so they use Union[...] and quote names defined later.
+  const union = (ts: string[], alias: boolean) => (ts.length === 1 ? ts[0]! : alias ? `Union[${ts.join(', ')}]` : ts.join(' | '));
+
+  function pyType(s: Schema, name: string, alias: boolean): string {
+    if (s.$ref) {
+      const n = String(s.$ref).split('/').pop()!;
+      return alias && !defined.has(n) ? JSON.stringify(n) : n;
+    }
+    if (s.const !== undefined) return `Literal[${lit(s.const)}]`;
+    if (s.enum) return `Literal[${s.enum.map(lit).join(', ')}]`;
+    const alts = (s.oneOf ?? s.anyOf) as Schema[] | undefined;
+    if (alts) return union(alts.map((x, i) => pyType(x, x.title ?? `${name}${i + 1}`, alias)), alias);
+    const types: string[] = Array.isArray(s.type) ? s.type : [s.type ?? 'object'];
+    return union(types.map((t) => {
+      switch (t) {
+        case 'string': return 'str';
+        case 'integer': return 'int';
+        case 'number': return 'float';
+        case 'boolean': return 'bool';
+        case 'null': return 'None';
+        case 'array': return `list[${pyType(s.items ?? {}, s.items?.title ?? `${name}Item`, alias)}]`;
+        default: {
+          if (Object.keys(s.properties ?? {}).length) return pyClass(s.title ?? name, s);
+          const ap = s.additionalProperties;
+          return `dict[str, ${ap && typeof ap === 'object' ? pyType(ap, `${name}Value`, alias) : 'Any'}]`;
+        }
+      }
+    }), alias);
+  }
+
+  /** Emits the class (after the classes its fields need) and returns its name. */
+  function pyClass(name: string, s: Schema): string {
+    if (defined.has(name)) throw new Error(`gen-protocol: two Python models named ${name}; give one a title`);
+    defined.add(name);
+    const req = new Set<string>(s.required ?? []);
+    const field = ([k, v]: [string, Schema]) => {
+      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || KEYWORDS.has(k)) throw new Error(`gen-protocol: ${name}.${k} is not a Python identifier`);
+      return `    ${k}: ${pyType(v, name + pascal(k), false)}${v.description ? `  # ${oneLine(v.description)}` : ''}\n`;
+    };
+    const entries = Object.entries(s.properties as Record<string, Schema>);
+    const required = entries.filter(([k]) => req.has(k)).map(field).join('');
+    const optional = entries.filter(([k]) => !req.has(k)).map(field).join('');
+    let doc = s.description ? String(s.description) : '';
+    if (s.additionalProperties === true) doc += `${doc ? '\n\n' : ''}Other fields are allowed too (a TypedDict cannot say so: pass a plain dict).`;
+    const docs = doc ? docstring(doc, '    ') : '';
+    if (required && optional) {
+      blocks.push(`class _${name}Required(TypedDict):\n${required}`);
+      blocks.push(`class ${name}(_${name}Required, total=False):\n${docs}${optional}`);
+    } else {
+      blocks.push(`class ${name}(TypedDict${required ? '' : ', total=False'}):\n${docs}${required || optional}`);
+    }
+    return name;
+  }
+
+  for (const [name, s] of Object.entries(all)) {
+    const isClass = (s.type === 'object' || (!s.type && s.properties)) && Object.keys(s.properties ?? {}).length && !s.oneOf && !s.anyOf;
+    if (isClass) { pyClass(name, s); continue; }
+    const t = pyType(s, name, true);
+    blocks.push(`${s.description ? comment(oneLine(s.description)) : ''}${name} = ${t}\n`);
+    defined.add(name);
+  }
+  const names = [...defined].sort();
+  return HEADER.replace('//', '#') +
+    '"""Typed shapes of the API\'s JSON bodies: the component schemas of protocol/openapi.yaml\n' +
+    'as TypedDicts. The SDK\'s values stay plain dicts at run time; these are for readers and\n' +
+    'type checkers. A class with both required and optional fields inherits the required ones\n' +
+    'from a `_<Name>Required` base.\n"""\n' +
+    'from __future__ import annotations\n\n' +
+    'from typing import Any, Literal, TypedDict, Union\n\n' +
+    `__all__ = [\n${names.map((n) => `    ${JSON.stringify(n)},`).join('\n')}\n]\n\n\n` +
+    blocks.join('\n\n') ;
+}
 
 let drift = 0;
 for (const [rel, content] of Object.entries(files)) {

@@ -13,6 +13,7 @@ import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
+import { specBodies } from './spec-validate.ts';
 
 export interface AppOptions {
   token: string;
@@ -28,6 +29,8 @@ export { sessionView } from './routes/sessions.ts';
 export function createApp(mgr: SessionManager, display: DisplayService, opts: AppOptions) {
   const app = new Hono();
   const maxBody = opts.maxBodyBytes ?? 8 * 1024 * 1024;
+  // Load the spec's request-body schemas now: a JSON-body operation without an error code fails here.
+  specBodies();
 
   app.onError((err, c) => {
     if (err instanceof DrumsError) return c.json(errorBody(err), statusFor(err.code) as 400);

@@ -1,5 +1,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type {
+  A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
+  FileWritten, Generation, ResetRequest, ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText,
+  WindowOpResult, WindowsView,
+} from '../protocol/generated/types.ts';
 
 /**
  * TypeScript client for the Drums HTTP API. Used by the CLI and the bench;
@@ -18,23 +23,30 @@ export class DrumsApiError extends Error {
   }
 }
 
-export interface SessionInfo {
-  id: string;
-  state: string;
-  image: string;
-  url: string | null;
-  screen: { width: number; height: number; depth: number };
-  generation: number;
-  attempt: { generation: number; token: string };
-  network: { address: string; gateway: string; egress: boolean; hostPorts: number[] };
-  timings: Record<string, number>;
-  brokenReason?: string;
-  [k: string]: unknown;
-}
+/**
+ * Wire types come from the spec: protocol/openapi.yaml → scripts/gen-protocol.ts →
+ * src/protocol/generated/types.ts. The client's older names are aliases of them.
+ */
+export type {
+  A11yNode, A11yTree, Action, ActionResult, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord,
+  FileList, FileStat, FileStatResult, FileWritten, Generation, OsworldEndpoint, ResetRequest, ScreenshotData,
+  ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
+} from '../protocol/generated/types.ts';
 
-/** Wire types come from the spec (protocol/openapi.yaml → src/protocol/generated). */
-export type { ExecResult } from '../protocol/generated/types.ts';
-import type { ExecResult } from '../protocol/generated/types.ts';
+/** A session as the API returns it. */
+export type SessionInfo = Session;
+/**
+ * The body of POST /actions. `actions` is the spec's `Action[]`, typed loosely
+ * (`Action` is open anyway) so raw batches, bad ones included, can be sent:
+ * the server validates every action and names the failing field.
+ */
+export type ActRequest = Omit<ActionsRequest, 'actions'> & { actions: readonly unknown[] };
+export type ActResponse = ActionsResponse;
+export type ShotJson = ScreenshotData;
+/** The last record of a streamed exec. */
+export type ExecExit = Extract<ExecStreamRecord, { exitCode: number }>;
+/** The query of GET /screenshot: the spec's screenshot options plus the expected generation. */
+export type ScreenshotQuery = ScreenshotOptions & { generation?: Generation };
 
 /** Rebuilds the typed error from the one error body `{error: {code, message, details}}`. */
 async function apiError(res: Response): Promise<DrumsApiError> {
@@ -44,42 +56,6 @@ async function apiError(res: Response): Promise<DrumsApiError> {
     if (j.error) ({ code, message, details } = j.error);
   } catch {}
   return new DrumsApiError(res.status, code, message, details);
-}
-
-export interface ScreenshotQuery {
-  format?: 'png' | 'jpeg' | 'webp' | 'raw';
-  quality?: number;
-  region?: { x: number; y: number; width: number; height: number };
-  scale?: { width: number; height: number };
-  cursor?: boolean;
-  generation?: number;
-}
-
-export interface ActRequest {
-  actions: unknown[];
-  generation?: number;
-  scale?: { width: number; height: number };
-  screenshot?: { format?: 'png' | 'jpeg' | 'webp' | 'raw'; quality?: number; scale?: { width: number; height: number }; region?: { x: number; y: number; width: number; height: number }; cursor?: boolean };
-}
-
-export interface ShotJson { format: string; width: number; height: number; mimeType: string; data: string; scaleX?: number; scaleY?: number }
-
-export interface ActResponse {
-  generation: number;
-  results: { index: number; type: string; ms: number; cursor?: { x: number; y: number }; status?: string; screenshot?: ShotJson }[];
-  screenshot?: ShotJson;
-}
-
-export interface WindowsView {
-  generation: number;
-  windows: { id: number; title: string; className: string; instance: string; pid: number | null; x: number; y: number; width: number; height: number }[];
-  active: number | null;
-  cursor: { x: number; y: number };
-  screen: { width: number; height: number };
-}
-
-export interface FileStat {
-  path: string; name: string; type: string; size: number; mode: string; uid: number; gid: number; mtime: string; target?: string;
 }
 
 export class DrumsClient {
@@ -115,7 +91,7 @@ export class DrumsClient {
     return (await (await this.request(method, path, body)).json()) as T;
   }
 
-  createSession(spec: Record<string, unknown> = {}): Promise<SessionInfo> {
+  createSession(spec: SessionSpec = {}): Promise<SessionInfo> {
     return this.json('POST', '/v1/sessions', spec);
   }
   async listSessions(): Promise<SessionInfo[]> {
@@ -124,13 +100,13 @@ export class DrumsClient {
   getSession(id: string): Promise<SessionInfo> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}`);
   }
-  resetSession(id: string): Promise<SessionInfo> {
-    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/reset`, {});
+  resetSession(id: string, body: ResetRequest = {}): Promise<SessionInfo> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/reset`, body);
   }
   async destroySession(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
   }
-  exec(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number; maxOutputBytes?: number }): Promise<ExecResult> {
+  exec(id: string, req: ExecRequest): Promise<ExecResult> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/exec`, req);
   }
   async screenshot(id: string, format = 'png'): Promise<Buffer> {
@@ -172,28 +148,28 @@ export class DrumsClient {
   act(id: string, req: ActRequest): Promise<ActResponse> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/actions`, req);
   }
-  async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | { generation: number; tree: unknown; stats: unknown }> {
+  async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | A11yTree> {
     const q = new URLSearchParams({ format: o.format ?? 'xml' });
     if (o.maxDepth) q.set('maxDepth', String(o.maxDepth));
     if (o.maxWidth) q.set('maxWidth', String(o.maxWidth));
     const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/a11y?${q}`);
-    return o.format === 'json' ? ((await res.json()) as { generation: number; tree: unknown; stats: unknown }) : res.text();
+    return o.format === 'json' ? ((await res.json()) as A11yTree) : res.text();
   }
-  terminal(id: string): Promise<{ text: string | null; generation: number }> {
+  terminal(id: string): Promise<TerminalText> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/terminal`);
   }
   windows(id: string): Promise<WindowsView> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/windows`);
   }
-  activateWindow(id: string, wid: number): Promise<{ ok: boolean }> {
+  activateWindow(id: string, wid: number): Promise<WindowOpResult> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/activate`, {});
   }
-  closeWindow(id: string, wid: number): Promise<{ ok: boolean }> {
+  closeWindow(id: string, wid: number): Promise<WindowOpResult> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/close`, {});
   }
   /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
-  async execStream(id: string, req: { argv?: string[]; shell?: string; root?: boolean; cwd?: string; env?: Record<string, string>; stdin?: string; timeoutMs?: number; maxOutputBytes?: number },
-    onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<{ exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean }> {
+  async execStream(id: string, req: ExecRequest,
+    onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<ExecExit> {
     const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req);
     const dec = new TextDecoder();
     let buf = '';
@@ -209,7 +185,7 @@ export class DrumsClient {
       }
     }
     if (!last || last.error) throw new DrumsApiError(500, 'internal', `exec stream ended without an exit record${last?.error ? ': ' + JSON.stringify(last.error) : ''}`);
-    return last as { exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean };
+    return last as ExecExit;
   }
   private _fileQ(path: string, extra: Record<string, string | undefined> = {}): string {
     const q = new URLSearchParams({ path });
@@ -220,18 +196,18 @@ export class DrumsClient {
     const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined })}`);
     return Buffer.from(await res.arrayBuffer());
   }
-  async writeFile(id: string, path: string, data: Uint8Array | string, o: { root?: boolean; mode?: string } = {}): Promise<{ path: string; size: number }> {
+  async writeFile(id: string, path: string, data: Uint8Array | string, o: { root?: boolean; mode?: string } = {}): Promise<FileWritten> {
     const body = typeof data === 'string' ? Buffer.from(data) : data;
     const res = await this.requestRaw('PUT', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, mode: o.mode })}`, body);
-    return (await res.json()) as { path: string; size: number };
+    return (await res.json()) as FileWritten;
   }
   async deleteFile(id: string, path: string, o: { root?: boolean; recursive?: boolean } = {}): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, recursive: o.recursive ? '1' : undefined })}`);
   }
-  async listFiles(id: string, path: string, o: { root?: boolean } = {}): Promise<{ path: string; entries: FileStat[]; truncated: boolean }> {
+  async listFiles(id: string, path: string, o: { root?: boolean } = {}): Promise<FileList> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/list?${this._fileQ(path, { root: o.root ? '1' : undefined })}`);
   }
-  async statFile(id: string, path: string, o: { root?: boolean; follow?: boolean } = {}): Promise<FileStat> {
+  async statFile(id: string, path: string, o: { root?: boolean; follow?: boolean } = {}): Promise<FileStatResult> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/stat?${this._fileQ(path, { root: o.root ? '1' : undefined, follow: o.follow ? '1' : undefined })}`);
   }
 }

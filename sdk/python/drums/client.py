@@ -13,6 +13,9 @@ A ``Session`` pins its generation: every call states it (``x-drums-generation``)
 so a call made after somebody else reset the session fails with
 ``StaleGeneration`` instead of acting on the wrong attempt. ``reset()`` and
 ``refresh()`` move the pin.
+
+Request and response bodies are plain dicts at run time; their annotations are
+the TypedDicts generated from the API spec into ``drums._models`` (``drums.models``).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 import httpx
 
+from . import _models as m
 from .errors import DrumsError, error_from_response
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=60.0)
@@ -57,7 +61,7 @@ def _check(r: httpx.Response) -> httpx.Response:
     return r
 
 
-def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> dict[str, Any]:
+def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
     body: dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
     names = {"root": "root", "cwd": "cwd", "env": "env", "stdin": "stdin", "timeout_ms": "timeoutMs", "max_output_bytes": "maxOutputBytes"}
     for k, v in kw.items():
@@ -65,30 +69,30 @@ def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> dict[str, Any]:
             raise TypeError(f"exec() got an unexpected keyword argument {k!r}")
         if v is not None:
             body[names[k]] = v
-    return body
+    return body  # type: ignore[return-value]
 
 
-def _spec(kw: dict[str, Any]) -> dict[str, Any]:
+def _spec(kw: dict[str, Any]) -> m.SessionSpec:
     names = {"memory_mb": "memoryMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
-    return {names.get(k, k): v for k, v in kw.items() if v is not None}
+    return {names.get(k, k): v for k, v in kw.items() if v is not None}  # type: ignore[return-value]
 
 
-def _actions(actions: dict[str, Any] | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [actions] if isinstance(actions, dict) else list(actions)
+def _actions(actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]]) -> list[m.Action]:
+    return [actions] if isinstance(actions, (dict, str)) else list(actions)  # type: ignore[list-item]
 
 
 class _SessionBase:
-    def __init__(self, info: dict[str, Any]):
+    def __init__(self, info: m.Session):
         self._set(info)
 
-    def _set(self, info: dict[str, Any]) -> None:
-        self.info = info
+    def _set(self, info: m.Session) -> None:
+        self.info: m.Session = info
         self.id: str = info["id"]
         self.generation: int = info["generation"]
-        self.attempt: dict[str, Any] = info["attempt"]
+        self.attempt: m.Attempt = info["attempt"]
 
     @property
-    def state(self) -> str:
+    def state(self) -> m.SessionState:
         return self.info["state"]
 
     @property
@@ -168,24 +172,24 @@ class Files:
     def read(self, path: str, *, root: bool = False) -> bytes:
         return self._s._req("GET", "/files", params=self._q(path, root)).content
 
-    def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> dict[str, Any]:
+    def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> m.FileWritten:
         body = data.encode() if isinstance(data, str) else data
         return self._s._req("PUT", "/files", params=self._q(path, root, mode=mode), content=body, headers={"content-type": "application/octet-stream"}).json()
 
     def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
         self._s._req("DELETE", "/files", params=self._q(path, root, recursive="true" if recursive else None))
 
-    def list(self, path: str, *, root: bool = False) -> dict[str, Any]:
+    def list(self, path: str, *, root: bool = False) -> m.FileList:
         return self._s._req("GET", "/files/list", params=self._q(path, root)).json()
 
-    def stat(self, path: str, *, root: bool = False) -> dict[str, Any]:
+    def stat(self, path: str, *, root: bool = False) -> m.FileStatResult:
         return self._s._req("GET", "/files/stat", params=self._q(path, root)).json()
 
 
 class Session(_SessionBase):
     """One session. A context manager: ``with client.sessions.create() as s: ...`` destroys it on exit."""
 
-    def __init__(self, client: Client, info: dict[str, Any]):
+    def __init__(self, client: Client, info: m.Session):
         super().__init__(info)
         self._c = client
         self.files = Files(self)
@@ -212,30 +216,31 @@ class Session(_SessionBase):
         w, h = int(r.headers["x-drums-width"]), int(r.headers["x-drums-height"])
         return np.frombuffer(r.content, dtype=np.uint8).reshape(h, w, 3)
 
-    def act(self, actions: dict[str, Any] | Sequence[dict[str, Any]], *, screenshot: dict[str, Any] | bool | None = None, scale: dict[str, int] | None = None) -> dict[str, Any]:
+    def act(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool | None = None, scale: m.Size | None = None) -> m.ActionsResponse:
         """Runs one canonical action or a batch; optionally returns a screenshot taken after it."""
-        body: dict[str, Any] = {"actions": _actions(actions), "generation": self.generation}
+        body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation}
         if screenshot is not None:
             body["screenshot"] = screenshot
         if scale is not None:
             body["scale"] = scale
         return self._req("POST", "/actions", json=body).json()
 
-    def exec(self, cmd: str | Sequence[str], **kw: Any) -> dict[str, Any]:
+    def exec(self, cmd: str | Sequence[str], **kw: Any) -> m.ExecResult:
         """Runs a command (argv list, or a shell string) in the session: {exitCode, stdout, stderr, ...}."""
         return self._req("POST", "/exec", json=_exec_body(cmd, kw)).json()
 
-    def a11y(self, format: str = "xml") -> str | dict[str, Any]:
+    def a11y(self, format: str = "xml") -> str | m.A11yTree:
         """The accessibility tree: OSWorld-style XML text, or the JSON tree."""
         r = self._req("GET", "/a11y", params={"format": format})
         return r.text if format == "xml" else r.json()
 
-    def windows(self) -> dict[str, Any]:
+    def windows(self) -> m.WindowsView:
         return self._req("GET", "/windows").json()
 
     def reset(self) -> "Session":
         """A fresh desktop and a new attempt (generation + 1)."""
-        self._set(self._req("POST", "/reset", json={"generation": self.generation}).json())
+        body: m.ResetRequest = {"generation": self.generation}
+        self._set(self._req("POST", "/reset", json=body).json())
         return self
 
     def events(self, fps: float = 0) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -342,7 +347,7 @@ class AsyncFiles:
     async def read(self, path: str, *, root: bool = False) -> bytes:
         return (await self._s._req("GET", "/files", params={"path": path, **({"root": "true"} if root else {})})).content
 
-    async def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> dict[str, Any]:
+    async def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> m.FileWritten:
         q: dict[str, Any] = {"path": path, **({"mode": mode} if mode else {}), **({"root": "true"} if root else {})}
         body = data.encode() if isinstance(data, str) else data
         return (await self._s._req("PUT", "/files", params=q, content=body, headers={"content-type": "application/octet-stream"})).json()
@@ -351,14 +356,14 @@ class AsyncFiles:
         q: dict[str, Any] = {"path": path, **({"recursive": "true"} if recursive else {}), **({"root": "true"} if root else {})}
         await self._s._req("DELETE", "/files", params=q)
 
-    async def list(self, path: str, *, root: bool = False) -> dict[str, Any]:
+    async def list(self, path: str, *, root: bool = False) -> m.FileList:
         return (await self._s._req("GET", "/files/list", params={"path": path, **({"root": "true"} if root else {})})).json()
 
 
 class AsyncSession(_SessionBase):
     """``async with await client.sessions.create() as s: ...`` destroys it on exit."""
 
-    def __init__(self, client: AsyncClient, info: dict[str, Any]):
+    def __init__(self, client: AsyncClient, info: m.Session):
         super().__init__(info)
         self._c = client
         self.files = AsyncFiles(self)
@@ -375,21 +380,22 @@ class AsyncSession(_SessionBase):
         params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
         return (await self._req("GET", "/screenshot", params=params)).content
 
-    async def act(self, actions: dict[str, Any] | Sequence[dict[str, Any]], *, screenshot: dict[str, Any] | bool | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"actions": _actions(actions), "generation": self.generation}
+    async def act(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool | None = None) -> m.ActionsResponse:
+        body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation}
         if screenshot is not None:
             body["screenshot"] = screenshot
         return (await self._req("POST", "/actions", json=body)).json()
 
-    async def exec(self, cmd: str | Sequence[str], **kw: Any) -> dict[str, Any]:
+    async def exec(self, cmd: str | Sequence[str], **kw: Any) -> m.ExecResult:
         return (await self._req("POST", "/exec", json=_exec_body(cmd, kw))).json()
 
-    async def a11y(self, format: str = "xml") -> str | dict[str, Any]:
+    async def a11y(self, format: str = "xml") -> str | m.A11yTree:
         r = await self._req("GET", "/a11y", params={"format": format})
         return r.text if format == "xml" else r.json()
 
     async def reset(self) -> "AsyncSession":
-        self._set((await self._req("POST", "/reset", json={"generation": self.generation})).json())
+        body: m.ResetRequest = {"generation": self.generation}
+        self._set((await self._req("POST", "/reset", json=body)).json())
         return self
 
     async def events(self, fps: float = 0) -> AsyncIterator[tuple[str, dict[str, Any]]]:

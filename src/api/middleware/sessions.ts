@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { DrumsError } from '../../common/errors.ts';
 import type { SessionManager } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
+import { checkBody } from '../spec-validate.ts';
 import { sessionView } from '../routes/sessions.ts';
 
 const ID_RE = /^s[0-9a-f]{10}$/;
@@ -26,14 +27,17 @@ export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
     const s = id ? ctx.mgr.list().find((x) => x.id === id) : undefined;
     if (s) {
       let fromBody: unknown;
+      let resetBody: unknown;
       if (c.req.method === 'POST' && c.req.path.endsWith('/reset')) {
-        const body = await ctx.body(c);
+        const body = (resetBody = await ctx.body(c));
         if (!body || typeof body !== 'object' || Array.isArray(body)) throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
         for (const k of Object.keys(body)) if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
         fromBody = (body as { generation?: unknown }).generation;
       }
       try {
         ctx.checkGeneration(c, s, fromBody);
+        // Then the spec's schema of the reset body.
+        if (resetBody !== undefined) checkBody('resetSession', resetBody);
       } catch (e) {
         c.header('x-drums-generation', String(s.generation));
         throw e;

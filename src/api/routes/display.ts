@@ -8,6 +8,7 @@ import { parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
+import { checkBody } from '../spec-validate.ts';
 
 /**
  * Observe and act: screenshots, action batches, the accessibility tree,
@@ -195,6 +196,8 @@ export function displayRoutes(ctx: RouteContext) {
         cursor: so.cursor as boolean | undefined,
       }, 'screenshot.');
     }
+    // Then the spec's schema of the body, for whatever the checks above let through.
+    checkBody('runActions', b);
     const generation = s.generation;
     const d = await display.connection(s);
     const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
@@ -258,7 +261,9 @@ export function displayRoutes(ctx: RouteContext) {
     const stream = parseBool(c.req.query('stream'), 'stream');
     if (!stream) return next();
     const s = ctx.session(c);
-    const req = parseExec(await ctx.body(c));
+    const json = await ctx.body(c);
+    const req = parseExec(json);
+    checkBody('execInSession', json);
     ctx.checkGeneration(c, s);
     ctx.usable(s);
     const generation = s.generation;

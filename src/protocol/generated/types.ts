@@ -66,6 +66,25 @@ export type Session = {
   labels: Record<string, string>;
   timings: Record<string, number>;
   brokenReason?: string;
+  /** Only for sessions with an OSWorld endpoint (docs/osworld.md). */
+  osworld?: OsworldEndpoint;
+};
+
+/** The per-session OSWorld guest-contract server and forwarders, each on 127.0.0.1. */
+export type OsworldEndpoint = {
+  host: string;
+  serverPort: number;
+  chromiumPort: number;
+  /** Always 0: Drums has no VNC server */
+  vncPort: number;
+  vlcPort: number;
+  /** DesktopEnv's docker-style address host:server:chromium:vnc:vlc */
+  address: string;
+};
+
+/** The optional body of a reset; unknown fields are 400 `invalid_request`. */
+export type ResetRequest = {
+  generation?: Generation;
 };
 
 export type Termination = {
@@ -130,18 +149,24 @@ export type ScreenshotOptions = {
 };
 
 /** One action in any vocabulary of docs/actions.md, told apart by its
-discriminator field: `type` (canonical: move, click, mouse_down,
-mouse_up, drag, scroll, key, key_down, key_up, type, wait, screenshot,
-cursor_position, done; also E2B and cua names), `action` (Anthropic
-computer_20250124: left_click, type, key, mouse_move, scroll...) or
-`action_type` (OSWorld computer_13: CLICK, TYPING, HOTKEY, DONE... with
-`parameters` or flat fields). Coordinates are integers in agent space
-(the request's `scale`, else the screen). */
+discriminator field: `action_type` (OSWorld computer_13: CLICK,
+TYPING, HOTKEY, DONE... with `parameters` or flat fields), `command`
+(cua computer-server, with `params` or flat fields), `type`
+(canonical: move, click, mouse_down, mouse_up, drag, scroll, key,
+key_down, key_up, type, wait, screenshot, cursor_position, done; also
+E2B and cua names) or `action` (Anthropic computer_20250124:
+left_click, type, key, mouse_move, scroll...). The other fields
+depend on the action and are validated by the server (400
+`invalid_action` naming the field). OSWorld's `WAIT`, `DONE` and
+`FAIL` may also be given as plain strings (any case). Coordinates are
+integers in agent space (the request's `scale`, else the screen). */
 export type Action = {
   type?: string;
   action?: string;
   action_type?: string;
-};
+  command?: string;
+  [field: string]: unknown;
+} | string;
 
 /** Unknown fields are 400 `invalid_action`. */
 export type ActionsRequest = {
