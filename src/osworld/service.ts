@@ -16,18 +16,11 @@ import { dirname, join } from 'node:path';
 import type { DisplayService } from '../api/display-service.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
+import type { OsworldEndpoint } from '../protocol/generated/types.ts';
 import { forgetSession, guestHandler } from './server.ts';
 
-export interface OsworldEndpoint {
-  host: string;
-  serverPort: number;
-  chromiumPort: number;
-  /** Drums has no VNC server; 0 keeps DesktopEnv's five-field address string valid. */
-  vncPort: number;
-  vlcPort: number;
-  /** DesktopEnv's docker-style address: host:server:chromium:vnc:vlc. */
-  address: string;
-}
+/** The wire shape from the spec (vncPort is 0: Drums has no VNC server, and 0 keeps DesktopEnv's five-field address valid). */
+export type { OsworldEndpoint };
 
 interface Entry {
   endpoint: OsworldEndpoint;
