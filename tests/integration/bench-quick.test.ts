@@ -144,13 +144,24 @@ describe('DrumsBench quick run, record and site', () => {
   });
 
   it('skips an arm whose host feature or image is missing with the reason in the record', async () => {
-    const { record: r } = await runExperiment({ experiment: 'density', quick: true, arms: ['seed-guest-server', 'shared-browser'], outDir: join(out, 'skip') });
+    // No OSWorld checkout given, and (through an empty image dir) no peer-vnc image built.
+    const emptyImages = mkdtempSync('/var/tmp/drums-noimages-');
+    const prev = process.env.DRUMS_IMAGE_DIR;
+    process.env.DRUMS_IMAGE_DIR = emptyImages;
+    let r: BenchRecord;
+    try {
+      r = (await runExperiment({ experiment: 'density', quick: true, arms: ['seed-guest-server', 'peer-vnc'], outDir: join(out, 'skip') })).record;
+    } finally {
+      if (prev === undefined) delete process.env.DRUMS_IMAGE_DIR; else process.env.DRUMS_IMAGE_DIR = prev;
+      rmSync(emptyImages, { recursive: true, force: true });
+    }
     assert.deepEqual(validateRecord(r), []);
     for (const a of r.arms) {
       assert.equal(a.status, 'skipped');
       assert.ok(a.reason && a.reason.length > 10);
     }
     assert.match(r.arms[0]!.reason!, /--osworld-src/);
+    assert.match(r.arms[1]!.reason!, /image 'peer-vnc' is not built; run 'drums image build peer-vnc'/);
     assert.equal(r.complete, false);
     assert.equal(r.status, 'inconclusive');
   });
