@@ -16,7 +16,7 @@ export interface GuestRun {
   stdin?: Buffer | string;
   timeoutMs: number;
   cwd?: string;
-  /** Merge stderr into stdout (in order). */
+  /** Merge stderr into stdout in the order written (one pipe inside the session, like Popen's stderr=STDOUT). */
   mergeStderr?: boolean;
   maxOutputBytes?: number;
   /** Aborts the command (SIGKILL to the runtime's exec process). */
@@ -48,7 +48,9 @@ export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts
 /** Runs argv in the session with a timeout enforced inside (coreutils timeout) and outside. */
 export function runGuest(mgr: SessionManager, s: Session, req: GuestRun): Promise<GuestResult> {
   const secs = Math.max(0.001, req.timeoutMs / 1000).toFixed(3);
-  const child = spawnGuest(mgr, s, ['/usr/bin/timeout', '--kill-after=2', '--signal=TERM', secs, ...req.argv], { root: req.root, cwd: req.cwd });
+  // Two pipes merged on the host lose the order between them: redirect inside instead.
+  const argv = req.mergeStderr ? ['/bin/sh', '-c', 'exec "$@" 2>&1', 'sh', ...req.argv] : req.argv;
+  const child = spawnGuest(mgr, s, ['/usr/bin/timeout', '--kill-after=2', '--signal=TERM', secs, ...argv], { root: req.root, cwd: req.cwd });
   const cap = req.maxOutputBytes ?? 256 * 1024 * 1024;
   const t0 = performance.now();
   return new Promise((resolve, reject) => {
