@@ -1,10 +1,11 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, connect, type Server } from 'node:net';
+import { createServer, connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
+import { joinSockets } from '../common/tcp.ts';
 import { startXvfb, stopChild, type XvfbHandle } from '../display/xvfb-harness.ts';
 import type { ArmCtx, ArmHooks } from './arms.ts';
 
@@ -158,7 +159,7 @@ export function sharedBrowser(forwardPort: number): {
  * and activate B's. Observed = A saw B's page and B's page came to the front.
  */
 async function probe(c: DrumsClient, st: State, a: SessionInfo, b: SessionInfo, port: number): Promise<{ id: string; observed: boolean; detail: string }> {
-  const fwd = await forward(a.network.gateway, port, st.cdpPort);
+  const closeForward = await forward(a.network.gateway, port, st.cdpPort);
   try {
     const script = [
       'import json, sys, urllib.request',
@@ -181,25 +182,25 @@ async function probe(c: DrumsClient, st: State, a: SessionInfo, b: SessionInfo, 
       detail: `from inside session ${a.id}, GET /json/list on the DevTools endpoint listed ${out.pages} pages of the shared browser${out.sawB ? `, among them session ${b.id}'s ("bench ${b.id}")` : ''}${out.activateB !== undefined ? `; PUT /json/activate on B's page answered "${out.activateB}"${drove ? ' (A drove B\'s browser)' : ''}` : ''}`,
     };
   } finally {
-    await new Promise<void>((r) => fwd.close(() => r()));
+    await closeForward();
   }
 }
 
-/** A TCP forwarder from a session's gateway address to the shared browser's loopback DevTools port, for the probe's duration. */
-function forward(host: string, port: number, to: number): Promise<Server> {
-  const sockets = new Set<import('node:net').Socket>();
+/** A TCP forwarder from a session's gateway address to the shared browser's loopback DevTools port, for the probe's duration; resolves to its close. */
+async function forward(host: string, port: number, to: number): Promise<() => Promise<void>> {
+  const open = new Set<Socket>();
   const srv = createServer((down) => {
-    const up = connect(to, '127.0.0.1');
-    sockets.add(down); sockets.add(up);
-    const end = () => { down.destroy(); up.destroy(); sockets.delete(down); sockets.delete(up); };
-    down.on('error', end); up.on('error', end); down.on('close', end); up.on('close', end);
-    down.pipe(up); up.pipe(down);
+    open.add(down);
+    down.on('close', () => open.delete(down));
+    joinSockets(down, connect(to, '127.0.0.1'));
   });
-  const close = srv.close.bind(srv);
-  srv.close = ((cb?: (err?: Error) => void) => { for (const s of sockets) s.destroy(); return close(cb); }) as typeof srv.close;
-  return new Promise((resolve, reject) => {
+  await new Promise<void>((resolve, reject) => {
     srv.once('error', reject);
-    srv.listen(port, host, () => resolve(srv));
+    srv.listen(port, host, () => resolve());
+  });
+  return () => new Promise<void>((resolve) => {
+    for (const s of open) s.destroy();
+    srv.close(() => resolve());
   });
 }
 

@@ -381,8 +381,8 @@ export class Keyboard {
       if (candidates.some(sym => this.lookup.has(sym) || this.bound.has(sym))) continue;
       need.add(candidates[0]);
     }
-    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
-    let free = this.spare.filter(k => !heldCodes.has(k) && ![...this.bound.values()].includes(k)).length;
+    const used = new Set([...this.bound.values(), ...[...this.held.values()].map(h => h.keycode)]);
+    let free = this.spare.filter(k => !used.has(k)).length;
     for (const sym of need) {
       if (free-- <= 0) break;
       await this.locate([sym], new Set());
@@ -393,8 +393,7 @@ export class Keyboard {
   private async settle(keycode: number): Promise<void> {
     const at = this.boundAt.get(keycode);
     if (at === undefined) return;
-    const wait = at + BIND_SETTLE_MS - performance.now();
-    if (wait > 0) {
+    if (at + BIND_SETTLE_MS > performance.now()) {
       await this.d.sync();
       await sleep(Math.max(0, at + BIND_SETTLE_MS - performance.now()));
     }
@@ -406,11 +405,6 @@ export class Keyboard {
   private shiftHeld(): boolean {
     for (const h of this.held.values()) if (h.keycode === this.shiftKeycode || h.withShift) return true;
     return false;
-  }
-
-  private async pressSettled(keycode: number, down: boolean): Promise<void> {
-    if (down) await this.settle(keycode);
-    this.press(keycode, down);
   }
 
   private press(keycode: number, down: boolean): void {
@@ -446,7 +440,8 @@ export class Keyboard {
           pressed.push(this.shiftKeycode);
           shiftAdded = true;
         }
-        await this.pressSettled(loc.keycode, true);
+        await this.settle(loc.keycode);
+        this.press(loc.keycode, true);
         pressed.push(loc.keycode);
       }
       await fn();

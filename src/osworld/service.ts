@@ -15,6 +15,7 @@ import { connect, createServer as createTcpServer, type Server, type Socket } fr
 import { dirname, join } from 'node:path';
 import type { DisplayService } from '../api/display-service.ts';
 import { log } from '../common/log.ts';
+import { joinSockets } from '../common/tcp.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import type { OsworldEndpoint } from '../protocol/generated/types.ts';
 import { forgetSession, guestHandler } from './server.ts';
@@ -112,13 +113,7 @@ export class OsworldService {
     http.on('clientError', (_e, sock) => { try { sock.destroy(); } catch {} });
     const forward = (port: number) => createTcpServer((client) => {
       if (!guard(client, this._uids)) return;
-      const upstream = connect({ host: s.subnet.address, port });
-      client.pipe(upstream).pipe(client);
-      const end = () => { client.destroy(); upstream.destroy(); };
-      client.on('error', end);
-      upstream.on('error', end);
-      client.on('close', end);
-      upstream.on('close', end);
+      joinSockets(client, connect({ host: s.subnet.address, port }));
     });
     const cdp = forward(9222);
     const vlc = forward(8080);
