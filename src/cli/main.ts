@@ -208,6 +208,7 @@ bench.command('api').description('API overhead over a direct in-process call, an
     const { record, file } = await runApiBench({
       quick: !!o.quick, image: o.image, outDir: o.out, clients: Number(o.clients), seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
       progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      startInProcess: async (env) => (await import('../daemon.ts')).startDaemon({ env }),
     });
     if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
     for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
@@ -222,7 +223,7 @@ bench.command('sessions').description('lifecycle latency and memory per added se
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; image: string; runs?: string; n?: string; out: string; json?: boolean }) => {
     const { runSessionsBench } = await import('../bench/sessions-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runSessionsBench({
@@ -321,7 +322,7 @@ bench.command('ops').description('observe/act latency through the API vs exec-sp
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; runs?: string; sessions: string; seconds: string; out: string; json?: boolean }) => {
     const { runOpsBench } = await import('../bench/ops-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runOpsBench({
@@ -350,7 +351,7 @@ bench.command('density').description('how many Chromium sessions the host holds 
   .option('--out <dir>', 'record directory', 'bench/records')
   .action(async (o: { sessions: string; concurrency: string; image: string; out: string }) => {
     const { runDensityBench } = await import('../bench/density-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runDensityBench({
