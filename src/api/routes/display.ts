@@ -105,7 +105,10 @@ function resultJson(r: ActionResult) {
 function cleanDisplayError(e: unknown): unknown {
   if (!(e instanceof DisplayError)) return e;
   const d = { ...(e.details ?? {}) } as Record<string, unknown>;
-  if (Array.isArray(d.results)) d.completed = (d.results as ActionResult[]).length, delete d.results;
+  if (Array.isArray(d.results)) {
+    d.completed = (d.results as ActionResult[]).length;
+    delete d.results;
+  }
   delete d.socketPath;
   return new DrumsError(e.code, e.message, { details: d, cause: e });
 }
