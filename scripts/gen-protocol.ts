@@ -6,6 +6,7 @@
  *   src/protocol/generated/types.ts       TS types of components.schemas (for the client)
  *   sdk/python/drums/_codes.py            the same code table for the Python SDK's exceptions
  *   sdk/python/drums/_models.py           TypedDicts of components.schemas (the Python SDK's annotations)
+ *   src/client/generated/errors.ts        one error class per code for the TS client (like the Python SDK's)
  * `--check` writes nothing and exits 1 if any file differs from what it would write.
  *
  *   node scripts/gen-protocol.ts [--check]
@@ -71,6 +72,13 @@ files['sdk/python/drums/_codes.py'] = HEADER.replace('//', '#') +
   `ERROR_CODES: dict[str, tuple[int, str]] = {\n${codeNames.map((c) => `    ${JSON.stringify(c)}: (${codes[c]!.status}, ${JSON.stringify(codes[c]!.description)}),`).join('\n')}\n}\n`;
 
 files['sdk/python/drums/_models.py'] = pythonModels(schemas);
+
+// The TypeScript client's error classes, one per code (as the Python SDK has): `stale_generation` → StaleGenerationError.
+const className = (code: string) => code.split('_').map((p) => p[0]!.toUpperCase() + p.slice(1)).join('') + 'Error';
+files['src/client/generated/errors.ts'] = HEADER +
+  "import { DrumsApiError } from '../errors.ts';\n\n" +
+  codeNames.map((c) => `/** ${codes[c]!.status}: ${codes[c]!.description} */\nexport class ${className(c)} extends DrumsApiError {}\n`).join('') +
+  `\n/** code → class, for rebuilding a typed error from a response. */\nexport const ERROR_CLASSES = {\n${codeNames.map((c) => `  ${c}: ${className(c)},`).join('\n')}\n} as const;\n`;
 
 /**
  * components.schemas as typing.TypedDicts (Python 3.10+, no typing_extensions).

@@ -13,7 +13,7 @@
 import { readFileSync } from 'node:fs';
 import Ajv2020Module from 'ajv/dist/2020.js';
 import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
-import { ValidationError } from '../common/errors.ts';
+import { type ErrorCode, ValidationError } from '../common/errors.ts';
 
 type Json = Record<string, any>;
 
@@ -22,7 +22,7 @@ type Json = Record<string, any>;
  * validator uses), and, for parts of the body that the hand-written code
  * reports under another code, that code by field prefix (first match wins).
  */
-export const BODY_CODES: Record<string, { code: string; byField?: [prefix: string, code: string][] }> = {
+export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: string, code: ErrorCode][] }> = {
   createSession: { code: 'invalid_spec' },
   resetSession: { code: 'invalid_request' },
   execInSession: { code: 'invalid_exec' },

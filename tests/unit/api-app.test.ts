@@ -5,48 +5,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createApp } from '../../src/api/app.ts';
 import { specResponses } from '../../src/api/spec-validate.ts';
-import { NotFoundError } from '../../src/common/errors.ts';
 import { DisplayService } from '../../src/session/display-service.ts';
-import type { Session, SessionManager } from '../../src/session/manager.ts';
-import { parseSpec } from '../../src/session/spec.ts';
+import type { SessionManager } from '../../src/session/manager.ts';
+import { FakeManager } from './fakes.ts';
 
 const TOKEN = 'unit-test-token';
 const responses = specResponses();
-
-/** The parts of SessionManager the session routes and middleware use, in memory. */
-class FakeManager {
-  readonly sessions = new Map<string, Session>();
-  readonly terminations: { id: string; reason: string; terminatedAt: string }[] = [];
-  creates = 0;
-  list(): Session[] {
-    return [...this.sessions.values()];
-  }
-  get(id: string): Session {
-    const s = this.sessions.get(id);
-    if (!s) throw new NotFoundError('session_not_found', `no session '${id}'`);
-    return s;
-  }
-  async create(body: unknown): Promise<Session> {
-    this.creates++;
-    const spec = parseSpec(body);
-    const id = 's' + String(this.creates).padStart(10, '0');
-    const s = {
-      id, state: 'ready', spec, generation: 1, attempt: { generation: 1, token: 'a'.repeat(32) }, createdAt: new Date(0).toISOString(),
-      subnet: { address: '10.231.0.2', gateway: '10.231.0.1' }, timings: { total: 12.3 },
-    } as unknown as Session;
-    this.sessions.set(id, s);
-    return s;
-  }
-  async reset(id: string): Promise<Session> {
-    const s = this.get(id);
-    s.generation++;
-    s.attempt = { generation: s.generation, token: 'b'.repeat(32) };
-    return s;
-  }
-  async destroy(id: string): Promise<void> {
-    this.sessions.delete(id);
-  }
-}
 
 function setup(opts: { maxBodyBytes?: number; perSecond?: number; burst?: number } = {}) {
   const mgr = new FakeManager();
@@ -168,6 +132,17 @@ describe('API middleware (app.request, no socket)', () => {
     assert.equal(c.status, 409);
     assert.equal(c.json.error.code, 'idempotency_conflict');
     assert.equal(mgr.creates, 1);
+  });
+
+  it('answers a display-layer failure with its spec code and status (one error tree)', async () => {
+    const { call } = setup();
+    const id = (await call('POST', '/v1/sessions', { body: {} })).json.id as string;
+    const shot = await call('GET', `/v1/sessions/${id}/screenshot`);
+    assert.equal(shot.status, 503);
+    assert.equal(shot.json.error.code, 'display_unavailable');
+    const act = await call('POST', `/v1/sessions/${id}/actions`, { body: { actions: [{ type: 'click', x: 1, y: 1, button: 'nine' }] } });
+    assert.equal(act.status, 400);
+    assert.equal(act.json.error.code, 'invalid_action');
   });
 
   it('adds the fields a feature contributes through viewExtras to every session view', async () => {
