@@ -8,9 +8,9 @@ import { DrumsError } from './common/errors.ts';
 import { log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
-import { createApp } from './api/app.ts';
-import { DisplayService } from './api/display-service.ts';
-import { SessionManager } from './session/manager.ts';
+import { createApp, sessionView } from './api/app.ts';
+import { DisplayService } from './session/display-service.ts';
+import { SessionManager, type Session } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 
@@ -19,6 +19,8 @@ export interface ServeOptions {
   host?: string;
   /** Listening beyond loopback needs this explicit opt-in (there is no TLS yet). */
   allowRemote?: boolean;
+  /** Where DRUMS_STATE_DIR, DRUMS_INSTANCE, DRUMS_TOKEN, DRUMS_LISTEN and DRUMS_PORT come from (default process.env). */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
@@ -35,8 +37,9 @@ const LOOPBACK = ['127.0.0.1', '::1', 'localhost'];
 
 /** Composition root: instance → manager → display → HTTP. Resolves once listening. */
 export async function startDaemon(opts: ServeOptions = {}) {
-  const inst = resolveInstance();
-  const host = opts.host ?? process.env.DRUMS_LISTEN ?? '127.0.0.1';
+  const env = opts.env ?? process.env;
+  const inst = resolveInstance(env);
+  const host = opts.host ?? env.DRUMS_LISTEN ?? '127.0.0.1';
   if (!LOOPBACK.includes(host) && !opts.allowRemote) {
     throw new DrumsError('invalid_config', `refusing to listen on ${host} without TLS; pass --allow-remote to accept the risk`);
   }
@@ -45,16 +48,20 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
   const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
   if (inotify < 1024) log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
-  const token = loadToken(inst);
+  const token = loadToken(inst, env);
   const mgr = new SessionManager(inst);
   await mgr.init();
-  const display = new DisplayService();
+  const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
-  const port = opts.port ?? Number(process.env.DRUMS_PORT ?? 7450);
+  const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
-  const app = createApp(mgr, display, { token, allowedHosts });
+  const viewExtras = (s: Session) => {
+    const endpoint = osworld.endpointOf(s.id);
+    return endpoint ? { osworld: endpoint } : {};
+  };
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
@@ -79,5 +86,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     rmSync(daemonFile(inst), { force: true });
     await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
   })());
-  return { url, token, inst, mgr, app, stop };
+  /** The JSON view of a session, as GET /v1/sessions/:id serves it (for the API bench's in-process baseline). */
+  const view = (id: string) => sessionView(mgr.get(id), viewExtras);
+  return { url, token, inst, mgr, app, view, stop };
 }

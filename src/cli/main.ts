@@ -1,6 +1,7 @@
 import { Command, Option } from 'commander';
 import { writeFileSync } from 'node:fs';
 import { DrumsApiError, DrumsClient, type SessionInfo } from '../client/client.ts';
+import { DrumsError } from '../common/errors.ts';
 
 /**
  * The `drums` command. Session commands talk to the daemon through the public
@@ -134,7 +135,7 @@ session.command('act').description('run a batch of actions (JSON array, or an ob
     const { readFileSync } = await import('node:fs');
     const text = o.json === '-' ? readFileSync(0, 'utf8') : o.json;
     let parsed: unknown;
-    try { parsed = JSON.parse(text); } catch (e) { throw Object.assign(new Error(`--json is not valid JSON: ${(e as Error).message}`), { code: 'invalid_json' }); }
+    try { parsed = JSON.parse(text); } catch (e) { throw new DrumsError('invalid_json', `--json is not valid JSON: ${(e as Error).message}`); }
     const req = (Array.isArray(parsed) ? { actions: parsed } : parsed) as { actions: unknown[]; generation?: number; screenshot?: Record<string, unknown> };
     if (o.generation) req.generation = Number(o.generation);
     if (o.screenshot) {
@@ -171,7 +172,7 @@ session.command('cp').description('copy a file into or out of a session; one sid
     const { readFileSync } = await import('node:fs');
     const remote = (x: string) => /^s[0-9a-f]{10}:\//.exec(x) ? { id: x.slice(0, 11), path: x.slice(12) } : null;
     const rs = remote(src), rd = remote(dst);
-    if (!!rs === !!rd) throw Object.assign(new Error('exactly one of SRC and DST must be ID:/path'), { code: 'invalid_request' });
+    if (!!rs === !!rd) throw new DrumsError('invalid_request', 'exactly one of SRC and DST must be ID:/path');
     if (rs) {
       const data = await client().readFile(rs.id, rs.path, { root: o.root });
       if (dst === '-') process.stdout.write(data); else writeFileSync(dst, data);
@@ -208,6 +209,7 @@ bench.command('api').description('API overhead over a direct in-process call, an
     const { record, file } = await runApiBench({
       quick: !!o.quick, image: o.image, outDir: o.out, clients: Number(o.clients), seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
       progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      startInProcess: async (env) => (await import('../daemon.ts')).startDaemon({ env }),
     });
     if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
     for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
@@ -222,7 +224,7 @@ bench.command('sessions').description('lifecycle latency and memory per added se
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; image: string; runs?: string; n?: string; out: string; json?: boolean }) => {
     const { runSessionsBench } = await import('../bench/sessions-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runSessionsBench({
@@ -321,7 +323,7 @@ bench.command('ops').description('observe/act latency through the API vs exec-sp
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; runs?: string; sessions: string; seconds: string; out: string; json?: boolean }) => {
     const { runOpsBench } = await import('../bench/ops-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runOpsBench({
@@ -350,7 +352,7 @@ bench.command('density').description('how many Chromium sessions the host holds 
   .option('--out <dir>', 'record directory', 'bench/records')
   .action(async (o: { sessions: string; concurrency: string; image: string; out: string }) => {
     const { runDensityBench } = await import('../bench/density-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runDensityBench({
@@ -368,7 +370,7 @@ bench.command('density').description('how many Chromium sessions the host holds 
 program.parseAsync(process.argv).catch((e: unknown) => {
   if (e instanceof DrumsApiError) {
     process.stderr.write(`drums: ${e.code}: ${e.message}\n`);
-    process.exitCode = e.status >= 500 ? 3 : 2;
+    process.exitCode = e.status === 0 ? 1 : e.status >= 500 ? 3 : 2;
   } else {
     const err = e as { code?: string; message?: string };
     process.stderr.write(`drums: ${err.code ? err.code + ': ' : ''}${err.message ?? String(e)}\n`);

@@ -6,22 +6,16 @@ import type {
   WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
+import { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
+import { ERROR_CLASSES } from './generated/errors.ts';
+
 /**
  * TypeScript client for the Drums HTTP API. Used by the CLI and the bench;
- * it never imports server code.
+ * it never imports server code. Errors are DrumsApiError, as the subclass of
+ * their code (generated/errors.ts: `stale_generation` → StaleGenerationError).
  */
-export class DrumsApiError extends Error {
-  readonly code: string;
-  readonly status: number;
-  readonly details?: unknown;
-  constructor(status: number, code: string, message: string, details?: unknown) {
-    super(message);
-    this.name = 'DrumsApiError';
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
+export { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
+export * from './generated/errors.ts';
 
 /**
  * Wire types come from the spec: protocol/openapi.yaml → scripts/gen-protocol.ts →
@@ -55,15 +49,50 @@ async function apiError(res: Response): Promise<DrumsApiError> {
     const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
     if (j.error) ({ code, message, details } = j.error);
   } catch {}
-  return new DrumsApiError(res.status, code, message, details);
+  const Cls = (ERROR_CLASSES as Record<string, typeof DrumsApiError>)[code] ?? DrumsApiError;
+  return new Cls(res.status, code, message, details);
 }
+
+export interface DrumsClientOptions {
+  /**
+   * Per request, until the response is in (default 300 s, as the Python SDK's read timeout; 0 = none).
+   * Streamed responses (exec with stream) are not cut by it.
+   */
+  timeoutMs?: number;
+  /** Aborts every request of this client (e.g. at shutdown). */
+  signal?: AbortSignal;
+}
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 300_000;
 
 export class DrumsClient {
   readonly url: string;
   private readonly _token: string;
-  constructor(url: string, token: string) {
+  private readonly _opts: DrumsClientOptions;
+  constructor(url: string, token: string, opts: DrumsClientOptions = {}) {
     this.url = url.replace(/\/$/, '');
     this._token = token;
+    this._opts = opts;
+  }
+
+  /** fetch with the client's timeout and signal; a timeout or abort is a ClientTimeoutError, no answer a NoDaemonError. */
+  private async _fetch(path: string, init: RequestInit, o: { timeoutMs?: number } = {}): Promise<Response> {
+    const timeoutMs = o.timeoutMs ?? this._opts.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    const signals = [...(timeoutMs > 0 ? [AbortSignal.timeout(timeoutMs)] : []), ...(this._opts.signal ? [this._opts.signal] : [])];
+    try {
+      const res = await fetch(this.url + path, { ...init, signal: signals.length ? AbortSignal.any(signals) : undefined });
+      if (!res.ok) throw await apiError(res);
+      return res;
+    } catch (e) {
+      if (e instanceof DrumsApiError) throw e;
+      const name = (e as Error)?.name;
+      if (name === 'TimeoutError' || name === 'AbortError') {
+        throw new ClientTimeoutError(0, 'client_timeout', `${init.method} ${path}: no answer within ${timeoutMs} ms (or aborted)`, undefined, { cause: e });
+      }
+      const code = ((e as { cause?: { code?: string } })?.cause?.code) ?? '';
+      if (code === 'ECONNREFUSED' || code === 'ENOENT') throw new NoDaemonError(0, 'no_daemon', `no daemon answers at ${this.url} (${code})`, undefined, { cause: e });
+      throw e;
+    }
   }
 
   /** DRUMS_URL + DRUMS_TOKEN, else the daemon record and token in the state dir. */
@@ -71,20 +100,18 @@ export class DrumsClient {
     if (env.DRUMS_URL) return new DrumsClient(env.DRUMS_URL, env.DRUMS_TOKEN ?? '');
     const stateDir = resolve(env.DRUMS_STATE_DIR || '/var/lib/drums');
     const rec = join(stateDir, 'daemon.json');
-    if (!existsSync(rec)) throw new Error(`no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
+    if (!existsSync(rec)) throw new NoDaemonError(0, 'no_daemon', `no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
     const { url } = JSON.parse(readFileSync(rec, 'utf8')) as { url: string };
     const token = env.DRUMS_TOKEN ?? readFileSync(join(stateDir, 'token'), 'utf8').trim();
     return new DrumsClient(url, token);
   }
 
-  async request(method: string, path: string, body?: unknown): Promise<Response> {
-    const res = await fetch(this.url + path, {
+  async request(method: string, path: string, body?: unknown, o: { timeoutMs?: number } = {}): Promise<Response> {
+    return this._fetch(path, {
       method,
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
       body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    if (!res.ok) throw await apiError(res);
-    return res;
+    }, o);
   }
 
   private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -115,13 +142,11 @@ export class DrumsClient {
   }
   /** Raw request with a binary body (files). */
   async requestRaw(method: string, path: string, body?: Uint8Array): Promise<Response> {
-    const res = await fetch(this.url + path, {
+    return this._fetch(path, {
       method,
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/octet-stream' } : {}) },
       body: body === undefined ? undefined : new Uint8Array(body),
     });
-    if (!res.ok) throw await apiError(res);
-    return res;
   }
   /** Screenshot with options; returns the bytes and the geometry headers. */
   async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number; serverMs?: number }> {
@@ -170,7 +195,8 @@ export class DrumsClient {
   /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
   async execStream(id: string, req: ExecRequest,
     onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<ExecExit> {
-    const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req);
+    // The output streams for as long as the command runs: the server's own timeoutMs bounds it, not the client's.
+    const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req, { timeoutMs: 0 });
     const dec = new TextDecoder();
     let buf = '';
     let last: Record<string, unknown> | undefined;

@@ -234,8 +234,6 @@ export class SessionManager {
 
   /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
   private _startSteps(s: Session): Step[] {
-    const upper = join(s.dir, 'upper');
-    const work = join(s.dir, 'work');
     const rootfs = join(s.dir, 'bundle', 'rootfs');
     return [
       {
@@ -370,10 +368,15 @@ export class SessionManager {
   }
 
   private _onSessionExit(s: Session, generation: number): void {
+    this.markBroken(s, generation, 'the session\'s processes exited (its X server or init died)');
+  }
+
+  /** A ready session of this generation lost its processes or its X server: it is `broken` until reset or destroyed. */
+  markBroken(s: Session, generation: number, reason: string): void {
     if (s.generation !== generation || s.state !== 'ready') return;
     s.state = 'broken';
-    s.brokenReason = 'the session\'s processes exited (its X server or init died); reset or destroy it';
-    log('warn', 'session broken', { id: s.id });
+    s.brokenReason = `${reason}; reset or destroy it`;
+    log('warn', 'session broken', { id: s.id, reason });
   }
 
   private async _stopContainer(s: Session): Promise<void> {

@@ -104,7 +104,7 @@ export function parseSpec(body: unknown): SessionSpec {
     const entries = Object.entries(b.labels as Record<string, unknown>);
     if (entries.length > 32) throw bad('labels', 'at most 32 labels');
     for (const [k, v] of entries) {
-      if (!/^[A-Za-z0-9_.\/-]{1,63}$/.test(k)) throw bad(`labels.${k}`, 'key must be 1-63 of A-Z a-z 0-9 _ . / -');
+      if (!/^[A-Za-z0-9_./-]{1,63}$/.test(k)) throw bad(`labels.${k}`, 'key must be 1-63 of A-Z a-z 0-9 _ . / -');
       if (typeof v !== 'string' || v.length > 256) throw bad(`labels.${k}`, 'value must be a string of at most 256 characters');
       labels[k] = v;
     }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
+import type { DrumsApiError, SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Session files through the API (confinement), streaming exec, and an X server crash → `broken`.

@@ -1,5 +1,5 @@
 import { Hono, type Context } from 'hono';
-import { DrumsError, ValidationError } from '../../common/errors.ts';
+import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
 import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
 import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
@@ -19,7 +19,7 @@ import { checkBody } from '../spec-validate.ts';
 const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
 type Format = (typeof FORMATS)[number];
 
-function bad(field: string, message: string, code = 'invalid_request'): DrumsError {
+function bad(field: string, message: string, code: ErrorCode = 'invalid_request'): DrumsError {
   return new ValidationError(field, message, code);
 }
 
@@ -105,7 +105,10 @@ function resultJson(r: ActionResult) {
 function cleanDisplayError(e: unknown): unknown {
   if (!(e instanceof DisplayError)) return e;
   const d = { ...(e.details ?? {}) } as Record<string, unknown>;
-  if (Array.isArray(d.results)) d.completed = (d.results as ActionResult[]).length, delete d.results;
+  if (Array.isArray(d.results)) {
+    d.completed = (d.results as ActionResult[]).length;
+    delete d.results;
+  }
   delete d.socketPath;
   return new DrumsError(e.code, e.message, { details: d, cause: e });
 }

@@ -1,14 +1,16 @@
 import { Hono } from 'hono';
-import { DrumsError } from '../../common/errors.ts';
 import { execInSession, parseExec } from '../../session/exec.ts';
 import { parseSpec } from '../../session/spec.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
-import { osworldEndpoint } from '../../osworld/service.ts';
+import type { Session as SessionView } from '../../protocol/generated/types.ts';
 
-/** The public view of a session (no host paths). */
-export function sessionView(s: Session) {
+/** Fields a feature above the API adds to a session's view (the daemon wires OSWorld's endpoint in). */
+export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld'>>;
+
+/** The public view of a session (no host paths), in the spec's shape. */
+export function sessionView(s: Session, extras?: ViewExtras): SessionView {
   return {
     id: s.id,
     state: s.state,
@@ -23,24 +25,24 @@ export function sessionView(s: Session) {
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
-    ...(osworldEndpoint(s.id) ? { osworld: osworldEndpoint(s.id) } : {}),
-  };
+    ...extras?.(s),
+  } satisfies SessionView;
 }
 
 /** Session lifecycle, exec and the simple screenshot. */
 export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
-  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().map(sessionView) }));
+  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().map(ctx.view) }));
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
     parseSpec(body);
     checkBody('createSession', body ?? {});
-    return c.json(sessionView(await mgr.create(body)), 201);
+    return c.json(ctx.view(await mgr.create(body)), 201);
   });
-  app.get('/v1/sessions/:id', (c) => c.json(sessionView(ctx.session(c))));
+  app.get('/v1/sessions/:id', (c) => c.json(ctx.view(ctx.session(c))));
   app.delete('/v1/sessions/:id', async (c) => {
     const s = ctx.session(c);
     display.drop(s.id);
@@ -50,7 +52,7 @@ export function sessionRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
     display.drop(s.id);
-    return c.json(sessionView(await mgr.reset(s.id)));
+    return c.json(ctx.view(await mgr.reset(s.id)));
   });
   app.post('/v1/sessions/:id/exec', async (c) => {
     const s = ctx.session(c);
