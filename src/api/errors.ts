@@ -54,6 +54,7 @@ export const STATUS_BY_CODE: Record<string, number> = {
   session_destroy_incomplete: 500,
   display_closed: 503,
   display_unavailable: 503,
+  host_draining: 503,
   timeout: 504,
 };
 
