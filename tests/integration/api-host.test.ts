@@ -1,9 +1,14 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import Ajv2020Module from 'ajv/dist/2020.js';
 import { DrumsApiError, type HostReport } from '../../src/client/client.ts';
-import { startDaemon, type TestDaemon } from '../helpers.ts';
+import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
+
+const NODE = process.execPath;
+const PROBE = join(ROOT, 'scripts', 'host-probe.ts');
 
 const Ajv2020 = Ajv2020Module as unknown as typeof Ajv2020Module.default;
 
@@ -38,16 +43,28 @@ describe('host report and drain', () => {
     const r1 = await d1.client.host();
     assert.deepEqual([r1.sessions.held, r1.sessions.byState.ready, r1.capacity.sessions, r1.instanceId], [1, 1, 1, r0.instanceId]);
 
+    // The Kubernetes probes (scripts/host-probe.ts): ready now; a preStop drain waits for the held session.
+    const probeEnv = { ...process.env, DRUMS_URL: d1.url, DRUMS_TOKEN: d1.token };
+    assert.equal(spawnSync(NODE, [PROBE, 'ready'], { env: probeEnv }).status, 0);
+    const preStop = spawn(NODE, [PROBE, 'drain', '--wait', '120'], { env: probeEnv, stdio: ['ignore', 'pipe', 'inherit'] });
+    let preStopOut = '';
+    preStop.stdout.on('data', (b: Buffer) => { preStopOut += b; });
+    const preStopExit = new Promise<number | null>((res) => preStop.on('exit', res));
+    let drained: HostReport = await d1.client.host();
+    for (const t0 = Date.now(); !drained.draining && Date.now() - t0 < 30_000; drained = await d1.client.host()) await new Promise((r) => setTimeout(r, 100));
     // Drain: creates are 503 host_draining, the held session still resets and is destroyed.
-    const drained: HostReport = await d1.client.drainHost();
     assert.deepEqual([drained.draining, drained.capacity.sessions, drained.capacity.bySessionCap], [true, 0, 1]);
     assert.ok(drained.drainingSince);
     await assert.rejects(d1.client.createSession({ image: 'minimal' }), (e: DrumsApiError) => e.status === 503 && e.code === 'host_draining');
     assert.equal((await d1.client.drainHost()).drainingSince, drained.drainingSince, 'drain is idempotent');
     const reset = await d1.client.request('POST', `/v1/sessions/${s.id}/reset`, {});
     assert.equal(((await reset.json()) as { generation: number }).generation, 2);
+    assert.equal(preStop.exitCode, null, 'the preStop drain waits while a session is held');
     await d1.client.destroySession(s.id);
     assert.equal((await d1.client.host()).sessions.held, 0);
+    assert.equal(await preStopExit, 0);
+    assert.match(preStopOut, /drained: 0 session\(s\) still held/);
+    assert.equal(spawnSync(NODE, [PROBE, 'ready'], { env: probeEnv }).status, 1, 'a draining host is not ready');
     // Unauthenticated: 401 like every other route.
     const anon = await fetch(`${d1.url}/v1/host`);
     assert.equal(anon.status, 401);

@@ -80,6 +80,8 @@ class Host:
     sessions: dict[str, "ClusterSession"] = field(default_factory=dict)
     #: Sessions declared lost while the host was unreachable; destroyed if it comes back unrestarted.
     orphans: list[AsyncSession] = field(default_factory=list)
+    #: Left discovery: no new work, kept while it holds sessions.
+    retired: bool = False
 
     @property
     def name(self) -> str:
@@ -198,6 +200,8 @@ class AsyncClusterClient:
         report_timeout_s: float = 5.0,
         rng: random.Random | None = None,
         timeout: httpx.Timeout | float | None = None,
+        discovery: Any = None,
+        discovery_s: float = 5.0,
     ):
         self.refresh_s = refresh_s
         self.wait_s = wait_s
@@ -213,6 +217,10 @@ class AsyncClusterClient:
         #: (monotonic time, host name, event) for lost hosts and rejoins, in order.
         self.events: list[tuple[float, str, str]] = []
         self._task: asyncio.Task[None] | None = None
+        #: Something with ``async endpoints() -> list[Endpoint]`` (e.g. drums.k8s.EndpointSliceDiscovery).
+        self.discovery = discovery
+        self.discovery_s = discovery_s
+        self._discovered_at = float("-inf")
         for ep in endpoints:
             self.add(ep)
 
@@ -229,19 +237,37 @@ class AsyncClusterClient:
         return h
 
     async def set_endpoints(self, eps: Sequence[Endpoint]) -> None:
-        """Makes the host list exactly ``eps`` (discovery calls this); a removed host's sessions are lost."""
+        """Makes ``eps`` the hosts that take new work (discovery calls this). A host that left the
+        list (not ready, draining, deleted) takes no new work; its sessions stay usable while it
+        answers, and it is dropped once it holds none of ours."""
         urls = {e.url for e in eps}
-        for h in [h for h in self.hosts if h.endpoint.url not in urls]:
-            self._lose_host(h, "removed from discovery")
-            self.hosts.remove(h)
-            await h.client.aclose()
+        for h in list(self.hosts):
+            h.retired = h.endpoint.url not in urls
+            if h.retired:
+                h.load.usable, h.load.problem = False, "left discovery"
+                if not h.sessions:
+                    self.hosts.remove(h)
+                    await h.client.aclose()
         for e in eps:
-            self.add(e)
+            self.add(e).retired = False
 
     # -- reports
 
+    async def discover(self) -> None:
+        """Asks the discovery for the host list now; on failure keeps the last one (and reports it)."""
+        self._discovered_at = time.monotonic()
+        try:
+            eps = await self.discovery.endpoints()
+        except Exception as e:  # noqa: BLE001 - any discovery failure keeps the last good list
+            self.problems["discovery"] = f"discovery failed, keeping {sum(not h.retired for h in self.hosts)} known hosts: {e}"
+            return
+        self.problems.pop("discovery", None)
+        await self.set_endpoints(eps)
+
     async def refresh(self) -> None:
-        """Reads every host's report now (concurrently)."""
+        """Reads every host's report now (concurrently); first the discovery, when it is due."""
+        if self.discovery is not None and time.monotonic() - self._discovered_at >= self.discovery_s:
+            await self.discover()
         await asyncio.gather(*(self._report(h) for h in list(self.hosts)))
 
     async def _report(self, h: Host) -> bool:
@@ -269,8 +295,8 @@ class AsyncClusterClient:
         h.placed_at = [t for t in h.placed_at if t >= started]
         h.load.placed = len(h.placed_at)
         h.load.capacity = r["capacity"]["sessions"]
-        h.load.usable = not h.draining
-        h.load.problem = "draining" if h.draining else None
+        h.load.usable = not h.draining and not h.retired
+        h.load.problem = "draining" if h.draining else "left discovery" if h.retired else None
         if not h.draining and self.problems.get(h.name, "").startswith(("unreachable", "malformed", "error")):
             self.problems.pop(h.name, None)
         return True
@@ -343,6 +369,8 @@ class AsyncClusterClient:
             self._task = None
         for h in self.hosts:
             await h.client.aclose()
+        if self.discovery is not None and hasattr(self.discovery, "aclose"):
+            await self.discovery.aclose()
 
     async def __aenter__(self) -> "AsyncClusterClient":
         return await self.start()
