@@ -42,7 +42,7 @@ if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || 
   step "installing the Python SDK and its test dependencies into .runtime/venv"
   [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
   .runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/requirements-test.txt
-  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test]'
+  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test,ray,agentrl]'
   cp sdk/python/requirements-test.txt .runtime/venv/.requirements
 fi
 

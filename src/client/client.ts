@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type {
   A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
-  FileWritten, Generation, ResetRequest, ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText,
+  FileWritten, Generation, HostReport, ResetRequest, ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText,
   WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
@@ -23,7 +23,7 @@ export * from './generated/errors.ts';
  */
 export type {
   A11yNode, A11yTree, Action, ActionResult, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord,
-  FileList, FileStat, FileStatResult, FileWritten, Generation, OsworldEndpoint, ResetRequest, ScreenshotData,
+  FileList, FileStat, FileStatResult, FileWritten, Generation, HostDisk, HostReport, OsworldEndpoint, ResetRequest, ScreenshotData,
   ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
@@ -116,6 +116,16 @@ export class DrumsClient {
 
   private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
     return (await (await this.request(method, path, body)).json()) as T;
+  }
+
+  /** GET /v1/host: capacity, load, images and identity of this host (for placement). */
+  host(): Promise<HostReport> {
+    return this.json('GET', '/v1/host');
+  }
+
+  /** POST /v1/host/drain: new creates get 503 host_draining; held sessions go on. */
+  drainHost(): Promise<HostReport> {
+    return this.json('POST', '/v1/host/drain');
   }
 
   createSession(spec: SessionSpec = {}): Promise<SessionInfo> {

@@ -111,6 +111,11 @@ export class SessionManager {
     return [...this._sessions.values()];
   }
 
+  /** The most sessions this daemon holds at once (DRUMS_MAX_SESSIONS). */
+  get maxSessions(): number {
+    return this._opts.maxSessions;
+  }
+
   get(id: string): Session {
     const s = this._sessions.get(id);
     const gone = s ? undefined : this.terminations.find((t) => t.id === id && t.reason === 'ttl_expired');

@@ -38,6 +38,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "session_destroy_incomplete": (500, "Destroy left objects; run drums sweep."),
     "display_closed": (503, "The X connection closed."),
     "display_unavailable": (503, "Cannot reach the session's X server."),
+    "host_draining": (503, "The host is draining and takes no new sessions; place the session on another host."),
     "timeout": (504, "An operation timed out."),
     "is_a_directory": (400, "The path is a directory."),
     "not_a_directory": (400, "A path component is not a directory."),

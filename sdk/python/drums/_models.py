@@ -38,6 +38,15 @@ __all__ = [
     "FileWritten",
     "Flag",
     "Generation",
+    "HostDisk",
+    "HostReport",
+    "HostReportCapacity",
+    "HostReportImagesItem",
+    "HostReportResources",
+    "HostReportResourcesCpu",
+    "HostReportResourcesDisk",
+    "HostReportResourcesMemory",
+    "HostReportSessions",
     "OsworldEndpoint",
     "Point",
     "Region",
@@ -171,6 +180,74 @@ class Termination(TypedDict):
     id: str
     reason: str  # ttl_expired, requested, daemon shutdown
     terminatedAt: str
+
+
+class HostReportSessions(TypedDict):
+    held: int
+    max: int  # DRUMS_MAX_SESSIONS
+    byState: dict[str, int]
+
+
+class HostReportCapacity(TypedDict):
+    """What placement reads."""
+    sessions: int  # The most new sessions it takes now: the lowest of its limits, 0 while draining.
+    bySessionCap: int  # max - held
+
+
+class HostReportResourcesMemory(TypedDict):
+    totalBytes: int
+    availableBytes: int  # MemAvailable
+
+
+class HostReportResourcesCpu(TypedDict):
+    cores: int
+    load1: float
+    load5: float
+    load15: float
+
+
+class HostReportResourcesDisk(TypedDict):
+    state: HostDisk
+    images: HostDisk
+
+
+class HostReportResources(TypedDict):
+    """As the host measures them now."""
+    memory: HostReportResourcesMemory
+    cpu: HostReportResourcesCpu
+    disk: HostReportResourcesDisk
+
+
+class HostReportImagesItem(TypedDict):
+    name: str
+    hash: str
+    current: bool  # Built from the current recipe.
+    builtAt: str
+
+
+class _HostReportRequired(TypedDict):
+    hostId: str  # Stable across restarts (DRUMS_HOST_ID
+    instanceId: str  # New on every daemon start.
+    instance: str  # The instance name (objects on the host carry it).
+    version: str
+    startedAt: str
+    draining: bool
+    sessions: HostReportSessions
+    capacity: HostReportCapacity  # What placement reads.
+    resources: HostReportResources  # As the host measures them now.
+    admission: dict[str, Any] | None  # Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise.
+    pools: list[dict[str, Any]]  # Warm pools and their fill, on hosts that have them.
+    images: list[HostReportImagesItem]
+
+
+class HostReport(_HostReportRequired, total=False):
+    drainingSince: str
+
+
+class HostDisk(TypedDict):
+    path: str
+    totalBytes: int
+    availableBytes: int
 
 
 class ExecRequest(TypedDict, total=False):

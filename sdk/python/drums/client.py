@@ -129,6 +129,14 @@ class Client:
     def openapi(self) -> dict[str, Any]:
         return self.request("GET", "/openapi.json").json()
 
+    def host(self) -> m.HostReport:
+        """``GET /v1/host``: sessions held and max, capacity, resources, images, host and instance ids."""
+        return self.request("GET", "/v1/host").json()
+
+    def drain(self) -> m.HostReport:
+        """``POST /v1/host/drain``: new creates get 503 ``host_draining``; held sessions go on."""
+        return self.request("POST", "/v1/host/drain").json()
+
     def close(self) -> None:
         self._http.close()
 
@@ -314,6 +322,12 @@ class AsyncClient:
 
     async def health(self) -> bool:
         return (await self.request("GET", "/healthz")).json().get("ok") is True
+
+    async def host(self) -> m.HostReport:
+        return (await self.request("GET", "/v1/host")).json()
+
+    async def drain(self) -> m.HostReport:
+        return (await self.request("POST", "/v1/host/drain")).json()
 
     async def aclose(self) -> None:
         await self._http.aclose()

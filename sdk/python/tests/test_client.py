@@ -10,6 +10,14 @@ def test_health_and_openapi(client):
     assert client.openapi()["openapi"].startswith("3.1.")
 
 
+def test_host_report(client, daemon):
+    r = client.host()
+    assert r["instance"] == daemon.instance and r["draining"] is False
+    assert r["sessions"]["held"] <= r["sessions"]["max"] and r["capacity"]["sessions"] >= 0
+    assert any(i["name"] == "minimal" for i in r["images"])
+    assert client.host()["instanceId"] == r["instanceId"]
+
+
 def test_session_context_manager_exec_screenshot_files_reset(client):
     with client.sessions.create(image="minimal", screen="800x600") as s:
         assert s.state == "ready" and s.generation == 1 and s.screen == (800, 600)

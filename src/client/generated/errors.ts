@@ -73,6 +73,8 @@ export class SessionDestroyIncompleteError extends DrumsApiError {}
 export class DisplayClosedError extends DrumsApiError {}
 /** 503: Cannot reach the session's X server. */
 export class DisplayUnavailableError extends DrumsApiError {}
+/** 503: The host is draining and takes no new sessions; place the session on another host. */
+export class HostDrainingError extends DrumsApiError {}
 /** 504: An operation timed out. */
 export class TimeoutError extends DrumsApiError {}
 /** 400: The path is a directory. */
@@ -146,6 +148,7 @@ export const ERROR_CLASSES = {
   session_destroy_incomplete: SessionDestroyIncompleteError,
   display_closed: DisplayClosedError,
   display_unavailable: DisplayUnavailableError,
+  host_draining: HostDrainingError,
   timeout: TimeoutError,
   is_a_directory: IsADirectoryError,
   not_a_directory: NotADirectoryError,

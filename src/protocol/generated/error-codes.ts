@@ -36,6 +36,7 @@ export const ERROR_CODES = {
   session_destroy_incomplete: { status: 500, description: "Destroy left objects; run drums sweep." },
   display_closed: { status: 503, description: "The X connection closed." },
   display_unavailable: { status: 503, description: "Cannot reach the session's X server." },
+  host_draining: { status: 503, description: "The host is draining and takes no new sessions; place the session on another host." },
   timeout: { status: 504, description: "An operation timed out." },
   is_a_directory: { status: 400, description: "The path is a directory." },
   not_a_directory: { status: 400, description: "A path component is not a directory." },

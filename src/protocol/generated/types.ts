@@ -94,6 +94,67 @@ export type Termination = {
   terminatedAt: string;
 };
 
+export type HostReport = {
+  /** Stable across restarts (DRUMS_HOST_ID */
+  hostId: string;
+  /** New on every daemon start. */
+  instanceId: string;
+  /** The instance name (objects on the host carry it). */
+  instance: string;
+  version: string;
+  startedAt: string;
+  draining: boolean;
+  drainingSince?: string;
+  sessions: {
+    held: number;
+    /** DRUMS_MAX_SESSIONS */
+    max: number;
+    byState: Record<string, number>;
+  };
+  /** What placement reads. */
+  capacity: {
+    /** The most new sessions it takes now: the lowest of its limits, 0 while draining. */
+    sessions: number;
+    /** max - held */
+    bySessionCap: number;
+  };
+  /** As the host measures them now. */
+  resources: {
+    memory: {
+      totalBytes: number;
+      /** MemAvailable */
+      availableBytes: number;
+    };
+    cpu: {
+      cores: number;
+      load1: number;
+      load5: number;
+      load15: number;
+    };
+    disk: {
+      state: HostDisk;
+      images: HostDisk;
+    };
+  };
+  /** Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise. */
+  admission: Record<string, unknown> | null;
+  /** Warm pools and their fill, on hosts that have them. */
+  pools: Record<string, unknown>[];
+  images: {
+    name: string;
+    hash: string;
+    /** Built from the current recipe. */
+    current: boolean;
+    builtAt: string;
+  }[];
+};
+
+export type HostDisk = {
+  path: string;
+  totalBytes: number;
+  availableBytes: number;
+};
+
 /** Exactly one of `argv` and `shell`. */
 export type ExecRequest = {
   argv?: string[];
@@ -361,4 +422,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
