@@ -8,6 +8,7 @@ import { parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
+import { ACTIONS_HEADER, MAX_HEADER_JSON, asciiJson, imageHeaders, wantsBinary } from '../frames/binary.ts';
 import { checkBody } from '../spec-validate.ts';
 
 /**
@@ -202,6 +203,11 @@ export function displayRoutes(ctx: RouteContext) {
     const d = await display.connection(s);
     const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
     const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
+    if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
+      // Image bytes as the body, the JSON in a header (src/api/frames/binary.ts).
+      const meta = asciiJson({ generation, results: results.map(resultJson) });
+      if (meta.length <= MAX_HEADER_JSON) return c.body(new Uint8Array(shot.data), 200, { ...imageHeaders(shot, generation), [ACTIONS_HEADER]: meta });
+    }
     return c.json({ generation, results: results.map(resultJson), ...(shot ? { screenshot: shotJson(shot) } : {}) });
   });
 
