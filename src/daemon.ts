@@ -2,6 +2,7 @@ import { serve } from '@hono/node-server';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DrumsError } from './common/errors.ts';
 import { log } from './common/log.ts';
@@ -9,6 +10,7 @@ import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp } from './api/app.ts';
 import { DisplayService } from './api/display-service.ts';
+import { attachUpgrades } from './api/frames/upgrade.ts';
 import { SessionManager } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
@@ -58,6 +60,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
   });
+  // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
+  const closeUpgrades = attachUpgrades(server as Server, app.fetch);
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
@@ -66,6 +70,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
+    closeUpgrades();
     osworld.closeAll();
     display.closeAll();
     await mgr.shutdown();

@@ -13,6 +13,7 @@ import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
+import { frameRoutes } from './frames/index.ts';
 import { specBodies } from './spec-validate.ts';
 
 export interface AppOptions {
@@ -56,6 +57,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.notFound(notFoundOr405(app));
   app.route('/', metaRoutes(ctx));
   app.route('/', eventRoutes(ctx));
+  app.route('/', frameRoutes(ctx));
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).

@@ -53,6 +53,7 @@ __all__ = [
     "SessionSpec",
     "SessionState",
     "Size",
+    "TakeoverView",
     "TerminalText",
     "Termination",
     "Window",
@@ -245,6 +246,11 @@ class ActionObject(TypedDict, total=False):
 # `FAIL` may also be given as plain strings (any case). Coordinates are integers in agent space (the
 # request's `scale`, else the screen).
 Action = Union[ActionObject, str]
+
+
+class TakeoverView(TypedDict):
+    holder: str
+    since: str
 
 
 class _ActionsRequestRequired(TypedDict):
