@@ -22,13 +22,13 @@ export interface PrivateDaemon {
  * harness's memory is separate from the daemon's; stopped (it destroys its
  * sessions on SIGTERM) and its state dir removed at the end.
  */
-export async function startPrivateDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<PrivateDaemon> {
+export async function startPrivateDaemon(extraEnv: NodeJS.ProcessEnv = {}, bin: string = DRUMS): Promise<PrivateDaemon> {
   const instance = 'b' + randomBytes(2).toString('hex');
   const stateDir = mkdtempSync(`/var/tmp/drums-bench-${instance}-`);
   const token = randomBytes(16).toString('hex');
   const env: NodeJS.ProcessEnv = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: token, DRUMS_PORT: '0', ...extraEnv };
   delete env.DRUMS_URL;
-  const proc = spawn(DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stderr!.on('data', (d: Buffer) => { log = (log + d.toString()).slice(-4000); });
   const url = await new Promise<string>((resolve, reject) => {
