@@ -23,6 +23,7 @@ import { gitState, hostFacts } from './host-facts.ts';
 import { startPrivateDaemon, type PrivateDaemon } from './private-daemon.ts';
 import type { BenchRecord, ResultRow, TrialRecord, Verdict } from './record.ts';
 import { quantile, summary } from './stats.ts';
+import { judge, loadBars } from './bars.ts';
 
 /** summary() plus p99 (tail latency is the point here). */
 const dist = (xs: number[]) => ({ ...summary(xs), ...(xs.length ? { p99: quantile(xs, 0.99) } : {}) });
@@ -290,16 +291,14 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     }
   }
   const get = (arm: string, m: string) => results.find((x) => x.arm === arm && x.metric === m)?.value ?? null;
-  const goal = (id: string, metric: string, op: '<=' | '>=', bar: number, unit: string, note: string): Verdict => {
-    const value = head ? get(head.name, metric) : null;
-    return { barId: id, arm: head?.name ?? '', metric, op, bar, unit, value, ci: null, pass: value === null ? null : op === '<=' ? value <= bar : value >= bar, note };
-  };
+  // Judged against the bars frozen in bench/bars/steps.json (issue 13's goals) before measuring.
+  const { bars, sha256: barsSha } = loadBars('steps');
   const full = maxN >= 100;
-  const verdicts: Verdict[] = [
-    goal('issue13.steps_per_sec', `steps_per_sec.N${maxN}`, '>=', 150, 'steps/s', full ? 'issue 13 goal at N=100' : `issue 13 goal is at N=100; measured at N=${maxN}`),
-    goal('issue13.open_loop_p99', `open_loop_step_ms.p99@${o.offered}`, '<=', 100, 'ms', `issue 13 goal at 50 steps/s offered (offered here: ${o.offered})`),
-    goal('issue13.cpu_png', 'daemon_cpu_ms_per_step.png', '<=', 5, 'ms', 'issue 13 goal'),
-  ];
+  const verdicts: Verdict[] = bars.bars.map((b) => {
+    const value = get(b.arm === 'frames' ? (head?.name ?? b.arm) : b.arm, b.metric);
+    const pass = judge(b, value);
+    return { barId: b.id, arm: b.arm, metric: b.metric, op: b.op, bar: b.value, unit: b.unit, value, ci: null, pass, ...(pass === null ? { note: results.some((x) => x.metric === b.metric) ? 'no value' : `not measured in this run (largest N here: ${maxN})` } : {}) };
+  });
   const allValid = trials.every((t) => t.valid);
   const g = gitState();
   const busy = trials.map((t) => [(t.data.busyBefore as { loadavg1: number }).loadavg1, (t.data.busyAfter as { loadavg1: number } | undefined)?.loadavg1 ?? NaN]);
@@ -307,9 +306,10 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     schemaVersion: 1, kind: 'drums-bench-record', experiment: 'steps',
     description: 'The step hot path (click + PNG screenshot through POST /actions) of this checkout against another checkout in the same run, plus daemon CPU per step by format and frame streaming.',
     mode: o.quick ? 'quick' : 'full',
-    status: !allValid ? 'inconclusive' : verdicts.every((v) => v.pass) ? 'passed' : 'failed',
+    status: !allValid || verdicts.some((v) => v.pass === null) ? (verdicts.some((v) => v.pass === false) ? 'failed' : 'inconclusive') : verdicts.every((v) => v.pass) ? 'passed' : 'failed',
     complete: allValid, incompleteReasons: trials.filter((t) => !t.valid).map((t) => `${t.arm} trial ${t.trial}: ${t.reason}`),
-    command: o.command, commit: g.commit, dirty: g.dirty, started, finished: new Date().toISOString(), bars: null,
+    command: o.command, commit: g.commit, dirty: g.dirty, started, finished: new Date().toISOString(),
+    bars: { file: 'bench/bars/steps.json', sha256: barsSha, fixedAt: bars.fixedAt, fixedCommit: bars.fixedCommit },
     host: { ...hostFacts(), loadavg1BeforeAfterPerTrial: busy },
     method: {
       arms: o.arms.map((a) => `${a.name}: ${a.description}`).join('; '),
@@ -328,7 +328,6 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
       : 'one arm only',
     surprises: [], limitations: [
       ...(full ? [] : [`N=${maxN}, not the issue's N=100: the shared host could not hold 2 × 100 Chromium sessions' worth of runs cleanly in the time available`]),
-      'bars are the goals stated in issue 13, not a pre-registered bars file',
     ],
     failures,
     plots: { latency: latencyPlot, throughput },
