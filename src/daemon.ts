@@ -2,13 +2,14 @@ import { serve } from '@hono/node-server';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { AddressInfo } from 'node:net';
 import type { Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { DrumsError } from './common/errors.ts';
 import { log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
+import { attachUpgrades } from './api/frames/upgrade.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
@@ -72,6 +73,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const http = server as HttpServer;
   http.keepAliveTimeout = 65_000;
   http.headersTimeout = 70_000;
+  // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
+  const closeUpgrades = attachUpgrades(http, app.fetch);
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
@@ -80,6 +83,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
+    closeUpgrades();
     osworld.closeAll();
     display.closeAll();
     await mgr.shutdown();

@@ -14,6 +14,7 @@ import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
 import { hostRoutes } from './routes/host.ts';
+import { frameRoutes } from './frames/index.ts';
 import { specBodies } from './spec-validate.ts';
 
 export interface AppOptions {
@@ -55,6 +56,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.route('/', metaRoutes(ctx));
   app.route('/', eventRoutes(ctx));
   app.route('/', hostRoutes(ctx));
+  app.route('/', frameRoutes(ctx));
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).

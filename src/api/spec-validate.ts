@@ -26,6 +26,7 @@ export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: st
   createSession: { code: 'invalid_spec' },
   resetSession: { code: 'invalid_request' },
   execInSession: { code: 'invalid_exec' },
+  takeOver: { code: 'invalid_request' },
   runActions: {
     code: 'invalid_action',
     byField: [

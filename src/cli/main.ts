@@ -345,6 +345,30 @@ bench.command('ops').description('observe/act latency through the API vs exec-sp
     }
   });
 
+bench.command('steps').description('step throughput (click + PNG) of this checkout vs another checkout in the same run; CPU per step by format; streaming')
+  .option('--base <dir>', 'checkout of the code to compare with (e.g. git worktree add DIR 4c106a9), with node_modules and .runtime')
+  .option('--sessions <list>', 'N ladder of Chromium sessions', '10,50,100')
+  .option('--clients <n>', 'closed-loop clients', '8')
+  .option('--seconds <n>', 'seconds per measurement', '20')
+  .option('--offered <n>', 'open-loop offered steps/s', '50')
+  .option('--trials <n>', 'trials (arms alternate, order rotated)', '1')
+  .option('--quick', 'N=2, 4 s (a harness check)')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { base?: string; sessions: string; clients: string; seconds: string; offered: string; trials: string; quick?: boolean; out: string }) => {
+    const { runStepsBench } = await import('../bench/steps-bench.ts');
+    const { resolve, join } = await import('node:path');
+    const here = resolve(import.meta.dirname, '..', '..');
+    const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
+    if (o.base) arms.push({ name: 'base', bin: join(resolve(o.base), 'bin', 'drums'), description: `the checkout at ${resolve(o.base)}` });
+    const { record, file } = await runStepsBench({
+      arms, sessions: o.quick ? [2] : o.sessions.split(',').map(Number), clients: o.quick ? 2 : Number(o.clients),
+      seconds: o.quick ? 4 : Number(o.seconds), offered: o.quick ? 5 : Number(o.offered), trials: Number(o.trials), quick: !!o.quick, outDir: o.out,
+      command: `bin/drums ${process.argv.slice(2).join(' ')}`,
+      progress: (m) => process.stderr.write(`\r\x1b[K[bench] ${m}`),
+    });
+    process.stderr.write('\n');
+    process.stdout.write(`${record.summary}\nrecord: ${file}\n`);
+  });
 bench.command('density').description('how many Chromium sessions the host holds at once (bar: 50)')
   .option('--sessions <n>', 'sessions to hold', '50')
   .option('--concurrency <n>', 'creates in flight', '4')

@@ -27,6 +27,11 @@ export type {
   ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
+const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream' };
+/** What actImage returns: the actions' results and the screenshot as bytes. */
+export interface ActImageResponse extends Omit<ActResponse, 'screenshot'> {
+  image?: { data: Buffer; mimeType: string; width: number; height: number; scaleX?: number; scaleY?: number };
+}
 /** A session as the API returns it. */
 export type SessionInfo = Session;
 /**
@@ -182,6 +187,39 @@ export class DrumsClient {
   /** Runs a batch of actions (validated whole first); optionally returns a screenshot taken after it. */
   act(id: string, req: ActRequest): Promise<ActResponse> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/actions`, req);
+  }
+  /**
+   * Like act, but the screenshot comes back as bytes: asks for the binary response (image body,
+   * JSON in the x-drums-actions header) and accepts the JSON one too (a daemon without it, or a
+   * batch whose results do not fit in a header), decoding its base64.
+   */
+  async actImage(id: string, req: ActRequest): Promise<ActImageResponse> {
+    const fmt = (req.screenshot && typeof req.screenshot === 'object' ? req.screenshot.format : undefined) ?? 'png';
+    const res = await fetch(this.url + `/v1/sessions/${encodeURIComponent(id)}/actions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${this._token}`, 'content-type': 'application/json', accept: `${MIME[fmt] ?? 'image/png'}, application/json` },
+      body: JSON.stringify(req),
+    });
+    if (!res.ok) throw await apiError(res);
+    const meta = res.headers.get('x-drums-actions');
+    if (meta !== null) {
+      const h = res.headers;
+      const sx = h.get('x-drums-scale-x');
+      const j = JSON.parse(meta) as Omit<ActResponse, 'screenshot'>;
+      return {
+        ...j,
+        image: {
+          data: Buffer.from(await res.arrayBuffer()), mimeType: h.get('content-type') ?? '',
+          width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')),
+          ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
+        },
+      };
+    }
+    const j = (await res.json()) as ActResponse;
+    const { screenshot, ...rest } = j;
+    if (!screenshot) return rest;
+    const { data, ...geom } = screenshot;
+    return { ...rest, image: { data: Buffer.from(data, 'base64'), mimeType: geom.mimeType, width: geom.width, height: geom.height, ...(geom.scaleX !== undefined ? { scaleX: geom.scaleX, scaleY: geom.scaleY } : {}) } };
   }
   async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | A11yTree> {
     const q = new URLSearchParams({ format: o.format ?? 'xml' });

@@ -34,6 +34,8 @@ export interface PrivateDaemonOptions {
   readyTimeoutMs?: number;
   /** Every chunk of the daemon's stderr. */
   onStderr?: (chunk: Buffer) => void;
+  /** The `drums` executable to serve with (default this checkout's bin/drums; a bench may run another checkout's). */
+  bin?: string;
 }
 
 /**
@@ -46,7 +48,7 @@ export async function startPrivateDaemon(extraEnv: NodeJS.ProcessEnv = {}, opts:
   const token = randomBytes(16).toString('hex');
   const env: NodeJS.ProcessEnv = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: token, DRUMS_PORT: '0', ...extraEnv };
   delete env.DRUMS_URL;
-  const proc = spawn(DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(opts.bin ?? DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stderr!.on('data', (d: Buffer) => {
     log = (log + d.toString()).slice(-8000);

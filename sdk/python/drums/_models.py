@@ -62,6 +62,7 @@ __all__ = [
     "SessionSpec",
     "SessionState",
     "Size",
+    "TakeoverView",
     "TerminalText",
     "Termination",
     "Window",
@@ -322,6 +323,11 @@ class ActionObject(TypedDict, total=False):
 # `FAIL` may also be given as plain strings (any case). Coordinates are integers in agent space (the
 # request's `scale`, else the screen).
 Action = Union[ActionObject, str]
+
+
+class TakeoverView(TypedDict):
+    holder: str
+    since: str
 
 
 class _ActionsRequestRequired(TypedDict):

@@ -111,3 +111,18 @@ async def _first(agen, n):
         if i >= n:
             await agen.aclose()
             return
+
+
+def test_act_image_binary_response_matches_json(client):
+    with client.sessions.create(image="minimal", screen="640x480") as s:
+        s.act({"type": "move", "x": 10, "y": 10})
+        resp, png = s.act_image({"type": "move", "x": 50, "y": 60})
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert resp["generation"] == 1 and resp["results"][0]["type"] == "move"
+        assert resp["screenshot"]["width"] == 640 and resp["screenshot"]["mimeType"] == "image/png"
+        # Same screen, same cursor: the JSON answer carries the same bytes (the frame cache).
+        j = s.act({"type": "move", "x": 50, "y": 60}, screenshot=True)
+        import base64
+        assert base64.b64decode(j["screenshot"]["data"]) == png
+        resp2, jpg = s.act_image({"type": "move", "x": 51, "y": 60}, screenshot={"format": "jpeg", "quality": 70, "scale": {"width": 320, "height": 240}})
+        assert jpg[:2] == b"\xff\xd8" and resp2["screenshot"]["width"] == 320 and resp2["screenshot"]["scaleX"] == 2.0

@@ -23,7 +23,7 @@ export class InvalidPathError extends DrumsApiError {}
 export class UnauthorizedError extends DrumsApiError {}
 /** 403: Not allowed. */
 export class ForbiddenError extends DrumsApiError {}
-/** 403: The request carried an Origin header (browsers may not drive the daemon). */
+/** 403: The request carried an Origin header (only the daemon's own dashboard may */
 export class ForbiddenOriginError extends DrumsApiError {}
 /** 403: The Host header is not a loopback name or the listen address. */
 export class ForbiddenHostError extends DrumsApiError {}
@@ -31,6 +31,8 @@ export class ForbiddenHostError extends DrumsApiError {}
 export class NotFoundError extends DrumsApiError {}
 /** 404: No such session. */
 export class SessionNotFoundError extends DrumsApiError {}
+/** 404: The session is not taken over */
+export class TakeoverNotFoundError extends DrumsApiError {}
 /** 404: No recipe with this image name. */
 export class ImageNotFoundError extends DrumsApiError {}
 /** 404: No such file in the session. */
@@ -45,6 +47,10 @@ export class SessionResettingError extends DrumsApiError {}
 export class StaleGenerationError extends DrumsApiError {}
 /** 409: The session's processes died; reset or destroy it. */
 export class SessionBrokenError extends DrumsApiError {}
+/** 409: A person holds the session (POST /takeover); agent input resumes when released. */
+export class SessionTakenOverError extends DrumsApiError {}
+/** 409: Someone else already holds the session. */
+export class TakeoverHeldError extends DrumsApiError {}
 /** 409: The image exists as a recipe but is not built. */
 export class ImageNotBuiltError extends DrumsApiError {}
 /** 409: The Idempotency-Key was used with a different request body. */
@@ -55,6 +61,8 @@ export class SessionExpiredError extends DrumsApiError {}
 export class PayloadTooLargeError extends DrumsApiError {}
 /** 415: The body is not JSON. */
 export class UnsupportedMediaTypeError extends DrumsApiError {}
+/** 426: A WebSocket endpoint was requested without an upgrade. */
+export class UpgradeRequiredError extends DrumsApiError {}
 /** 429: The daemon holds its maximum number of sessions. */
 export class PoolExhaustedError extends DrumsApiError {}
 /** 429: Too many requests for this token; see Retry-After. */
@@ -127,6 +135,7 @@ export const ERROR_CLASSES = {
   forbidden_host: ForbiddenHostError,
   not_found: NotFoundError,
   session_not_found: SessionNotFoundError,
+  takeover_not_found: TakeoverNotFoundError,
   image_not_found: ImageNotFoundError,
   file_not_found: FileNotFoundError,
   method_not_allowed: MethodNotAllowedError,
@@ -134,11 +143,14 @@ export const ERROR_CLASSES = {
   session_resetting: SessionResettingError,
   stale_generation: StaleGenerationError,
   session_broken: SessionBrokenError,
+  session_taken_over: SessionTakenOverError,
+  takeover_held: TakeoverHeldError,
   image_not_built: ImageNotBuiltError,
   idempotency_conflict: IdempotencyConflictError,
   session_expired: SessionExpiredError,
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,
+  upgrade_required: UpgradeRequiredError,
   pool_exhausted: PoolExhaustedError,
   rate_limited: RateLimitedError,
   internal: InternalError,

@@ -229,6 +229,11 @@ export type Action = {
   [field: string]: unknown;
 } | string;
 
+export type TakeoverView = {
+  holder: string;
+  since: string;
+};
+
 /** Unknown fields are 400 `invalid_action`. */
 export type ActionsRequest = {
   actions: Action[];
@@ -422,4 +427,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
