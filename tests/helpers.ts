@@ -117,7 +117,11 @@ export function residue(instance: string, stateDir: string): Record<string, stri
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
+  // Loop devices backing session disks (they are autoclear: gone with their mount).
+  const loopJson = sh('losetup', ['--json', '--list']);
+  const loops = (loopJson.trim() ? (JSON.parse(loopJson) as { loopdevices: { name: string; 'back-file'?: string }[] }).loopdevices : [])
+    .filter((l) => (l['back-file'] ?? '').startsWith(stateDir + '/')).map((l) => l.name);
+  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs, loops };
 }
 
 export function assertClean(instance: string, stateDir: string): void {

@@ -27,6 +27,7 @@ export const STATUS_BY_CODE: Record<string, number> = {
   session_expired: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  limit_exceeds_host: 422,
   pool_exhausted: 429,
   rate_limited: 429,
   invalid_path: 400,
@@ -54,6 +55,8 @@ export const STATUS_BY_CODE: Record<string, number> = {
   session_destroy_incomplete: 500,
   display_closed: 503,
   display_unavailable: 503,
+  insufficient_memory: 503,
+  insufficient_disk: 503,
   timeout: 504,
 };
 

@@ -68,6 +68,7 @@ session.command('create').description('create a session and wait until it is rea
   .option('--url <url>', 'open Chromium on this URL')
   .option('--screen <WxH>', 'screen size, e.g. 1280x800')
   .option('--memory-mb <n>', 'memory limit in MiB')
+  .option('--disk-mb <n>', 'disk quota in MiB (the session\'s own filesystem)')
   .option('--cpus <n>', 'CPU limit in cores')
   .option('--egress', 'allow internet egress (NAT)')
   .option('--host-port <port...>', 'gateway TCP ports the session may reach')
@@ -78,6 +79,7 @@ session.command('create').description('create a session and wait until it is rea
     if (o.url) spec.url = o.url;
     if (o.screen) spec.screen = o.screen;
     if (o.memoryMb) spec.memoryMb = Number(o.memoryMb);
+    if (o.diskMb) spec.diskMb = Number(o.diskMb);
     if (o.cpus) spec.cpus = Number(o.cpus);
     if (o.egress) spec.egress = true;
     if (o.hostPort) spec.hostPorts = (o.hostPort as string[]).map(Number);

@@ -12,7 +12,9 @@ import { addSessionRules, installTable, removeSessionRules, type SessionRules } 
 import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
-import { mountOverlayRelative, mountRuntimeTmpfs, unmountOverlay } from '../host/overlay.ts';
+import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
+import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
+import { Admission, diskImagePath, type Capacity } from './admission.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { StatusWatcher } from './status-watcher.ts';
@@ -27,6 +29,9 @@ const HOME = '/home/user';
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
 /** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
 const TERMINATION_MEMORY_MS = 15 * 60_000;
+/** Each session's own tmpfs for /run/drums and /tmp/.X11-unix (sockets, status): small, so no session can fill a shared one. */
+const SESSION_RT_BYTES = 16 * 1024 ** 2;
+const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
 const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
 
 export interface Attempt {
@@ -78,6 +83,8 @@ export class SessionManager {
   private readonly _sessions = new Map<string, Session>();
   private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
   private _running = 0;
+  /** Memory and disk admission (src/session/admission.ts). */
+  readonly admission: Admission;
   /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
   readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
   private readonly _queue: (() => void)[] = [];
@@ -86,6 +93,7 @@ export class SessionManager {
     this.inst = inst;
     this.runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
     this.pool = parsePool(process.env.DRUMS_SUBNET_POOL ?? '10.231.0.0/16');
+    this.admission = new Admission(inst.stateDir);
     this._opts = {
       maxSessions: opts.maxSessions ?? Number(process.env.DRUMS_MAX_SESSIONS ?? 128),
       startConcurrency: opts.startConcurrency ?? Number(process.env.DRUMS_START_CONCURRENCY ?? 4),
@@ -105,6 +113,15 @@ export class SessionManager {
     copyFileSync(SESSION_INIT, join(this.inst.rtDir, 'session-init'));
     chmodSync(join(this.inst.rtDir, 'session-init'), 0o755);
     await installTable(this.inst);
+  }
+
+  /** How many more default sessions memory and disk admission would allow now, with the numbers behind it. */
+  capacity(): Capacity {
+    return this.admission.capacity(this._admissionView());
+  }
+
+  private _admissionView() {
+    return this.list().map((s) => ({ state: s.state, spec: s.spec, diskImage: diskImagePath(s.dir) }));
   }
 
   list(): Session[] {
@@ -145,6 +162,7 @@ export class SessionManager {
     if (this._sessions.size >= this._opts.maxSessions) {
       throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
     }
+    this.admission.check(spec, this._admissionView());
     const id = 's' + randomBytes(5).toString('hex');
     const subnet = claimSubnet(this.inst, this.pool, id);
     const names = objectNames(this.inst, id, subnet.slot);
@@ -234,18 +252,26 @@ export class SessionManager {
 
   /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
   private _startSteps(s: Session): Step[] {
-    const upper = join(s.dir, 'upper');
-    const work = join(s.dir, 'work');
     const rootfs = join(s.dir, 'bundle', 'rootfs');
     return [
       {
         name: 'rootfs',
         do: async () => {
+          // The writable layer lives on the session's own filesystem (its disk quota), and
+          // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
+          await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes);
+          await unmountOverlay(join(this.inst.rtDir, s.id));
+          mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
+          await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
           this._prepareDirs(s);
           // Relative layer paths: the session can read its root's mount options.
-          await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'upper', 'work', rootfs);
+          await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'disk/upper', 'disk/work', rootfs);
         },
-        undo: () => unmountOverlay(rootfs),
+        undo: async () => {
+          await unmountOverlay(rootfs);
+          await unmountOverlay(join(this.inst.rtDir, s.id));
+          await unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'));
+        },
       },
       { name: 'bundle', do: async () => this._writeBundle(s) },
       {
@@ -255,7 +281,7 @@ export class SessionManager {
           const watcher = new StatusWatcher(join(s.runDir, 'status'));
           s._watcher = watcher;
           const t = performance.now();
-          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), join(s.dir, 'session.log'));
+          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
           s.initPid = started.pid;
           s.timings.runtimeStartMs = performance.now() - t;
           const generation = s.generation;
@@ -281,7 +307,7 @@ export class SessionManager {
           } catch (e) {
             // The session's own log says why (Xvfb, D-Bus and Chromium write there).
             let tail = '';
-            try { tail = readFileSync(join(s.dir, 'session.log'), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
+            try { tail = readFileSync(sessionLog(s), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
             throw new Error(`${errorMessage(e)}${tail ? `; session log: ${tail}` : ''}`);
           }
         },
@@ -293,18 +319,16 @@ export class SessionManager {
     mkdirSync(s.dir, { recursive: true, mode: 0o700 });
     writeFileSync(join(s.dir, 'session.json'), JSON.stringify({
       id: s.id, instance: this.inst.name, createdAt: s.createdAt, subnet: s.subnet, names: s.names,
-      mounts: [join(s.dir, 'bundle', 'rootfs')], spec: s.spec,
+      mounts: [join(s.dir, 'bundle', 'rootfs'), join(s.dir, 'disk'), join(this.inst.rtDir, s.id)], spec: s.spec,
     }, null, 2));
   }
 
   private _prepareDirs(s: Session): void {
-    const upper = join(s.dir, 'upper');
-    for (const d of ['upper', 'work']) rmSync(join(s.dir, d), { recursive: true, force: true });
-    rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
+    const upper = join(s.dir, 'disk', 'upper');
     rmSync(join(s.dir, 'lower'), { force: true });
     symlinkSync(s.imageDir, join(s.dir, 'lower'));
     mkdirSync(join(upper, 'etc'), { recursive: true });
-    mkdirSync(join(s.dir, 'work'), { recursive: true });
+    mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
     mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
     // Per-session identity: D-Bus and friends key on the machine id.
     writeFileSync(join(upper, 'etc', 'machine-id'), randomBytes(16).toString('hex') + '\n', { mode: 0o444 });
@@ -432,6 +456,8 @@ export class SessionManager {
     }));
     await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
+    await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
+    await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, s.id)));
     await attempt('files', () => {
       rmSync(s.dir, { recursive: true, force: true });
       rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });

@@ -7,12 +7,14 @@ import { listClaims, listNetns, listVeths } from '../host/network.ts';
 import { deleteTable, tableExists } from '../host/nftables.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountsUnder } from '../host/overlay.ts';
+import { detachLoops } from '../host/disk.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
 
 export interface SweepReport {
   containers: string[];
   mounts: string[];
+  loops: string[];
   netns: string[];
   veths: string[];
   nftTable: boolean;
@@ -58,7 +60,7 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
   if (live && !(opts.self && live.pid === process.pid)) {
     throw new DrumsError('daemon_running', `a live daemon (pid ${live.pid}, ${live.url}) owns ${inst.stateDir}; stop it first`);
   }
-  const report: SweepReport = { containers: [], mounts: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
+  const report: SweepReport = { containers: [], mounts: [], loops: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
   const attempt = async (what: string, fn: () => Promise<void> | void) => {
     try { await fn(); } catch (e) { report.errors.push(`${what}: ${errorMessage(e)}`); }
   };
@@ -84,14 +86,18 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
       }
     }
   }
-  // 3. Mounts under the sessions directory (overlay roots), deepest first, then the instance's tmpfs.
-  for (const mp of [...mountsUnder(inst.sessionsDir), ...mountsUnder(inst.rtDir)]) {
+  // 3. Mounts under the sessions directory (overlay roots before the session disks they sit on),
+  // then the sessions' and the instance's tmpfs; then any loop device left on a session disk image.
+  const byDepth = mountsUnder(inst.sessionsDir);
+  const overlays = byDepth.filter((m) => m.endsWith('/bundle/rootfs'));
+  for (const mp of [...overlays, ...byDepth.filter((m) => !overlays.includes(m)), ...mountsUnder(inst.rtDir)]) {
     await attempt(`umount ${mp}`, async () => {
       const r = await run(['umount', mp], { okCodes: [0, 32] });
       if (r.code !== 0) await run(['umount', '-l', mp]);
     });
     report.mounts.push(mp);
   }
+  await attempt('loop devices', async () => { report.loops.push(...await detachLoops(inst.sessionsDir)); });
   // 4. Network namespaces and veths named with this instance.
   for (const ns of await listNetns(prefix)) {
     await attempt(`netns ${ns}`, async () => { await run(['ip', 'netns', 'del', ns]); });

@@ -96,6 +96,7 @@ class SessionSpec(TypedDict, total=False):
     url: str | None  # http, https, about, data, file or chrome URL to open in Chromium
     screen: Screen
     memoryMb: int
+    diskMb: int  # Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free.
     cpus: float
     pids: int
     egress: bool
@@ -126,10 +127,14 @@ class SessionNetwork(TypedDict):
     hostPorts: list[int]
 
 
-class SessionLimits(TypedDict):
+class _SessionLimitsRequired(TypedDict):
     memoryMb: float
     cpus: float
     pids: int
+
+
+class SessionLimits(_SessionLimitsRequired, total=False):
+    diskMb: float
 
 
 class _SessionRequired(TypedDict):

@@ -19,7 +19,7 @@ export function sessionView(s: Session) {
     attempt: s.attempt,
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
-    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
