@@ -12,6 +12,7 @@ import { DisplayService } from './api/display-service.ts';
 import { SessionManager } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
+import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
   port?: number;
@@ -47,6 +48,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const token = loadToken(inst);
   const mgr = new SessionManager(inst);
   await mgr.init();
+  const cgroup = enterDaemonCgroup(inst.name);
   const display = new DisplayService();
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
@@ -61,7 +63,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
-  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name });
+  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name, cgroup });
 
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
@@ -70,6 +72,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     display.closeAll();
     await mgr.shutdown();
     rmSync(daemonFile(inst), { force: true });
+    leaveDaemonCgroup(inst.name);
     await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
   })());
   return { url, token, inst, mgr, app, stop };

@@ -94,6 +94,8 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const cgroupRoots: string[] = [];
   const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
   parents.push(`/sys/fs/cgroup/drums-${instance}`);
+  // The daemon's own CPU cgroup.
+  parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}-daemon`)), `/sys/fs/cgroup/drums-${instance}-daemon`);
   for (const p of parents) {
     if (!existsSync(p)) continue;
     cgroupRoots.push(p);

@@ -15,6 +15,7 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { Admission, diskImagePath, type Capacity } from './admission.ts';
+import { oomKills, swapLimitSupported } from '../host/resources.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { StatusWatcher } from './status-watcher.ts';
@@ -363,6 +364,8 @@ export class SessionManager {
       initPath: join(this.inst.rtDir, 'session-init'),
       allowMemoryMerge: benchEnv(s.spec.labels).DRUMS_KSM === '1',
       memoryBytes: s.spec.memoryBytes,
+      // No swap: a session at its limit is OOM-killed in its own cgroup instead of thrashing the host.
+      noSwap: swapLimitSupported(),
       pids: s.spec.pids,
       cpus: s.spec.cpus,
       shmBytes: 256 * 1024 ** 2,
@@ -396,7 +399,10 @@ export class SessionManager {
   private _onSessionExit(s: Session, generation: number): void {
     if (s.generation !== generation || s.state !== 'ready') return;
     s.state = 'broken';
-    s.brokenReason = 'the session\'s processes exited (its X server or init died); reset or destroy it';
+    const ooms = oomKills(s.names.cgroup);
+    s.brokenReason = ooms > 0
+      ? `the session hit its memory limit (${s.spec.memoryBytes / 1024 ** 2} MiB): the kernel OOM-killed ${ooms} of its processes, and its X server or init died; reset or destroy it (or give it a larger memoryMb)`
+      : 'the session\'s processes exited (its X server or init died); reset or destroy it';
     log('warn', 'session broken', { id: s.id });
   }
 

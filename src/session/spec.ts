@@ -1,4 +1,5 @@
 import { ValidationError } from '../common/errors.ts';
+import { defaultSessionCpus } from '../host/resources.ts';
 
 /** What a client asks for when it creates a session (validated before any side effect). */
 export interface SessionSpec {
@@ -24,7 +25,8 @@ export const DEFAULTS = {
   screen: { width: 1280, height: 800, depth: 24 },
   memoryBytes: 2 * 1024 ** 3,
   diskBytes: 512 * 1024 ** 2,
-  cpus: 0,
+  /** A CPU quota by default (half the host's cores, at least 1; DRUMS_DEFAULT_CPUS): a busy session cannot take the whole host. */
+  cpus: defaultSessionCpus(),
   pids: 1024,
 };
 

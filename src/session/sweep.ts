@@ -10,6 +10,7 @@ import { mountsUnder } from '../host/overlay.ts';
 import { detachLoops } from '../host/disk.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
+import { removeDaemonCgroup } from '../host/resources.ts';
 
 export interface SweepReport {
   containers: string[];
@@ -122,6 +123,8 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
     }
     await attempt(`cgroup ${root}`, () => rmdirSync(root));
   }
+  // The daemon's own CPU cgroup (empty once that daemon is gone; a live one moves itself out first).
+  report.cgroups.push(...removeDaemonCgroup(inst.name));
   // 7. Subnet claims, session directories and the runtime's state.
   for (const c of listClaims(inst)) {
     rmSync(c.file, { force: true });

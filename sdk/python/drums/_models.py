@@ -48,6 +48,7 @@ __all__ = [
     "ScreenshotOptions",
     "Session",
     "SessionLimits",
+    "SessionMemory",
     "SessionNetwork",
     "SessionScreen",
     "SessionSpec",
@@ -137,6 +138,12 @@ class SessionLimits(_SessionLimitsRequired, total=False):
     diskMb: float
 
 
+class SessionMemory(TypedDict):
+    """The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked)."""
+    usageBytes: int
+    oomKills: int
+
+
 class _SessionRequired(TypedDict):
     id: str
     state: SessionState
@@ -153,6 +160,7 @@ class _SessionRequired(TypedDict):
 
 
 class Session(_SessionRequired, total=False):
+    memory: SessionMemory  # The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked).
     brokenReason: str
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).
 

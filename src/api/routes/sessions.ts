@@ -6,6 +6,7 @@ import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 import { osworldEndpoint } from '../../osworld/service.ts';
+import { memoryUsage, oomKills } from '../../host/resources.ts';
 
 /** The public view of a session (no host paths). */
 export function sessionView(s: Session) {
@@ -20,6 +21,8 @@ export function sessionView(s: Session) {
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
     limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    // What the session's memory cgroup says now: a process killed at the limit shows here, the session lives on.
+    memory: { usageBytes: memoryUsage(s.names.cgroup), oomKills: oomKills(s.names.cgroup) },
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),

@@ -66,6 +66,11 @@ export type Session = {
     cpus: number;
     pids: number;
   };
+  /** The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked). */
+  memory?: {
+    usageBytes: number;
+    oomKills: number;
+  };
   labels: Record<string, string>;
   timings: Record<string, number>;
   brokenReason?: string;
