@@ -19,6 +19,8 @@ export interface ServeOptions {
   host?: string;
   /** Listening beyond loopback needs this explicit opt-in (there is no TLS yet). */
   allowRemote?: boolean;
+  /** stop() leaves the sessions running, for the next daemon of the instance to adopt (DRUMS_KEEP_SESSIONS=1). */
+  keepSessions?: boolean;
 }
 
 /** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
@@ -53,6 +55,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
+  await mgr.announceAdopted();
   const port = opts.port ?? Number(process.env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const app = createApp(mgr, display, { token, allowedHosts });
@@ -60,20 +63,32 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
   });
+  // Keep idle client connections well past a client's own idle timeout, so a client whose event
+  // loop was blocked for a few seconds never reuses a socket the server has just closed.
+  (server as import('node:http').Server).keepAliveTimeout = 65_000;
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
   log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name, cgroup });
 
+  const keepSessions = opts.keepSessions ?? process.env.DRUMS_KEEP_SESSIONS === '1';
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
     osworld.closeAll();
     display.closeAll();
+    if (keepSessions) {
+      // The sessions live on; their records let the next daemon of this instance adopt them.
+      mgr.detach();
+      rmSync(daemonFile(inst), { force: true });
+      leaveDaemonCgroup(inst.name);
+      log('info', 'daemon stopped; sessions kept for the next daemon', { sessions: mgr.list().length });
+      return;
+    }
     await mgr.shutdown();
     rmSync(daemonFile(inst), { force: true });
     leaveDaemonCgroup(inst.name);
     await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
   })());
-  return { url, token, inst, mgr, app, stop };
+  return { url, token, inst, mgr, app, stop, keepSessions };
 }

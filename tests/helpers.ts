@@ -31,9 +31,10 @@ export interface TestDaemon {
 
 /** Starts `drums serve` on a free port with a fresh state dir and instance name. */
 export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<TestDaemon> {
-  const instance = runPrefix();
-  const stateDir = mkdtempSync(`/var/tmp/drums-test-${instance}-`);
-  const token = randomBytes(16).toString('hex');
+  // A restart test passes the instance, state dir and token of the daemon it replaces.
+  const instance = extraEnv.DRUMS_INSTANCE ?? runPrefix();
+  const stateDir = extraEnv.DRUMS_STATE_DIR ?? mkdtempSync(`/var/tmp/drums-test-${instance}-`);
+  const token = extraEnv.DRUMS_TOKEN ?? randomBytes(16).toString('hex');
   const env = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: token, DRUMS_PORT: '0', ...extraEnv };
   const proc = spawn(DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
