@@ -32,13 +32,24 @@ export async function makeSessionDisk(image: string, mountpoint: string, bytes: 
   try { ftruncateSync(fd, bytes); } finally { closeSync(fd); }
   await run(['mkfs.ext4', ...MKFS_OPTS, image]);
   mkdirSync(mountpoint, { recursive: true, mode: 0o700 });
-  // `-o loop` sets the loop device's autoclear flag: unmounting frees it, so no
-  // loop device outlives its mount, even when the daemon is killed.
-  // Several processes on the host may grab the same free loop device at once: retry.
+  // A loop device with direct I/O (the image's pages are not cached twice, once per filesystem),
+  // then mounted and at once detached: a busy loop device detaches itself (autoclear) when
+  // unmounted, so no loop device outlives its mount, even when the daemon is killed.
+  const dev = await attachLoop(image);
+  try {
+    await run(['mount', '-t', 'ext4', '-o', 'discard,nosuid,nodev', dev, mountpoint]);
+  } finally {
+    await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+  }
+}
+
+/** `losetup --find` races with every other process on the host that attaches one: retry. */
+async function attachLoop(image: string): Promise<string> {
   for (let i = 0; ; i++) {
-    const r = await run(['mount', '-t', 'ext4', '-o', 'loop,discard,nosuid,nodev', image, mountpoint], { okCodes: [0, 32] });
-    if (r.code === 0) return;
-    if (i >= 4 || !/loop/i.test(r.stderr)) throw new HostError('mount session disk', r.stderr.trim(), { image });
+    // Direct I/O needs the state filesystem's support (not tmpfs, say): after a first failure, go without it.
+    const r = await run(['losetup', '--find', '--show', ...(i === 0 ? ['--direct-io=on'] : []), image], { okCodes: [0, 1] });
+    if (r.code === 0 && r.stdout.trim().startsWith('/dev/loop')) return r.stdout.trim();
+    if (i >= 4) throw new HostError('losetup', r.stderr.trim() || 'no loop device', { image });
     await new Promise((res) => setTimeout(res, 20 * (i + 1)));
   }
 }
