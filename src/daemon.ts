@@ -14,6 +14,7 @@ import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
+import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
   port?: number;
@@ -22,6 +23,8 @@ export interface ServeOptions {
   allowRemote?: boolean;
   /** Where DRUMS_STATE_DIR, DRUMS_INSTANCE, DRUMS_TOKEN, DRUMS_LISTEN and DRUMS_PORT come from (default process.env). */
   env?: NodeJS.ProcessEnv;
+  /** stop() leaves the sessions running, for the next daemon of the instance to adopt (DRUMS_KEEP_SESSIONS=1). */
+  keepSessions?: boolean;
 }
 
 /** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
@@ -52,10 +55,12 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const token = loadToken(inst, env);
   const mgr = new SessionManager(inst);
   await mgr.init();
+  const cgroup = enterDaemonCgroup(inst.name);
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
+  await mgr.announceAdopted();
   const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {
@@ -78,19 +83,29 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
-  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name });
+  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name, cgroup });
 
+  const keepSessions = opts.keepSessions ?? env.DRUMS_KEEP_SESSIONS === '1';
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
     closeUpgrades();
     osworld.closeAll();
     display.closeAll();
+    if (keepSessions) {
+      // The sessions live on; their records let the next daemon of this instance adopt them.
+      mgr.detach();
+      rmSync(daemonFile(inst), { force: true });
+      leaveDaemonCgroup(inst.name);
+      log('info', 'daemon stopped; sessions kept for the next daemon', { sessions: mgr.list().length });
+      return;
+    }
     await mgr.shutdown();
     rmSync(daemonFile(inst), { force: true });
+    leaveDaemonCgroup(inst.name);
     await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
   })());
   /** The JSON view of a session, as GET /v1/sessions/:id serves it (for the API bench's in-process baseline). */
   const view = (id: string) => sessionView(mgr.get(id), viewExtras);
-  return { url, token, inst, mgr, app, view, stop };
+  return { url, token, inst, mgr, app, view, stop, keepSessions };
 }

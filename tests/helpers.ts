@@ -32,6 +32,7 @@ export interface TestDaemon {
 
 /** Starts `drums serve` on a free port with a fresh state dir and instance name. */
 export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<TestDaemon> {
+  // A restart test passes the instance, state dir and token of the daemon it replaces (in extraEnv).
   const d = await startPrivateDaemon(extraEnv, {
     instance: runPrefix(),
     stateDirPrefix: '/var/tmp/drums-test-',
@@ -79,6 +80,8 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const cgroupRoots: string[] = [];
   const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
   parents.push(`/sys/fs/cgroup/drums-${instance}`);
+  // The daemon's own CPU cgroup.
+  parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}-daemon`)), `/sys/fs/cgroup/drums-${instance}-daemon`);
   for (const p of parents) {
     if (!existsSync(p)) continue;
     cgroupRoots.push(p);
@@ -102,7 +105,11 @@ export function residue(instance: string, stateDir: string): Record<string, stri
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
+  // Loop devices backing session disks (they are autoclear: gone with their mount).
+  const loopJson = sh('losetup', ['--json', '--list']);
+  const loops = (loopJson.trim() ? (JSON.parse(loopJson) as { loopdevices: { name: string; 'back-file'?: string }[] }).loopdevices : [])
+    .filter((l) => (l['back-file'] ?? '').startsWith(stateDir + '/')).map((l) => l.name);
+  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs, loops };
 }
 
 export function assertClean(instance: string, stateDir: string): void {

@@ -20,19 +20,30 @@ program.command('serve').description('run the host daemon in the foreground')
   .option('--port <n>', 'TCP port (DRUMS_PORT, default 7450; 0 = any free port)')
   .option('--host <addr>', 'listen address (DRUMS_LISTEN, default 127.0.0.1)')
   .option('--allow-remote', 'allow a non-loopback listen address (no TLS)')
-  .action(async (o: { port?: string; host?: string; allowRemote?: boolean }) => {
+  .option('--keep-sessions', 'on SIGTERM/SIGINT leave the sessions running for the next daemon to adopt (DRUMS_KEEP_SESSIONS=1); `drums sweep` then removes them')
+  .action(async (o: { port?: string; host?: string; allowRemote?: boolean; keepSessions?: boolean }) => {
     // A daemon whose terminal or log pipe went away must still shut down cleanly.
     process.stdout.on('error', () => {});
     process.stderr.on('error', () => {});
     const { startDaemon } = await import('../daemon.ts');
-    const d = await startDaemon({ port: o.port === undefined ? undefined : Number(o.port), host: o.host, allowRemote: o.allowRemote });
+    const d = await startDaemon({ port: o.port === undefined ? undefined : Number(o.port), host: o.host, allowRemote: o.allowRemote, keepSessions: o.keepSessions });
     process.stdout.write(`drums: serving ${d.url} (instance ${d.inst.name}, state ${d.inst.stateDir})\n`);
     const shutdown = (sig: string) => {
-      process.stderr.write(`drums: ${sig}, destroying sessions...\n`);
+      process.stderr.write(`drums: ${sig}, ${d.keepSessions ? 'keeping sessions for the next daemon' : 'destroying sessions'}...\n`);
       d.stop().then(() => process.exit(0), () => process.exit(1));
     };
     process.on('SIGINT', () => shutdown('SIGINT'));
     process.on('SIGTERM', () => shutdown('SIGTERM'));
+  });
+
+program.command('install-service').description('install the systemd unit (restart on failure; a stop keeps the sessions for the next daemon)')
+  .option('--print', 'print the unit instead of writing it')
+  .option('--dir <dir>', 'where to write drums.service', '/etc/systemd/system')
+  .action(async (o: { print?: boolean; dir: string }) => {
+    const { installUnit, renderUnit } = await import('./service.ts');
+    if (o.print) return void process.stdout.write(renderUnit());
+    const path = installUnit(o.dir);
+    process.stdout.write(`wrote ${path}; now: systemctl daemon-reload && systemctl enable --now drums\n`);
   });
 
 program.command('sweep').description('remove every object of this instance that no live daemon owns')
@@ -69,6 +80,7 @@ session.command('create').description('create a session and wait until it is rea
   .option('--url <url>', 'open Chromium on this URL')
   .option('--screen <WxH>', 'screen size, e.g. 1280x800')
   .option('--memory-mb <n>', 'memory limit in MiB')
+  .option('--disk-mb <n>', 'disk quota in MiB (the session\'s own filesystem)')
   .option('--cpus <n>', 'CPU limit in cores')
   .option('--egress', 'allow internet egress (NAT)')
   .option('--host-port <port...>', 'gateway TCP ports the session may reach')
@@ -79,6 +91,7 @@ session.command('create').description('create a session and wait until it is rea
     if (o.url) spec.url = o.url;
     if (o.screen) spec.screen = o.screen;
     if (o.memoryMb) spec.memoryMb = Number(o.memoryMb);
+    if (o.diskMb) spec.diskMb = Number(o.diskMb);
     if (o.cpus) spec.cpus = Number(o.cpus);
     if (o.egress) spec.egress = true;
     if (o.hostPort) spec.hostPorts = (o.hostPort as string[]).map(Number);

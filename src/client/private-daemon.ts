@@ -43,9 +43,10 @@ export interface PrivateDaemonOptions {
  * and resolves once it prints `serving <url>`. The caller stops it.
  */
 export async function startPrivateDaemon(extraEnv: NodeJS.ProcessEnv = {}, opts: PrivateDaemonOptions = {}): Promise<PrivateDaemon> {
-  const instance = opts.instance ?? 'b' + randomBytes(2).toString('hex');
-  const stateDir = mkdtempSync(`${opts.stateDirPrefix ?? '/var/tmp/drums-bench-'}${instance}-`);
-  const token = randomBytes(16).toString('hex');
+  // A daemon that replaces another (a restart) is given its instance, state dir and token in extraEnv.
+  const instance = extraEnv.DRUMS_INSTANCE ?? opts.instance ?? 'b' + randomBytes(2).toString('hex');
+  const stateDir = extraEnv.DRUMS_STATE_DIR ?? mkdtempSync(`${opts.stateDirPrefix ?? '/var/tmp/drums-bench-'}${instance}-`);
+  const token = extraEnv.DRUMS_TOKEN ?? randomBytes(16).toString('hex');
   const env: NodeJS.ProcessEnv = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: token, DRUMS_PORT: '0', ...extraEnv };
   delete env.DRUMS_URL;
   const proc = spawn(opts.bin ?? DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -106,7 +106,7 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     await d.client.writeFile(s.id, '/etc/debian_version', 'changed\n', { root: true });
     assert.equal((await d.client.readFile(s.id, '/etc/debian_version')).toString(), 'changed\n');
     assert.deepEqual(readFileSync(join(lowerdir, 'etc', 'debian_version')), before, 'the image is unchanged');
-    assert.equal(readFileSync(join(d.stateDir, 'sessions', s.id, 'upper', 'etc', 'debian_version'), 'utf8'), 'changed\n');
+    assert.equal(readFileSync(join(d.stateDir, 'sessions', s.id, 'disk', 'upper', 'etc', 'debian_version'), 'utf8'), 'changed\n');
     assert.ok(statSync(join(lowerdir, 'etc', 'debian_version')).size > 2);
   });
 

@@ -23,6 +23,7 @@ export class FakeManager {
     const s = {
       id, state: 'ready', spec, generation: 1, attempt: { generation: 1, token: 'a'.repeat(32) }, createdAt: new Date(0).toISOString(),
       subnet: { address: '10.231.0.2', gateway: '10.231.0.1' }, timings: { total: 12.3 }, x11Socket: '/nonexistent/drums-unit/X0',
+      names: { cgroup: `drums-unit-none/${id}` },
     } as unknown as Session;
     this.sessions.set(id, s);
     return s;

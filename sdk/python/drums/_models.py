@@ -57,6 +57,7 @@ __all__ = [
     "ScreenshotOptions",
     "Session",
     "SessionLimits",
+    "SessionMemory",
     "SessionNetwork",
     "SessionScreen",
     "SessionSpec",
@@ -106,6 +107,7 @@ class SessionSpec(TypedDict, total=False):
     url: str | None  # http, https, about, data, file or chrome URL to open in Chromium
     screen: Screen
     memoryMb: int
+    diskMb: int  # Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free.
     cpus: float
     pids: int
     egress: bool
@@ -136,10 +138,20 @@ class SessionNetwork(TypedDict):
     hostPorts: list[int]
 
 
-class SessionLimits(TypedDict):
+class _SessionLimitsRequired(TypedDict):
     memoryMb: float
     cpus: float
     pids: int
+
+
+class SessionLimits(_SessionLimitsRequired, total=False):
+    diskMb: float
+
+
+class SessionMemory(TypedDict):
+    """The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked)."""
+    usageBytes: int
+    oomKills: int
 
 
 class _SessionRequired(TypedDict):
@@ -158,6 +170,7 @@ class _SessionRequired(TypedDict):
 
 
 class Session(_SessionRequired, total=False):
+    memory: SessionMemory  # The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked).
     brokenReason: str
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).
 

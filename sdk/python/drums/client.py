@@ -102,7 +102,7 @@ def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
 
 
 def _spec(kw: dict[str, Any]) -> m.SessionSpec:
-    names = {"memory_mb": "memoryMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
+    names = {"memory_mb": "memoryMb", "disk_mb": "diskMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
     return {names.get(k, k): v for k, v in kw.items() if v is not None}  # type: ignore[return-value]
 
 

@@ -5,6 +5,7 @@ import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
+import { memoryUsage, oomKills } from '../../host/resources.ts';
 
 /** Fields a feature above the API adds to a session's view (the daemon wires OSWorld's endpoint in). */
 export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld'>>;
@@ -21,7 +22,9 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
     attempt: s.attempt,
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
-    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    // What the session's memory cgroup says now: a process killed at the limit shows here, the session lives on.
+    memory: { usageBytes: memoryUsage(s.names.cgroup), oomKills: oomKills(s.names.cgroup) },
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),

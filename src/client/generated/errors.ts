@@ -63,6 +63,8 @@ export class PayloadTooLargeError extends DrumsApiError {}
 export class UnsupportedMediaTypeError extends DrumsApiError {}
 /** 426: A WebSocket endpoint was requested without an upgrade. */
 export class UpgradeRequiredError extends DrumsApiError {}
+/** 422: A limit (memoryMb */
+export class LimitExceedsHostError extends DrumsApiError {}
 /** 429: The daemon holds its maximum number of sessions. */
 export class PoolExhaustedError extends DrumsApiError {}
 /** 429: Too many requests for this token; see Retry-After. */
@@ -83,6 +85,10 @@ export class DisplayClosedError extends DrumsApiError {}
 export class DisplayUnavailableError extends DrumsApiError {}
 /** 503: The host is draining and takes no new sessions; place the session on another host. */
 export class HostDrainingError extends DrumsApiError {}
+/** 503: The host's available memory (minus its reserve) cannot take another session now; nothing was created. */
+export class InsufficientMemoryError extends DrumsApiError {}
+/** 503: The host's free disk (minus its reserve and the sessions' unwritten quotas) cannot hold this session's diskMb now; nothing was created. */
+export class InsufficientDiskError extends DrumsApiError {}
 /** 504: An operation timed out. */
 export class TimeoutError extends DrumsApiError {}
 /** 400: The path is a directory. */
@@ -151,6 +157,7 @@ export const ERROR_CLASSES = {
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,
   upgrade_required: UpgradeRequiredError,
+  limit_exceeds_host: LimitExceedsHostError,
   pool_exhausted: PoolExhaustedError,
   rate_limited: RateLimitedError,
   internal: InternalError,
@@ -161,6 +168,8 @@ export const ERROR_CLASSES = {
   display_closed: DisplayClosedError,
   display_unavailable: DisplayUnavailableError,
   host_draining: HostDrainingError,
+  insufficient_memory: InsufficientMemoryError,
+  insufficient_disk: InsufficientDiskError,
   timeout: TimeoutError,
   is_a_directory: IsADirectoryError,
   not_a_directory: NotADirectoryError,

@@ -23,6 +23,8 @@ export type SessionSpec = {
   url?: string | null;
   screen?: Screen;
   memoryMb?: number;
+  /** Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free. */
+  diskMb?: number;
   cpus?: number;
   pids?: number;
   egress?: boolean;
@@ -60,8 +62,14 @@ export type Session = {
   };
   limits: {
     memoryMb: number;
+    diskMb?: number;
     cpus: number;
     pids: number;
+  };
+  /** The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked). */
+  memory?: {
+    usageBytes: number;
+    oomKills: number;
   };
   labels: Record<string, string>;
   timings: Record<string, number>;
@@ -427,4 +435,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
