@@ -10,6 +10,7 @@ import { procStartTime } from './host/proc.ts';
 import { createApp } from './api/app.ts';
 import { DisplayService } from './api/display-service.ts';
 import { SessionManager } from './session/manager.ts';
+import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 
@@ -51,6 +52,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
+  // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE; they start filling in the background.
+  poolsOf(mgr).loadConfig();
   const port = opts.port ?? Number(process.env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const app = createApp(mgr, display, { token, allowedHosts });
@@ -66,6 +69,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
+    await poolsOf(mgr).stop();
     osworld.closeAll();
     display.closeAll();
     await mgr.shutdown();

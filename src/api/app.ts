@@ -13,6 +13,8 @@ import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
+import { poolRoutes } from './routes/pools.ts';
+import { forkRoutes } from './routes/fork.ts';
 import { specBodies } from './spec-validate.ts';
 
 export interface AppOptions {
@@ -61,6 +63,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   // Route modules, one per area (each file owns its routes).
   app.route('/', displayRoutes(ctx));
   app.route('/', sessionRoutes(ctx));
+  app.route('/', poolRoutes(ctx));
+  app.route('/', forkRoutes(ctx));
 
   // A known path with the wrong method is a 405 (notFoundOr405 above), not a 404.
   return app;

@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { DrumsError } from '../common/errors.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import type { DisplayService } from './display-service.ts';
+import { poolsOf } from '../session/pools.ts';
 
 /** What every route module gets: the manager, the display service and request helpers. */
 export interface RouteContext {
@@ -41,7 +42,10 @@ export function createRouteContext(mgr: SessionManager, display: DisplayService,
     session(c) {
       const id = c.req.param('id') ?? '';
       if (!ID_RE.test(id)) throw new DrumsError('session_not_found', `no session '${id.slice(0, 64)}' (ids look like s0123456789)`);
-      return mgr.get(id);
+      // A session waiting unclaimed in a warm pool does not exist for clients yet.
+      const s = mgr.get(id);
+      if (poolsOf(mgr).isHidden(s)) throw new DrumsError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
+      return s;
     },
     usable(s) {
       if (s.state === 'resetting') throw new DrumsError('session_resetting', `session ${s.id} is resetting; retry with the new generation`);

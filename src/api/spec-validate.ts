@@ -25,6 +25,9 @@ type Json = Record<string, any>;
 export const BODY_CODES: Record<string, { code: string; byField?: [prefix: string, code: string][] }> = {
   createSession: { code: 'invalid_spec' },
   resetSession: { code: 'invalid_request' },
+  putPool: { code: 'invalid_pool' },
+  releaseSession: { code: 'invalid_request' },
+  forkSession: { code: 'invalid_fork' },
   execInSession: { code: 'invalid_exec' },
   runActions: {
     code: 'invalid_action',

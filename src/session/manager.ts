@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
+import { run } from '../common/exec.ts';
 import type { Instance } from '../host/instance.ts';
 import { objectNames } from '../host/instance.ts';
 import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, type Subnet, type SubnetPool } from '../host/network.ts';
@@ -56,6 +57,8 @@ export interface Session {
   _liveness?: Readable;
   _watcher?: StatusWatcher;
   _ttlTimer?: NodeJS.Timeout;
+  /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
+  _seedUpper?: string;
 }
 
 export interface ManagerOptions {
@@ -132,7 +135,7 @@ export class SessionManager {
     }
   }
 
-  async create(body: unknown): Promise<Session> {
+  async create(body: unknown, opts: { seedUpper?: string } = {}): Promise<Session> {
     const spec = parseSpec(body);
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
@@ -153,6 +156,7 @@ export class SessionManager {
       id, state: 'creating', spec, generation: 1, attempt: { generation: 1, token: randomUUID() },
       createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(this.inst.rtDir, id, 'run'),
       x11Socket: join(this.inst.rtDir, id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, id, 'run', 'bus'), imageDir: image.rootfs, timings: {},
+      _seedUpper: opts.seedUpper,
     };
     this._sessions.set(id, s);
     const t0 = performance.now();
@@ -221,15 +225,26 @@ export class SessionManager {
     }
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
-    if (spec.ttlSeconds > 0) {
-      s._ttlTimer = setTimeout(() => {
-        log('info', 'session ttl expired', { id });
-        this.destroy(id, 'ttl_expired').catch(() => {});
-      }, spec.ttlSeconds * 1000);
-      s._ttlTimer.unref();
-    }
+    this.armTtl(s, spec.ttlSeconds);
     for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
+  }
+
+  /** (Re)starts a session's TTL from now (0 = none): a create, or a claim from a pool (src/session/pools.ts). */
+  armTtl(s: Session, ttlSeconds: number): void {
+    clearTimeout(s._ttlTimer);
+    s._ttlTimer = undefined;
+    if (ttlSeconds <= 0) return;
+    s._ttlTimer = setTimeout(() => {
+      log('info', 'session ttl expired', { id: s.id });
+      this.destroy(s.id, 'ttl_expired').catch(() => {});
+    }, ttlSeconds * 1000);
+    s._ttlTimer.unref();
+  }
+
+  /** The most sessions this daemon holds (DRUMS_MAX_SESSIONS). */
+  get maxSessions(): number {
+    return this._opts.maxSessions;
   }
 
   /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
@@ -242,6 +257,9 @@ export class SessionManager {
         name: 'rootfs',
         do: async () => {
           this._prepareDirs(s);
+          // A disk fork starts from a copy of its source's writable layer (identity files removed: written above).
+          if (s._seedUpper) await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, upper], { timeoutMs: 300_000 });
+          s._seedUpper = undefined;
           // Relative layer paths: the session can read its root's mount options.
           await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'upper', 'work', rootfs);
         },

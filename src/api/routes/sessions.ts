@@ -6,6 +6,7 @@ import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 import { osworldEndpoint } from '../../osworld/service.ts';
+import { parseClaim, poolsOf } from '../../session/pools.ts';
 
 /** The public view of a session (no host paths). */
 export function sessionView(s: Session) {
@@ -31,13 +32,29 @@ export function sessionView(s: Session) {
 export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
-  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().map(sessionView) }));
+  const pools = poolsOf(mgr);
+  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().filter((s) => !pools.isHidden(s)).map(sessionView) }));
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
+    // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/session/pools.ts).
+    if (body && typeof body === 'object' && !Array.isArray(body) && 'pool' in body) {
+      const claim = parseClaim(body as Record<string, unknown>);
+      checkBody('createSession', body);
+      const { session, hit } = await pools.claim(claim);
+      c.header('x-drums-pool', `${claim.pool}; ${hit ? 'hit' : 'miss'}`);
+      return c.json(sessionView(session), 201);
+    }
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
-    parseSpec(body);
+    const spec = parseSpec(body);
     checkBody('createSession', body ?? {});
+    // A spec equal to a pool's template (TTL aside) is served from that pool.
+    const pool = pools.match(spec);
+    if (pool) {
+      const { session, hit } = await pools.claim({ pool, onEmpty: 'create', labels: {}, ttlSeconds: spec.ttlSeconds });
+      c.header('x-drums-pool', `${pool}; ${hit ? 'hit' : 'miss'}`);
+      return c.json(sessionView(session), 201);
+    }
     return c.json(sessionView(await mgr.create(body)), 201);
   });
   app.get('/v1/sessions/:id', (c) => c.json(sessionView(ctx.session(c))));
