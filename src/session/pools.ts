@@ -236,7 +236,8 @@ export class PoolManager {
       this._made.set(s.id, { pool: pool.name, version });
     }
     this._claimed.add(s.id);
-    this._refill();
+    // After this answer is on its way: a refill's create does synchronous work (spec, image lookup) first.
+    setImmediate(() => this._refill());
     // A claimed session is a fresh attempt: a token nobody has seen, the claimer's labels and TTL.
     s.attempt = { generation: s.generation, token: randomUUID() };
     s.spec.labels = { ...pool.spec.labels, ...c.labels, [POOL_LABEL]: pool.name };
