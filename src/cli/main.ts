@@ -300,8 +300,9 @@ osworld.command('run').description('run OSWorld task JSONs (files or directories
   .option('--oracle <file>', 'JSON {task_id: [pyautogui code | FAIL | DONE | WAIT]} applied through env.step')
   .option('--out <file>', 'write results JSON here')
   .option('--allow-internet', 'start tasks that download from the internet')
+  .option('--group <n>', 'GRPO groups: set each task up once, fork n-1 copies, score all n (docs/pools.md)')
   .option('--verbose', 'desktop_env logging')
-  .action(async (tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean }) => {
+  .action(async (tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; group?: string }) => {
     const { osworldRun } = await import('../osworld/run.ts');
     process.exitCode = await osworldRun(tasks, o);
   });
