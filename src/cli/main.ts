@@ -318,7 +318,7 @@ site.command('build').description('render every bench record into a self-contain
   });
 
 program.command('audit').description('isolation audit: probes from inside a session against a sibling and the host; writes a record with a verdict')
-  .option('--arms <list>', 'baseline and/or shared-browser', 'baseline')
+  .option('--arms <list>', 'baseline, fork (a disk-forked pair) and/or shared-browser', 'baseline')
   .option('--out <dir>', 'record directory (default bench/records)')
   .action(async (o: { arms: string; out?: string }) => {
     const { runAudit } = await import('../bench/audit.ts');
