@@ -192,9 +192,13 @@ export class PoolManager {
     return this._view(this._get(name));
   }
 
-  /** True for a session a pool made that nobody has claimed (ready, being made or being reset): hidden from the API. */
+  /**
+   * True for a session that sits in a pool (ready, or being reset back into it) or that a pool
+   * is still making: hidden from the API. A claimed one, or one a restarted daemon adopted
+   * from its record, is visible like any session.
+   */
   isHidden(s: Session): boolean {
-    return POOL_LABEL in s.spec.labels && !this._claimed.has(s.id);
+    return this._idle.has(s.id) || (s.state === 'creating' && POOL_LABEL in s.spec.labels && !this._claimed.has(s.id));
   }
 
   /** The pool whose template a create body asks for exactly (TTL aside), if any. */
@@ -267,16 +271,15 @@ export class PoolManager {
     this.mgr.armTtl(s, 0);
     s.spec.labels = { ...pool.spec.labels, [POOL_LABEL]: pool.name };
     s.spec.ttlSeconds = pool.spec.ttlSeconds;
-    this._claimed.delete(s.id); // hidden while it resets
+    this._claimed.delete(s.id);
+    this._idle.add(s.id); // hidden while it resets
     try {
       await this.mgr.reset(s.id);
     } catch (e) {
-      this._idle.delete(s.id);
       this._discard(s.id);
       throw e;
     }
     if (this._stopped || !this._pools.has(name)) {
-      this._idle.delete(s.id);
       this._discard(s.id);
       return { returned: false };
     }
@@ -320,8 +323,9 @@ export class PoolManager {
     this._refill();
   }
 
+  /** Destroys a pool's session, hidden until it is gone (the destroyed hook forgets it). */
   private _discard(id: string): void {
-    this._idle.delete(id);
+    this._idle.add(id);
     this.mgr.destroy(id, 'pool_discard').catch(() => {});
   }
 
@@ -350,7 +354,7 @@ export class PoolManager {
         this._made.set(s.id, { pool: p.name, version });
         const live = this._pools.get(p.name) === p && !this._stopped && p.idle.length < p.size && p.version === version;
         if (!live) {
-          this.mgr.destroy(s.id, 'pool_discard').catch(() => {});
+          this._discard(s.id);
           return;
         }
         p.idle.push(s.id);
