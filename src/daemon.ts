@@ -12,6 +12,7 @@ import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
+import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
@@ -61,6 +62,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
   await mgr.announceAdopted();
+  // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE; they start filling in the background.
+  poolsOf(mgr).loadConfig();
   const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {
@@ -90,6 +93,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const stop = () => (stopping ??= (async () => {
     server.close();
     closeUpgrades();
+    await poolsOf(mgr).stop();
     osworld.closeAll();
     display.closeAll();
     if (keepSessions) {

@@ -15,6 +15,8 @@ import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
 import { hostRoutes } from './routes/host.ts';
 import { frameRoutes } from './frames/index.ts';
+import { poolRoutes } from './routes/pools.ts';
+import { forkRoutes } from './routes/fork.ts';
 import { specBodies } from './spec-validate.ts';
 
 export interface AppOptions {
@@ -62,6 +64,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   // Route modules, one per area (each file owns its routes).
   app.route('/', displayRoutes(ctx));
   app.route('/', sessionRoutes(ctx));
+  app.route('/', poolRoutes(ctx));
+  app.route('/', forkRoutes(ctx));
 
   // A known path with the wrong method is a 405 (notFoundOr405 above), not a 404.
   return app;

@@ -3,6 +3,7 @@ import { DrumsError } from '../common/errors.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import type { Session as SessionView } from '../protocol/generated/types.ts';
+import { poolsOf } from '../session/pools.ts';
 
 /** What every route module gets: the manager, the display service and request helpers. */
 export interface RouteContext {
@@ -45,7 +46,10 @@ export function createRouteContext(mgr: SessionManager, display: DisplayService,
     session(c) {
       const id = c.req.param('id') ?? '';
       if (!ID_RE.test(id)) throw new DrumsError('session_not_found', `no session '${id.slice(0, 64)}' (ids look like s0123456789)`);
-      return mgr.get(id);
+      // A session waiting unclaimed in a warm pool does not exist for clients yet.
+      const s = mgr.get(id);
+      if (poolsOf(mgr).isHidden(s)) throw new DrumsError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
+      return s;
     },
     usable(s) {
       if (s.state === 'resetting') throw new DrumsError('session_resetting', `session ${s.id} is resetting; retry with the new generation`);

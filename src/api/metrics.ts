@@ -65,12 +65,14 @@ export class MetricsRegistry {
   readonly destroys = new Counter('drums_session_destroys_total', 'Sessions destroyed, by reason.');
   readonly requests = new Counter('drums_http_requests_total', 'HTTP requests by route and status.');
   readonly errors = new Counter('drums_http_errors_total', 'HTTP error responses by error code.');
-  readonly ops = new Histogram('drums_op_duration_seconds', 'Latency of create, reset, screenshot, action and exec requests (successful ones).');
+  readonly ops = new Histogram('drums_op_duration_seconds', 'Latency of create, claim, reset, screenshot, action and exec requests (successful ones).');
+  readonly poolClaims = new Counter('drums_pool_claims_total', 'Claims from warm pools, by pool and result (hit: a ready session; miss: a fresh create; empty: 429 pool_empty).');
+  readonly poolRefill = new Histogram('drums_pool_refill_seconds', 'Time a pool refill took to make one ready session (queueing under the create admission included).');
 
   /** Renders every metric plus gauges computed at scrape time. */
   render(gauges: { name: string; help: string; values: [Labels, number][] }[] = []): string {
     const parts = gauges.map((g) => [`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`)].join('\n'));
-    for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops]) parts.push(m.render());
+    for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops, this.poolClaims, this.poolRefill]) parts.push(m.render());
     return parts.join('\n') + '\n';
   }
 }

@@ -25,6 +25,9 @@ type Json = Record<string, any>;
 export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: string, code: ErrorCode][] }> = {
   createSession: { code: 'invalid_spec' },
   resetSession: { code: 'invalid_request' },
+  putPool: { code: 'invalid_pool' },
+  releaseSession: { code: 'invalid_request' },
+  forkSession: { code: 'invalid_fork' },
   execInSession: { code: 'invalid_exec' },
   takeOver: { code: 'invalid_request' },
   runActions: {

@@ -20,7 +20,7 @@ import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord
  */
 export interface Probe { arm: string; id: string; category: string; as: string; result: 'pass' | 'fail' | 'invalid'; detail: string }
 
-const AUDIT_ARMS = ['baseline', 'shared-browser'];
+const AUDIT_ARMS = ['baseline', 'fork', 'shared-browser'];
 const PROBES_PY = readFileSync(new URL('./audit-probes.py', import.meta.url), 'utf8');
 const page = (rgb: string) => `data:text/html,<title>audit</title><body style="background:%23${rgb};margin:0"></body>`;
 const RED = 'cc2222', GREEN = '22cc22';
@@ -90,7 +90,30 @@ const kindsAlive = async (c: DrumsClient, id: string) => {
   return Object.fromEntries(Object.entries(KINDS).map(([k, comm]) => [k, new RegExp(`\\d+ ${comm}$`, 'm').test(r.stdout)]));
 };
 
-async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void): Promise<{ probes: Probe[]; blast: unknown[] }> {
+/**
+ * The fork arm's pair: a source whose page is a file in its home, forked (disk) into A and B;
+ * B's copy of the file is then made green and reloaded, so each screenshot shows whose it is.
+ */
+async function forkedPair(c: DrumsClient, sessions: SessionInfo[]): Promise<{ a: SessionInfo; b: SessionInfo }> {
+  const html = (rgb: string) => `<title>audit</title><body style="background:#${rgb};margin:0"></body>`;
+  const src = await c.createSession({ image: 'default', url: 'file:///home/user/audit.html' });
+  sessions.push(src);
+  await c.writeFile(src.id, '/home/user/audit.html', html(RED));
+  const r = await c.forkSession(src.id, { count: 2 });
+  sessions.push(...r.copies);
+  const [a, b] = r.copies as [SessionInfo, SessionInfo];
+  await c.writeFile(b.id, '/home/user/audit.html', html(GREEN));
+  const end = Date.now() + 30_000;
+  for (;;) {
+    await c.act(b.id, { actions: [{ type: 'key', keys: ['F5'] }] });
+    await sleep(500);
+    const [pa, pb] = [await centerPixel(c, a.id), await centerPixel(c, b.id)];
+    if (near(pb, GREEN) && near(pa, RED)) return { a, b };
+    if (Date.now() > end) throw new Error(`forked pair not painted: A ${pa}, B ${pb}`);
+  }
+}
+
+async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, arm = 'baseline'): Promise<{ probes: Probe[]; blast: unknown[] }> {
   const c = d.client;
   const probes: Probe[] = [];
   const tag = randomBytes(3).toString('hex');
@@ -103,11 +126,18 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void): P
   const sessions: SessionInfo[] = [];
   const blast: unknown[] = [];
   try {
-    progress('creating sessions A (red page) and B (green page)');
-    const a = await c.createSession({ image: 'default', url: page(RED) });
-    sessions.push(a);
-    const b = await c.createSession({ image: 'default', url: page(GREEN) });
-    sessions.push(b);
+    let a: SessionInfo, b: SessionInfo;
+    if (arm === 'fork') {
+      // A and B are two disk-forked copies of one source (which stays alive as a third sibling).
+      progress('creating a source session and forking it into A and B');
+      ({ a, b } = await forkedPair(c, sessions));
+    } else {
+      progress('creating sessions A (red page) and B (green page)');
+      a = await c.createSession({ image: 'default', url: page(RED) });
+      sessions.push(a);
+      b = await c.createSession({ image: 'default', url: page(GREEN) });
+      sessions.push(b);
+    }
     const bPort = 18000 + Math.floor(Math.random() * 1000);
     const mark = String(31_000_000 + Math.floor(Math.random() * 999_999));
     const bFiles = [`/tmp/audit-${tag}`, `/home/user/audit-${tag}`, `/dev/shm/audit-${tag}`];
@@ -138,7 +168,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void): P
     // The controls' own connections are not findings.
     hostAny.accepted.length = 0;
     hostLo.accepted.length = 0;
-    for (const [id, ok] of controls) probes.push({ arm: 'baseline', id, category: 'control', as: 'host', result: ok ? 'pass' : 'invalid', detail: ok ? 'target reachable from where it should be' : `control failed; probes depending on it are not meaningful: ${setup.stderr.slice(-200)}` });
+    for (const [id, ok] of controls) probes.push({ arm, id, category: 'control', as: 'host', result: ok ? 'pass' : 'invalid', detail: ok ? 'target reachable from where it should be' : `control failed; probes depending on it are not meaningful: ${setup.stderr.slice(-200)}` });
     const hostAddr = /src (\S+)/.exec(ip('route', 'get', '192.0.2.123'))?.[1] ?? '127.0.0.1';
     const env: Record<string, string> = {
       B_PROC_MARK: `sleep ${mark}`, B_FILES: bFiles.join(':'), HOST_MARKER: hostMarker, STATE_DIR: d.stateDir,
@@ -151,17 +181,17 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void): P
       progress(`probes in A as ${root ? 'root-in-session' : 'user'}`);
       const r = await c.exec(a.id, { argv: ['python3', '-'], stdin: PROBES_PY, env, root, timeoutMs: 120_000 });
       const lines = r.stdout.split('\n').filter((l) => l.startsWith('{'));
-      if (!lines.length || r.exitCode !== 0) probes.push({ arm: 'baseline', id: 'probe-script', category: 'harness', as: root ? 'root' : 'user', result: 'invalid', detail: `probe script exit ${r.exitCode}: ${r.stderr.slice(-400)}` });
+      if (!lines.length || r.exitCode !== 0) probes.push({ arm, id: 'probe-script', category: 'harness', as: root ? 'root' : 'user', result: 'invalid', detail: `probe script exit ${r.exitCode}: ${r.stderr.slice(-400)}` });
       for (const l of lines) {
         const p = JSON.parse(l) as { id: string; category: string; held: boolean; detail: string };
-        probes.push({ arm: 'baseline', id: p.id, category: p.category, as: root ? 'root' : 'user', result: p.held ? 'pass' : 'fail', detail: p.detail });
+        probes.push({ arm, id: p.id, category: p.category, as: root ? 'root' : 'user', result: p.held ? 'pass' : 'fail', detail: p.detail });
       }
     }
-    if (hostAny.accepted.length || hostLo.accepted.length) probes.push({ arm: 'baseline', id: 'net.host-listener-accepted', category: 'network', as: 'host', result: 'fail', detail: `host listeners accepted ${[...hostAny.accepted, ...hostLo.accepted].join(', ')}` });
+    if (hostAny.accepted.length || hostLo.accepted.length) probes.push({ arm, id: 'net.host-listener-accepted', category: 'network', as: 'host', result: 'fail', detail: `host listeners accepted ${[...hostAny.accepted, ...hostLo.accepted].join(', ')}` });
     progress('screenshot integrity');
     const pa = await centerPixel(c, a.id), pb = await centerPixel(c, b.id);
-    probes.push({ arm: 'baseline', id: 'screenshot.a-shows-only-a', category: 'screenshot', as: 'api', result: near(pa, RED) ? 'pass' : 'fail', detail: `A pixel ${pa} (own page ${RED})` });
-    probes.push({ arm: 'baseline', id: 'screenshot.b-shows-only-b', category: 'screenshot', as: 'api', result: near(pb, GREEN) ? 'pass' : 'fail', detail: `B pixel ${pb} (own page ${GREEN})` });
+    probes.push({ arm, id: 'screenshot.a-shows-only-a', category: 'screenshot', as: 'api', result: near(pa, RED) ? 'pass' : 'fail', detail: `A pixel ${pa} (own page ${RED})` });
+    probes.push({ arm, id: 'screenshot.b-shows-only-b', category: 'screenshot', as: 'api', result: near(pb, GREEN) ? 'pass' : 'fail', detail: `B pixel ${pb} (own page ${GREEN})` });
     // Blast radius: kill each process kind in a fresh A; B must be unaffected.
     for (const [kind, comm] of Object.entries(KINDS)) {
       progress(`blast radius: kill ${comm} in a fresh A`);
@@ -176,7 +206,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void): P
       const bPix = await centerPixel(c, b.id).catch(() => [0, 0, 0]);
       const bOk = bState === 'ready' && Object.values(bLeft).every(Boolean) && near(bPix, GREEN);
       blast.push({ killed: kind, process: comm, aState, aStillRunning: aLeft, lostInA: aLeft ? Object.entries(aLeft).filter(([, v]) => !v).map(([k]) => k) : 'whole session (broken)', bState, bRunning: bLeft, bScreenshotOk: near(bPix, GREEN) });
-      probes.push({ arm: 'baseline', id: `blast.kill-${kind}-spares-b`, category: 'blast-radius', as: 'root', result: bOk ? 'pass' : 'fail', detail: `A ${aState}; B ${bState}, running ${JSON.stringify(bLeft)}` });
+      probes.push({ arm, id: `blast.kill-${kind}-spares-b`, category: 'blast-radius', as: 'root', result: bOk ? 'pass' : 'fail', detail: `A ${aState}; B ${bState}, running ${JSON.stringify(bLeft)}` });
       await c.destroySession(a2.id).catch(() => {});
       sessions.pop();
     }
@@ -243,6 +273,17 @@ export async function runAudit(o: { arms?: string[]; outDir?: string; progress?:
       await d.stop();
     }
   }
+  if (armNames.includes('fork')) {
+    const d = await startPrivateDaemon();
+    try {
+      probes.push(...(await auditBaseline(d, progress, 'fork')).probes);
+    } catch (e) {
+      failures.push(`fork audit aborted: ${(e as Error).message}`);
+      incomplete.push(`fork audit aborted: ${(e as Error).message}`);
+    } finally {
+      await d.stop();
+    }
+  }
   if (armNames.includes('shared-browser')) {
     try { probes.push(...(await auditSharedBrowser(progress))); } catch (e) { incomplete.push(`shared-browser probe aborted: ${(e as Error).message}`); }
   }
@@ -255,7 +296,7 @@ export async function runAudit(o: { arms?: string[]; outDir?: string; progress?:
     results.push({ arm: name, metric: 'audit_probes_failed', value: failed.length, ci: null, unit: 'probes', n: 1, note: failed.join(', ') });
     if (invalid.length) incomplete.push(`${name}: ${invalid.length} probes or controls invalid (${invalid.map((p) => p.id).join(', ')})`);
     return {
-      name, description: name === 'baseline' ? 'two default Drums sessions with Chromium, probed from A' : 'one Chromium serving two profiles (the shared-browser design)', image: 'default',
+      name, description: name === 'baseline' ? 'two default Drums sessions with Chromium, probed from A' : name === 'fork' ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A' : 'one Chromium serving two profiles (the shared-browser design)', image: 'default',
       status: ps.length ? 'measured' : 'invalid', ...(ps.length ? {} : { reason: 'no probe ran' }),
       isolation: { verdict: ps.length === 0 ? 'not-audited' : failed.length ? 'fail' : 'pass', failedProbes: failed },
     } as ArmRecord;

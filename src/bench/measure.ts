@@ -49,7 +49,7 @@ export function pssByKind(instance: string, sessionId: string): { byKind: Record
 
 /** Size of the session's writable layer (du of its overlay upper dir), MiB. */
 export function upperMiB(stateDir: string, sessionId: string): number {
-  const dir = join(stateDir, 'sessions', sessionId, 'upper');
+  const dir = join(stateDir, 'sessions', sessionId, 'disk', 'upper');
   const out = execFileSync('du', ['-sk', dir], { encoding: 'utf8' });
   return Number(out.split('\t')[0]) / 1024;
 }

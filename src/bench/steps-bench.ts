@@ -18,7 +18,7 @@
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { DrumsClient, type SessionInfo } from '../client/client.ts';
+import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { gitState, hostFacts } from './host-facts.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
 import type { BenchRecord, ResultRow, TrialRecord, Verdict } from './record.ts';
@@ -147,7 +147,7 @@ async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seco
     const r = await c.screenshotEx(own, { format: 'png' });
     asked++;
     const prev = last.get(own);
-    if (prev && prev.equals(r.data)) hits++;
+    if (prev?.equals(r.data)) hits++;
     last.set(own, r.data);
   });
   out.unchanged = { ...out.unchanged!, sameAsPrevious: round(hits / Math.max(1, asked), 3) } as (typeof out)['unchanged'];

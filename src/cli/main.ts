@@ -210,6 +210,23 @@ program.command('conformance').description('black-box checks of a daemon\'s API 
   });
 
 const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
+bench.command('pools').description('warm-pool claims vs creates, disk fork(N) vs N creates, and the idle cost of a pool, in one run')
+  .option('--image <name>', 'image', 'default')
+  .option('--url <url>', 'URL the sessions open', 'about:blank')
+  .option('--claims <n>', 'claims (and creates) to time', '20')
+  .option('--pool-size <n>', 'pool size for the idle cost', '8')
+  .option('--forks <list>', 'fork counts', '1,4,8')
+  .option('--idle-seconds <n>', 'idle measurement window', '10')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { image: string; url: string; claims: string; poolSize: string; forks: string; idleSeconds: string; out: string }) => {
+    const { runPoolsBench } = await import('../bench/pools-bench.ts');
+    const { record, file } = await runPoolsBench({
+      image: o.image, url: o.url || undefined, claims: Number(o.claims), poolSize: Number(o.poolSize), forkCounts: o.forks.split(',').map(Number),
+      idleSeconds: Number(o.idleSeconds), outDir: o.out, progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+    });
+    process.stdout.write(`claim p50 ${record.claims.claimMs.p50.toFixed(2)} ms vs create p50 ${record.claims.createMs.p50.toFixed(0)} ms; ${record.bars.claimP50Ms.pass ? 'PASS' : 'FAIL'} claimP50Ms (bar <= 20)\nrecord: ${file}\n`);
+  });
+
 bench.command('api').description('API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions')
   .option('--quick', 'fewer samples, shorter run (CI)')
   .option('--image <name>', 'image', 'minimal')
@@ -298,8 +315,9 @@ osworld.command('run').description('run OSWorld task JSONs (files or directories
   .option('--oracle <file>', 'JSON {task_id: [pyautogui code | FAIL | DONE | WAIT]} applied through env.step')
   .option('--out <file>', 'write results JSON here')
   .option('--allow-internet', 'start tasks that download from the internet')
+  .option('--group <n>', 'GRPO groups: set each task up once, fork n-1 copies, score all n (docs/pools.md)')
   .option('--verbose', 'desktop_env logging')
-  .action(async (tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean }) => {
+  .action(async (tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; group?: string }) => {
     const { osworldRun } = await import('../osworld/run.ts');
     process.exitCode = await osworldRun(tasks, o);
   });
@@ -315,7 +333,7 @@ site.command('build').description('render every bench record into a self-contain
   });
 
 program.command('audit').description('isolation audit: probes from inside a session against a sibling and the host; writes a record with a verdict')
-  .option('--arms <list>', 'baseline and/or shared-browser', 'baseline')
+  .option('--arms <list>', 'baseline, fork (a disk-forked pair) and/or shared-browser', 'baseline')
   .option('--out <dir>', 'record directory (default bench/records)')
   .action(async (o: { arms: string; out?: string }) => {
     const { runAudit } = await import('../bench/audit.ts');

@@ -2,8 +2,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type {
   A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
-  FileWritten, Generation, HostReport, ResetRequest, ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText,
-  WindowOpResult, WindowsView,
+  FileWritten, ForkRequest, ForkResult, Generation, HostReport, Pool, PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest,
+  ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
 import { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
@@ -23,7 +23,8 @@ export * from './generated/errors.ts';
  */
 export type {
   A11yNode, A11yTree, Action, ActionResult, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord,
-  FileList, FileStat, FileStatResult, FileWritten, Generation, HostDisk, HostReport, OsworldEndpoint, ResetRequest, ScreenshotData,
+  FileList, FileStat, FileStatResult, FileWritten, ForkRequest, ForkResult, Generation, HostDisk, HostReport, OsworldEndpoint, Pool, PoolClaim,
+  PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest, ScreenshotData,
   ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
@@ -135,6 +136,31 @@ export class DrumsClient {
 
   createSession(spec: SessionSpec = {}): Promise<SessionInfo> {
     return this.json('POST', '/v1/sessions', spec);
+  }
+  /** A session from a warm pool (`x-drums-pool` says hit or miss); `onEmpty: 'fail'` gets 429 pool_empty at once. */
+  async claimSession(claim: PoolClaim): Promise<SessionInfo & { poolHit: boolean }> {
+    const res = await this.request('POST', '/v1/sessions', claim);
+    return { ...((await res.json()) as SessionInfo), poolHit: /; hit$/.test(res.headers.get('x-drums-pool') ?? '') };
+  }
+  /** N copies of a ready session (`mode: 'disk'`: files copied, apps restarted); all or nothing. */
+  forkSession(id: string, body: ForkRequest = {}): Promise<ForkResult> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/fork`, body);
+  }
+  /** Gives a claimed session back: `reset` into its pool (default) or `destroy`. */
+  releaseSession(id: string, body: ReleaseRequest = {}): Promise<ReleaseResult> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/release`, body);
+  }
+  async listPools(): Promise<Pool[]> {
+    return (await this.json<{ pools: Pool[] }>('GET', '/v1/pools')).pools;
+  }
+  getPool(name: string): Promise<Pool> {
+    return this.json('GET', `/v1/pools/${encodeURIComponent(name)}`);
+  }
+  putPool(name: string, spec: PoolSpec): Promise<Pool> {
+    return this.json('PUT', `/v1/pools/${encodeURIComponent(name)}`, spec);
+  }
+  async deletePool(name: string): Promise<void> {
+    await this.request('DELETE', `/v1/pools/${encodeURIComponent(name)}`);
   }
   async listSessions(): Promise<SessionInfo[]> {
     return (await this.json<{ sessions: SessionInfo[] }>('GET', '/v1/sessions')).sessions;

@@ -256,9 +256,9 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
   const st = stateOf(d);
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
-  const cursor = o.wantCursor
-    ? await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null)
-    : (await d.sync(), null);
+  let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
+  if (o.wantCursor) cursor = await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null);
+  else await d.sync();
   const cursorKey = cursor ? `${cursor.x},${cursor.y},${cursor.cursorSerial ?? cursor.cursorImage.length}` : '-';
   const key = cacheKey(o);
   const hit = st.lookup(key, cursorKey);

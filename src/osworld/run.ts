@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-export async function osworldRun(tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean }): Promise<number> {
+export async function osworldRun(tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; group?: string }): Promise<number> {
   const python = process.env.DRUMS_PYTHON ?? join(ROOT, '.runtime', 'venv', 'bin', 'python');
   if (!existsSync(python)) {
     process.stderr.write(`drums: no Python at ${python}; run scripts/setup.sh (or set DRUMS_PYTHON to a Python with desktop-env installed)\n`);
@@ -18,6 +18,7 @@ export async function osworldRun(tasks: string[], o: { parallel: string; oracle?
   if (o.out) args.push('--out', o.out);
   if (o.allowInternet) args.push('--allow-internet');
   if (o.verbose) args.push('--verbose');
+  if (o.group) args.push('--group', o.group);
   const sdk = join(ROOT, 'sdk', 'python');
   const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: process.env.PYTHONPATH ? `${sdk}:${process.env.PYTHONPATH}` : sdk };
   // No daemon named (DRUMS_URL) and none running for the state dir: run the tasks on a private one.

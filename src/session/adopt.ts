@@ -99,7 +99,7 @@ export async function whyNotAdoptable(rec: SessionRecord, runtime: OciRuntime, p
   if (rec.phase !== 'ready') return `the daemon stopped while the session was ${rec.phase}`;
   if (!rec.init || !isAlive(rec.init)) return 'its init process is gone';
   const st = await runtime.state(rec.names.container);
-  if (!st || st.status !== 'running' || st.pid !== rec.init.pid) return `its container is ${st ? st.status : 'missing'}`;
+  if (st?.status !== 'running' || st.pid !== rec.init.pid) return `its container is ${st ? st.status : 'missing'}`;
   if (!existsSync(`/run/netns/${rec.names.netns}`)) return 'its network namespace is missing';
   if (!existsSync(`/sys/class/net/${rec.names.hostVeth}`)) return 'its veth is missing';
   if (!existsSync(rec.imageDir)) return 'its image is gone';

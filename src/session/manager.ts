@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
+import { run } from '../common/exec.ts';
 import type { Instance } from '../host/instance.ts';
 import { objectNames } from '../host/instance.ts';
 import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, type Subnet, type SubnetPool } from '../host/network.ts';
@@ -68,6 +69,8 @@ export interface Session {
   _liveness?: Readable;
   _watcher?: StatusWatcher;
   _ttlTimer?: NodeJS.Timeout;
+  /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
+  _seedUpper?: string;
 }
 
 export interface ManagerOptions {
@@ -204,7 +207,7 @@ export class SessionManager {
     }
   }
 
-  async create(body: unknown): Promise<Session> {
+  async create(body: unknown, opts: { seedUpper?: string } = {}): Promise<Session> {
     const spec = parseSpec(body);
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
@@ -226,6 +229,7 @@ export class SessionManager {
       id, state: 'creating', spec, generation: 1, attempt: { generation: 1, token: randomUUID() },
       createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(this.inst.rtDir, id, 'run'),
       x11Socket: join(this.inst.rtDir, id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, id, 'run', 'bus'), imageDir: image.rootfs, timings: {},
+      _seedUpper: opts.seedUpper,
     };
     this._sessions.set(id, s);
     const t0 = performance.now();
@@ -299,9 +303,16 @@ export class SessionManager {
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
     this._record(s, 'ready');
-    if (spec.ttlSeconds > 0) this._armTtl(s, spec.ttlSeconds * 1000);
+    this.armTtl(s, spec.ttlSeconds);
     for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
+  }
+
+  /** (Re)starts a session's TTL from now (0 = none): a create, or a claim from a pool (src/session/pools.ts). */
+  armTtl(s: Session, ttlSeconds: number): void {
+    clearTimeout(s._ttlTimer);
+    s._ttlTimer = undefined;
+    if (ttlSeconds > 0) this._armTtl(s, ttlSeconds * 1000);
   }
 
   /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
@@ -318,6 +329,9 @@ export class SessionManager {
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
           this._prepareDirs(s);
+          // A disk fork starts from a copy of its source's writable layer (identity files removed: written above).
+          if (s._seedUpper) await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, join(s.dir, 'disk', 'upper')], { timeoutMs: 300_000 });
+          s._seedUpper = undefined;
           // Relative layer paths: the session can read its root's mount options.
           await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'disk/upper', 'disk/work', rootfs);
         },

@@ -4,7 +4,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Ajv2020Module from 'ajv/dist/2020.js';
-import { DrumsApiError, type HostReport } from '../../src/client/client.ts';
+import type { DrumsApiError, HostReport } from '../../src/client/client.ts';
 import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 
 const NODE = process.execPath;

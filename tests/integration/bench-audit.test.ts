@@ -39,6 +39,16 @@ describe('isolation audit', () => {
     assert.doesNotMatch(execFileSync('ip', ['route'], { encoding: 'utf8' }), /169\.254\.169\.254/);
   });
 
+  it('a disk-forked pair (two copies of one source, the source alive) passes every probe', async () => {
+    const { record } = await runAudit({ arms: ['fork'], outDir: out });
+    assert.deepEqual(validateRecord(record), []);
+    const probes = (record.audit as { probes: Probe[] }).probes.filter((p) => p.arm === 'fork');
+    assert.ok(probes.filter((p) => p.category !== 'control').length >= 40);
+    for (const p of probes) assert.equal(p.result, 'pass', `${p.id} (${p.as}): ${p.detail}`);
+    assert.equal(record.arms.find((a) => a.name === 'fork')!.isolation.verdict, 'pass');
+    assert.equal(record.status, 'passed');
+  });
+
   it('refuses an arm it has no probes for', async () => {
     await assert.rejects(runAudit({ arms: ['zram-idle'], outDir: out }), /no probes for arm 'zram-idle'/);
   });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { DrumsApiError } from '../../src/client/client.ts';
+import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
 
 const MiB = 1024 ** 2;

@@ -8,6 +8,8 @@ export class FakeManager {
   readonly sessions = new Map<string, Session>();
   readonly terminations: { id: string; reason: string; terminatedAt: string }[] = [];
   creates = 0;
+  readonly hooks = { ready: [] as ((s: Session) => Promise<void>)[], destroyed: [] as ((id: string) => Promise<void> | void)[] };
+  readonly maxSessions = 128;
   list(): Session[] {
     return [...this.sessions.values()];
   }

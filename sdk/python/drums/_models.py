@@ -37,6 +37,9 @@ __all__ = [
     "FileType",
     "FileWritten",
     "Flag",
+    "ForkRequest",
+    "ForkResult",
+    "ForkResultTimings",
     "Generation",
     "HostDisk",
     "HostReport",
@@ -49,7 +52,12 @@ __all__ = [
     "HostReportSessions",
     "OsworldEndpoint",
     "Point",
+    "Pool",
+    "PoolClaim",
+    "PoolSpec",
     "Region",
+    "ReleaseRequest",
+    "ReleaseResult",
     "ResetRequest",
     "Screen",
     "ScreenSize",
@@ -115,6 +123,70 @@ class SessionSpec(TypedDict, total=False):
     browserFlags: list[str]
     ttlSeconds: int
     labels: dict[str, str]
+
+
+class _PoolClaimRequired(TypedDict):
+    pool: str
+
+
+class PoolClaim(_PoolClaimRequired, total=False):
+    """A claim from a warm pool; the pool's template sets everything else."""
+    onEmpty: Literal["create", "fail"]  # An empty pool: `create` waits for a fresh session made from the template, `fail` answers 429 `pool_empty` at once.
+    ttlSeconds: int  # From the claim; default the template's
+    labels: dict[str, str]  # Added to the template's labels (`drums.pool` is the daemon's).
+
+
+class _PoolSpecRequired(TypedDict):
+    size: int  # How many ready sessions to keep.
+
+
+class PoolSpec(_PoolSpecRequired, total=False):
+    template: SessionSpec
+
+
+class _PoolRequired(TypedDict):
+    name: str
+    size: int
+    ready: int  # Ready
+    creating: int  # Sessions being made for the pool.
+    template: SessionSpec
+    claims: int
+    hits: int
+    misses: int
+    source: Literal["config", "api"]
+
+
+class Pool(_PoolRequired, total=False):
+    lastError: str  # The last refill failure (refills back off up to 60 s).
+
+
+class ForkRequest(TypedDict, total=False):
+    count: int
+    mode: Literal["disk", "memory"]  # `disk`: the writable layer copied, apps restarted; `memory`: not available on this daemon (501).
+
+
+class ForkResultTimings(TypedDict):
+    snapshotMs: float  # Freezing and copying the source's writable layer.
+    pausedMs: float  # How long the source was frozen.
+    totalMs: float  # Until every copy was ready.
+
+
+class ForkResult(TypedDict):
+    source: str
+    mode: Literal["disk", "memory"]
+    copies: list[Session]
+    timings: ForkResultTimings
+
+
+class ReleaseRequest(TypedDict, total=False):
+    mode: Literal["reset", "destroy"]  # `reset`: back to its pool as a fresh desktop (new upper layer and processes, generation + 1); `destroy`: destroyed, and the pool makes a new one.
+
+
+class ReleaseResult(TypedDict):
+    id: str
+    pool: str | None
+    mode: Literal["reset", "destroy"]
+    returned: bool
 
 
 class Attempt(TypedDict):

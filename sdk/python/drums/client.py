@@ -114,6 +114,9 @@ class _SessionBase:
     def __init__(self, info: m.Session):
         self._set(info)
 
+    #: For a session claimed from a pool: True if it was ready in the pool, False if made fresh.
+    pool_hit: bool | None = None
+
     def _set(self, info: m.Session) -> None:
         self.info: m.Session = info
         self.id: str = info["id"]
@@ -145,6 +148,7 @@ class Client:
         self.url, self._token = _discover(url, token)
         self._http = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
         self.sessions = Sessions(self)
+        self.pools = Pools(self)
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -192,6 +196,45 @@ class Sessions:
 
     def get(self, session_id: str) -> "Session":
         return Session(self._c, self._c.request("GET", f"/v1/sessions/{session_id}").json())
+
+
+def _claim(pool: str, on_empty: str, labels: dict[str, str] | None, ttl_seconds: int | None) -> m.PoolClaim:
+    body: dict[str, Any] = {"pool": pool, "onEmpty": on_empty}
+    if labels:
+        body["labels"] = labels
+    if ttl_seconds is not None:
+        body["ttlSeconds"] = ttl_seconds
+    return body  # type: ignore[return-value]
+
+
+class Pools:
+    """Warm pools: ``client.pools.put("web", size=8, url=...)``, then ``client.pools.claim("web")``.
+
+    A claim returns a ready session in milliseconds while the pool has one; an
+    empty pool makes a fresh one (``on_empty="create"``, the default) or raises
+    ``PoolEmpty`` (``on_empty="fail"``). ``session.release()`` gives it back."""
+
+    def __init__(self, client: Client):
+        self._c = client
+
+    def list(self) -> list[m.Pool]:
+        return self._c.request("GET", "/v1/pools").json()["pools"]
+
+    def get(self, name: str) -> m.Pool:
+        return self._c.request("GET", f"/v1/pools/{name}").json()
+
+    def put(self, name: str, *, size: int, **template: Any) -> m.Pool:
+        """Creates or changes a pool; ``template`` takes the fields of ``sessions.create``."""
+        return self._c.request("PUT", f"/v1/pools/{name}", json={"size": size, "template": _spec(template)}).json()
+
+    def delete(self, name: str) -> None:
+        self._c.request("DELETE", f"/v1/pools/{name}")
+
+    def claim(self, name: str, *, on_empty: str = "create", labels: dict[str, str] | None = None, ttl_seconds: int | None = None) -> "Session":
+        r = self._c.request("POST", "/v1/sessions", json=_claim(name, on_empty, labels, ttl_seconds), headers={"idempotency-key": uuid.uuid4().hex})
+        s = Session(self._c, r.json())
+        s.pool_hit = r.headers.get("x-drums-pool", "").endswith("; hit")
+        return s
 
 
 class Files:
@@ -298,6 +341,16 @@ class Session(_SessionBase):
             _check_stream(r)
             yield from _sse(r.iter_lines())
 
+    def release(self, mode: str = "reset") -> m.ReleaseResult:
+        """Gives a session claimed from a pool back: ``reset`` into its pool, or ``destroy``."""
+        return self._req("POST", "/release", json={"mode": mode}).json()
+
+    def fork(self, n: int = 1, *, mode: str = "disk") -> list["Session"]:
+        """``n`` copies of this session, each a new ``Session`` (destroy them yourself, or use them
+        as context managers). ``mode="disk"``: files copied, apps restarted (docs/pools.md)."""
+        r = self._req("POST", "/fork", json={"count": n, "mode": mode}).json()
+        return [Session(self._c, info) for info in r["copies"]]
+
     def destroy(self) -> None:
         try:
             self._c.request("DELETE", f"/v1/sessions/{self.id}")
@@ -354,6 +407,7 @@ class AsyncClient:
         self.url, self._token = _discover(url, token)
         self._http = httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
         self.sessions = AsyncSessions(self)
+        self.pools = AsyncPools(self)
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -393,6 +447,31 @@ class AsyncSessions:
 
     async def get(self, session_id: str) -> "AsyncSession":
         return AsyncSession(self._c, (await self._c.request("GET", f"/v1/sessions/{session_id}")).json())
+
+
+class AsyncPools:
+    """``await client.pools.claim("web")``; the same shape as ``Pools``."""
+
+    def __init__(self, client: AsyncClient):
+        self._c = client
+
+    async def list(self) -> list[m.Pool]:
+        return (await self._c.request("GET", "/v1/pools")).json()["pools"]
+
+    async def get(self, name: str) -> m.Pool:
+        return (await self._c.request("GET", f"/v1/pools/{name}")).json()
+
+    async def put(self, name: str, *, size: int, **template: Any) -> m.Pool:
+        return (await self._c.request("PUT", f"/v1/pools/{name}", json={"size": size, "template": _spec(template)})).json()
+
+    async def delete(self, name: str) -> None:
+        await self._c.request("DELETE", f"/v1/pools/{name}")
+
+    async def claim(self, name: str, *, on_empty: str = "create", labels: dict[str, str] | None = None, ttl_seconds: int | None = None) -> "AsyncSession":
+        r = await self._c.request("POST", "/v1/sessions", json=_claim(name, on_empty, labels, ttl_seconds), headers={"idempotency-key": uuid.uuid4().hex})
+        s = AsyncSession(self._c, r.json())
+        s.pool_hit = r.headers.get("x-drums-pool", "").endswith("; hit")
+        return s
 
 
 class AsyncFiles:
@@ -476,6 +555,13 @@ class AsyncSession(_SessionBase):
                             return
                 elif not line.startswith(":"):
                     buf.append(line)
+
+    async def release(self, mode: str = "reset") -> m.ReleaseResult:
+        return (await self._req("POST", "/release", json={"mode": mode})).json()
+
+    async def fork(self, n: int = 1, *, mode: str = "disk") -> list["AsyncSession"]:
+        r = (await self._req("POST", "/fork", json={"count": n, "mode": mode})).json()
+        return [AsyncSession(self._c, info) for info in r["copies"]]
 
     async def destroy(self) -> None:
         try:

@@ -36,6 +36,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 import types
 from typing import Any, Optional
@@ -93,6 +94,19 @@ class DrumsAPI:
 
     def destroy(self, sid: str) -> None:
         self._call("DELETE", f"/v1/sessions/{sid}")
+
+    def fork(self, sid: str, count: int, mode: str = "disk") -> dict:
+        return self._call("POST", f"/v1/sessions/{sid}/fork", json={"count": count, "mode": mode})
+
+
+#: A session the next DrumsProvider started on this thread adopts instead of creating one
+#: (a forked copy of a set-up task; see drums.osworld_group and DrumsProvider.fork).
+_handoff = threading.local()
+
+
+def adopt_next(session: dict) -> None:
+    """The next ``DesktopEnv(provider_name="drums")`` made on this thread runs on ``session``."""
+    _handoff.session = session
 
 
 # --------------------------------------------------------------------- provider
@@ -154,6 +168,8 @@ def _make_classes():
             self.labels = {"drums.osworld": "1"}
 
         def start_emulator(self, path_to_vm: str, headless: bool = True, os_type: str = "Ubuntu", *args):
+            if self.session is None and getattr(_handoff, "session", None) is not None:
+                self.session, _handoff.session = _handoff.session, None
             if self.session is None:
                 image, screen = _parse_path(path_to_vm)
                 spec: dict = {"image": image, "labels": self.labels}
@@ -185,6 +201,11 @@ def _make_classes():
                     raise RuntimeError(f"Drums session {s['id']} has no OSWorld endpoint (image {s['image']!r}; use the osworld image or label drums.osworld=1)")
                 time.sleep(0.5)
             raise TimeoutError(f"Drums session not ready for OSWorld within {self.ready_timeout}s ({last})")
+
+        def fork(self, count: int, mode: str = "disk") -> list[dict]:
+            """``count`` copies of this provider's session (e.g. after a task's setup), for ``adopt_next``."""
+            assert self.session is not None, "start_emulator first"
+            return self.api.fork(self.session["id"], count, mode)["copies"]
 
         def get_ip_address(self, path_to_vm: str) -> str:
             assert self.session is not None, "start_emulator first"
@@ -432,6 +453,7 @@ def run_main(argv: list[str]) -> int:
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--pause", type=float, default=0.5, help="seconds env.step sleeps after each action")
     ap.add_argument("--allow-internet", action="store_true", help="start tasks that need the internet")
+    ap.add_argument("--group", type=int, default=0, help="GRPO groups: set each task up once, fork N-1 copies, score all N (drums.osworld_group)")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
@@ -454,7 +476,11 @@ def run_main(argv: list[str]) -> int:
         for src, t in tasks:
             tid = t.get("id") if isinstance(t, dict) else None
             orc = oracles.get(tid) if (a.oracle and tid) else None
-            futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root)] = src
+            if a.group > 0:
+                from .osworld_group import run_group
+                futs[ex.submit(run_group, src, t, orc, a.pause, a.allow_internet, cache_root, a.group)] = src
+            else:
+                futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root)] = src
         for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
             r = fut.result()
             results.append(r)
@@ -482,7 +508,7 @@ def run_main(argv: list[str]) -> int:
         with open(a.out, "w") as f:
             json.dump({
                 "schemaVersion": 1, "experiment": "osworld-tasks", "started": started,
-                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause, "allow_internet": a.allow_internet},
+                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause, "allow_internet": a.allow_internet, "group": a.group},
                 "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
                 "results": {"summary": summary, "tasks": results},
                 "notes": ["wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"],

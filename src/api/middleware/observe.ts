@@ -26,7 +26,8 @@ export function observe(): MiddlewareHandler {
     const t0 = performance.now();
     await next();
     const status = c.res.status;
-    const op = opOf(c.req.method, c.req.path);
+    // A create answered from a warm pool (x-drums-pool) is timed as a claim.
+    const op = opOf(c.req.method, c.req.path) === 'create' && c.res.headers.has('x-drums-pool') ? 'claim' : opOf(c.req.method, c.req.path);
     if (op && status < 400) metrics.ops.observe({ op }, (performance.now() - t0) / 1000);
     if (op === 'create' && status === 201) metrics.creates.inc();
     if (op === 'reset' && status === 200) metrics.resets.inc();

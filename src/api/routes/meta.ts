@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { RouteContext } from '../context.ts';
 import { metrics } from '../metrics.ts';
 import { resourceGauges } from '../resource-metrics.ts';
+import { poolsOf } from '../../session/pools.ts';
 
 type Json = Record<string, any>;
 
@@ -102,6 +103,15 @@ ${ops.join('\n')}
 `;
 }
 
+/** Warm pools: target size and fill (ready, being made) per pool. */
+function poolGauges(ctx: RouteContext) {
+  const pools = poolsOf(ctx.mgr).list();
+  return [
+    { name: 'drums_pool_target', help: 'Target size of each warm pool.', values: pools.map((p) => [{ pool: p.name }, p.size] as [Record<string, string>, number]) },
+    { name: 'drums_pool_sessions', help: 'Sessions in each warm pool, ready or being made.', values: pools.flatMap((p) => [[{ pool: p.name, state: 'ready' }, p.ready], [{ pool: p.name, state: 'creating' }, p.creating]] as [Record<string, string>, number][]) },
+  ];
+}
+
 /** /openapi.json, /docs, /metrics and /v1/terminations. */
 export function metaRoutes(ctx: RouteContext) {
   const app = new Hono();
@@ -115,6 +125,7 @@ export function metaRoutes(ctx: RouteContext) {
       { name: 'drums_sessions', help: 'Sessions by state.', values: [...byState].map(([state, n]) => [{ state }, n]) },
       { name: 'drums_terminations_recent', help: 'Sessions destroyed in the last 15 minutes.', values: [[{}, ctx.mgr.terminations.length]] },
       ...resourceGauges(ctx.mgr),
+      ...poolGauges(ctx),
     ]);
     return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
   });

@@ -6,6 +6,7 @@ import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
 import { memoryUsage, oomKills } from '../../host/resources.ts';
+import { parseClaim, poolsOf } from '../../session/pools.ts';
 
 /** Fields a feature above the API adds to a session's view (the daemon wires OSWorld's endpoint in). */
 export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld'>>;
@@ -36,13 +37,29 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
 export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
-  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().map(ctx.view) }));
+  const pools = poolsOf(mgr);
+  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().filter((s) => !pools.isHidden(s)).map(ctx.view) }));
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
+    // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/session/pools.ts).
+    if (body && typeof body === 'object' && !Array.isArray(body) && 'pool' in body) {
+      const claim = parseClaim(body as Record<string, unknown>);
+      checkBody('createSession', body);
+      const { session, hit } = await pools.claim(claim);
+      c.header('x-drums-pool', `${claim.pool}; ${hit ? 'hit' : 'miss'}`);
+      return c.json(ctx.view(session), 201);
+    }
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
-    parseSpec(body);
+    const spec = parseSpec(body);
     checkBody('createSession', body ?? {});
+    // A spec equal to a pool's template (TTL aside) is served from that pool.
+    const pool = pools.match(spec);
+    if (pool) {
+      const { session, hit } = await pools.claim({ pool, onEmpty: 'create', labels: {}, ttlSeconds: spec.ttlSeconds });
+      c.header('x-drums-pool', `${pool}; ${hit ? 'hit' : 'miss'}`);
+      return c.json(ctx.view(session), 201);
+    }
     return c.json(ctx.view(await mgr.create(body)), 201);
   });
   app.get('/v1/sessions/:id', (c) => c.json(ctx.view(ctx.session(c))));

@@ -7,6 +7,10 @@ export class InvalidRequestError extends DrumsApiError {}
 export class InvalidJsonError extends DrumsApiError {}
 /** 400: A session spec field is invalid or unknown; details.field names it. */
 export class InvalidSpecError extends DrumsApiError {}
+/** 400: A pool definition is invalid; details.field names the field. */
+export class InvalidPoolError extends DrumsApiError {}
+/** 400: A fork request is invalid (count 1..64 */
+export class InvalidForkError extends DrumsApiError {}
 /** 400: An exec request field is invalid; details.field names it. */
 export class InvalidExecError extends DrumsApiError {}
 /** 400: An action is invalid; details.field names it. */
@@ -33,6 +37,8 @@ export class NotFoundError extends DrumsApiError {}
 export class SessionNotFoundError extends DrumsApiError {}
 /** 404: The session is not taken over */
 export class TakeoverNotFoundError extends DrumsApiError {}
+/** 404: No warm pool with this name; see GET /v1/pools. */
+export class PoolNotFoundError extends DrumsApiError {}
 /** 404: No recipe with this image name. */
 export class ImageNotFoundError extends DrumsApiError {}
 /** 404: No such file in the session. */
@@ -51,6 +57,10 @@ export class SessionBrokenError extends DrumsApiError {}
 export class SessionTakenOverError extends DrumsApiError {}
 /** 409: Someone else already holds the session. */
 export class TakeoverHeldError extends DrumsApiError {}
+/** 409: The session did not come from a warm pool; destroy it instead. */
+export class SessionNotPooledError extends DrumsApiError {}
+/** 409: The session is already being forked; wait for that fork. */
+export class SessionForkingError extends DrumsApiError {}
 /** 409: The image exists as a recipe but is not built. */
 export class ImageNotBuiltError extends DrumsApiError {}
 /** 409: The Idempotency-Key was used with a different request body. */
@@ -67,6 +77,8 @@ export class UpgradeRequiredError extends DrumsApiError {}
 export class LimitExceedsHostError extends DrumsApiError {}
 /** 429: The daemon holds its maximum number of sessions. */
 export class PoolExhaustedError extends DrumsApiError {}
+/** 429: The warm pool has no ready session and the claim asked not to wait (onEmpty fail). */
+export class PoolEmptyError extends DrumsApiError {}
 /** 429: Too many requests for this token; see Retry-After. */
 export class RateLimitedError extends DrumsApiError {}
 /** 500: A bug; see the daemon log. */
@@ -79,6 +91,10 @@ export class SessionCreateFailedError extends DrumsApiError {}
 export class SessionResetFailedError extends DrumsApiError {}
 /** 500: Destroy left objects; run drums sweep. */
 export class SessionDestroyIncompleteError extends DrumsApiError {}
+/** 500: A fork failed midway; no copy is left and the source runs on. */
+export class ForkFailedError extends DrumsApiError {}
+/** 501: Memory fork (CRIU) is not available on this daemon; fork with mode disk. */
+export class MemoryForkUnavailableError extends DrumsApiError {}
 /** 503: The X connection closed. */
 export class DisplayClosedError extends DrumsApiError {}
 /** 503: Cannot reach the session's X server. */
@@ -129,6 +145,8 @@ export const ERROR_CLASSES = {
   invalid_request: InvalidRequestError,
   invalid_json: InvalidJsonError,
   invalid_spec: InvalidSpecError,
+  invalid_pool: InvalidPoolError,
+  invalid_fork: InvalidForkError,
   invalid_exec: InvalidExecError,
   invalid_action: InvalidActionError,
   invalid_key: InvalidKeyError,
@@ -142,6 +160,7 @@ export const ERROR_CLASSES = {
   not_found: NotFoundError,
   session_not_found: SessionNotFoundError,
   takeover_not_found: TakeoverNotFoundError,
+  pool_not_found: PoolNotFoundError,
   image_not_found: ImageNotFoundError,
   file_not_found: FileNotFoundError,
   method_not_allowed: MethodNotAllowedError,
@@ -151,6 +170,8 @@ export const ERROR_CLASSES = {
   session_broken: SessionBrokenError,
   session_taken_over: SessionTakenOverError,
   takeover_held: TakeoverHeldError,
+  session_not_pooled: SessionNotPooledError,
+  session_forking: SessionForkingError,
   image_not_built: ImageNotBuiltError,
   idempotency_conflict: IdempotencyConflictError,
   session_expired: SessionExpiredError,
@@ -159,12 +180,15 @@ export const ERROR_CLASSES = {
   upgrade_required: UpgradeRequiredError,
   limit_exceeds_host: LimitExceedsHostError,
   pool_exhausted: PoolExhaustedError,
+  pool_empty: PoolEmptyError,
   rate_limited: RateLimitedError,
   internal: InternalError,
   host_error: HostErrorError,
   session_create_failed: SessionCreateFailedError,
   session_reset_failed: SessionResetFailedError,
   session_destroy_incomplete: SessionDestroyIncompleteError,
+  fork_failed: ForkFailedError,
+  memory_fork_unavailable: MemoryForkUnavailableError,
   display_closed: DisplayClosedError,
   display_unavailable: DisplayUnavailableError,
   host_draining: HostDrainingError,

@@ -34,6 +34,71 @@ export type SessionSpec = {
   labels?: Record<string, string>;
 };
 
+/** A claim from a warm pool; the pool's template sets everything else. */
+export type PoolClaim = {
+  pool: string;
+  /** An empty pool: `create` waits for a fresh session made from the template, `fail` answers 429 `pool_empty` at once. */
+  onEmpty?: "create" | "fail";
+  /** From the claim; default the template's */
+  ttlSeconds?: number;
+  /** Added to the template's labels (`drums.pool` is the daemon's). */
+  labels?: Record<string, string>;
+};
+
+export type PoolSpec = {
+  /** How many ready sessions to keep. */
+  size: number;
+  template?: SessionSpec;
+};
+
+export type Pool = {
+  name: string;
+  size: number;
+  /** Ready */
+  ready: number;
+  /** Sessions being made for the pool. */
+  creating: number;
+  template: SessionSpec;
+  claims: number;
+  hits: number;
+  misses: number;
+  source: "config" | "api";
+  /** The last refill failure (refills back off up to 60 s). */
+  lastError?: string;
+};
+
+export type ForkRequest = {
+  count?: number;
+  /** `disk`: the writable layer copied, apps restarted; `memory`: not available on this daemon (501). */
+  mode?: "disk" | "memory";
+};
+
+export type ForkResult = {
+  source: string;
+  mode: "disk" | "memory";
+  copies: Session[];
+  timings: {
+    /** Freezing and copying the source's writable layer. */
+    snapshotMs: number;
+    /** How long the source was frozen. */
+    pausedMs: number;
+    /** Until every copy was ready. */
+    totalMs: number;
+  };
+};
+
+export type ReleaseRequest = {
+  /** `reset`: back to its pool as a fresh desktop (new upper layer and processes, generation + 1); `destroy`: destroyed, and the pool makes a new one. */
+  mode?: "reset" | "destroy";
+};
+
+export type ReleaseResult = {
+  id: string;
+  pool: string | null;
+  mode: "reset" | "destroy";
+  returned: boolean;
+};
+
 export type Attempt = {
   generation: Generation;
   token: string;
@@ -435,4 +500,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});

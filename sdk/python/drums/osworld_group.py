@@ -1,0 +1,250 @@
+"""GRPO groups of OSWorld tasks: set a task up once, fork the set-up session, score every copy.
+
+``drums osworld run TASKS --group N`` (or ``python -m drums.osworld run ... --group N``) runs,
+per task:
+
+1. one ``DesktopEnv`` (provider ``drums``) whose ``reset(task_config=task)`` runs the task's
+   real setup: the group's *setup* member;
+2. ``POST /v1/sessions/{id}/fork {count: N-1}`` on that session: the *fork* members. A disk
+   fork copies the files the setup wrote and restarts the desktop, so the setup steps that only
+   start or arrange apps (``launch``, ``open``, ``activate_window``, ``sleep``,
+   ``chrome_open_tabs``, ``close_window``) are replayed in each copy; steps that write files
+   (``download``, ``execute``, ``command``, ...) are not (their result is in the copied files);
+3. every member is scored independently with the task's real evaluator (``env.evaluate()``),
+   after the oracle's actions if one is given.
+
+The result says, per member, whether it was the setup or a fork (and the fork mode and
+replayed steps), its session, and its score. The group's ``score`` is the mean.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from .osworld import adopt_next, needs_internet
+
+#: Setup steps that start or arrange apps (replayed in a disk-forked copy).
+REPLAY_IN_COPY = {"launch", "open", "activate_window", "sleep", "chrome_open_tabs", "close_window"}
+
+
+def _score(env: Any, oracle: Optional[list], pause: float) -> float:
+    for a in oracle or []:
+        env.step(a, pause)
+    return float(env.evaluate())
+
+
+def _member(task: dict, copy_info: dict, oracle: Optional[list], pause: float, cache_dir: str, mode: str) -> dict:
+    from desktop_env.desktop_env import DesktopEnv
+    t0 = time.monotonic()
+    m: dict = {"origin": "fork", "fork_mode": mode, "session": copy_info["id"], "score": None, "error": None, "replayed": [], "ready_s": None}
+    env = None
+    try:
+        adopt_next(copy_info)
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=cache_dir)
+        # The task's instruction and evaluator, without running its setup again.
+        env._set_task_info(task)
+        env.setup_controller.reset_cache_dir(env.cache_dir)
+        replay = [s for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]
+        if replay:
+            env.setup_controller.setup(replay, False)
+            env.is_environment_used = True
+        m["replayed"] = [s["type"] for s in replay]
+        m["ready_s"] = round(time.monotonic() - t0, 2)
+        m["score"] = _score(env, oracle, pause)
+    except Exception as e:
+        m["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception as e:
+                m["error"] = (m["error"] or "") + f" (close: {e})"
+        m["seconds"] = round(time.monotonic() - t0, 2)
+    return m
+
+
+def run_group(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str, n: int, mode: str = "disk") -> dict:
+    from desktop_env.desktop_env import DesktopEnv
+    t0 = time.monotonic()
+    tid = task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src)
+    res: dict = {"task": tid, "file": src, "setup_ok": False, "score": None, "oracle": oracle is not None, "error": None,
+                 "session": None, "reset_s": None, "seconds": None, "group": {"size": n, "setups": 0, "forks": 0, "fork_s": None, "members": []}}
+    if isinstance(task, Exception):
+        res["error"] = str(task)
+        return res
+    why = None if allow_internet else needs_internet(task)
+    if why:
+        res["error"] = f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)"
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        return res
+    env = None
+    copies: list[dict] = []
+    try:
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, tid, "setup"))
+        res["session"] = env.provider.session["id"] if env.provider.session else None
+        t1 = time.monotonic()
+        env.reset(task_config=task)
+        res["reset_s"] = round(time.monotonic() - t1, 2)
+        res["setup_ok"] = True
+        res["group"]["setups"] = 1
+        # Fork the set-up session before anyone acts in it.
+        if n > 1:
+            t2 = time.monotonic()
+            copies = env.provider.fork(n - 1, mode)
+            res["group"]["fork_s"] = round(time.monotonic() - t2, 2)
+            res["group"]["forks"] = len(copies)
+        members = [{"origin": "setup", "session": res["session"], "score": None, "error": None, "ready_s": res["reset_s"]}]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(copies))) as ex:
+            futs = [ex.submit(_member, copy.deepcopy(task), c, oracle, pause, os.path.join(cache_root, tid, f"fork{i}"), mode) for i, c in enumerate(copies)]
+            try:
+                members[0]["score"] = _score(env, oracle, pause)
+            except Exception as e:
+                members[0]["error"] = f"{type(e).__name__}: {e}"
+            members += [f.result() for f in futs]
+        copies = []  # each member's env destroyed its own copy
+        res["group"]["members"] = members
+        scores = [m["score"] for m in members if m["score"] is not None]
+        res["score"] = round(sum(scores) / len(scores), 3) if scores else None
+        errs = [f"{m['origin']} {m['session']}: {m['error']}" for m in members if m["error"]]
+        if errs:
+            res["error"] = "; ".join(errs)[:2000]
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception as e:
+                res["error"] = (res["error"] or "") + f" (close: {e})"
+        for c in copies:  # forked but never handed to a member
+            try:
+                env.provider.api.destroy(c["id"]) if env is not None else None
+            except Exception:
+                pass
+        res["seconds"] = round(time.monotonic() - t0, 2)
+    return res
+
+
+# --------------------------------------------------------------------- bench (drums osworld run --group, measured)
+
+def _ready_fresh(task: dict, n: int, cache_root: str) -> dict:
+    """N independent setups of one task, in parallel: seconds from the start until each is ready to act."""
+    from desktop_env.desktop_env import DesktopEnv
+    t0 = time.monotonic()
+    envs: list[Any] = [None] * n
+    ready: list[Optional[float]] = [None] * n
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        try:
+            envs[i] = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, f"fresh{i}"))
+            envs[i].reset(task_config=copy.deepcopy(task))
+            ready[i] = round(time.monotonic() - t0, 2)
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as ex:
+        list(ex.map(one, range(n)))
+    for e in envs:
+        if e is not None:
+            try:
+                e.close()
+            except Exception as ce:
+                errors.append(f"close: {ce}")
+    done = [r for r in ready if r is not None]
+    return {"first_ready_s": min(done) if done else None, "all_ready_s": max(done) if len(done) == n else None, "errors": errors}
+
+
+def _ready_group(task: dict, n: int, cache_root: str, mode: str = "disk") -> dict:
+    """One setup, then N-1 forks made ready (app-starting steps replayed): seconds until each member is ready."""
+    from desktop_env.desktop_env import DesktopEnv
+    t0 = time.monotonic()
+    errors: list[str] = []
+    env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, "setup"))
+    members: list[Any] = []
+    out: dict = {}
+    try:
+        env.reset(task_config=copy.deepcopy(task))
+        setup_s = round(time.monotonic() - t0, 2)
+        copies = env.provider.fork(n - 1, mode)
+        fork_s = round(time.monotonic() - t0, 2)
+        ready: list[float] = [setup_s]
+
+        def one(c: dict) -> None:
+            adopt_next(c)
+            m = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, c["id"]))
+            members.append(m)
+            m._set_task_info(copy.deepcopy(task))
+            replay = [s for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]
+            if replay:
+                m.setup_controller.setup(replay, False)
+            ready.append(round(time.monotonic() - t0, 2))
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(copies))) as ex:
+            for f in [ex.submit(one, c) for c in copies]:
+                try:
+                    f.result()
+                except Exception as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+        out = {"setup_s": setup_s, "forked_s": fork_s, "first_ready_s": min(ready), "all_ready_s": max(ready) if len(ready) == n else None,
+               "replayed": [s["type"] for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]}
+    finally:
+        for m in members + [env]:
+            try:
+                m.close()
+            except Exception as ce:
+                errors.append(f"close: {ce}")
+    out["errors"] = errors
+    return out
+
+
+def bench_main(argv: list[str]) -> int:
+    import argparse
+    import json
+    import platform
+    import tempfile
+
+    from .osworld import load_tasks
+    ap = argparse.ArgumentParser(prog="python -m drums.osworld_group bench", description="A group of N ready to act: by fork against N setups, per task.")
+    ap.add_argument("tasks", nargs="+")
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load0 = os.getloadavg()
+    rows = []
+    for src, task in load_tasks(a.tasks):
+        if isinstance(task, Exception):
+            continue
+        cache = tempfile.mkdtemp(prefix="drums-oswg-bench-")
+        print(f"{task['id']}: group of {a.n} by fork", file=sys.stderr, flush=True)
+        try:
+            g = _ready_group(task, a.n, cache)
+        except Exception as e:
+            g = {"errors": [f"{type(e).__name__}: {e}"]}
+        print(f"{task['id']}: {a.n} setups", file=sys.stderr, flush=True)
+        f = _ready_fresh(task, a.n, cache)
+        ratio = round(g["all_ready_s"] / f["all_ready_s"], 3) if g.get("all_ready_s") and f.get("all_ready_s") else None
+        rows.append({"task": task["id"], "file": src, "setup_types": [s.get("type") for s in task.get("config") or []], "fork": g, "fresh": f, "all_ready_ratio": ratio})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    rec = {"schemaVersion": 1, "kind": "osworld-group", "started": started, "n": a.n, "fork_mode": "disk",
+           "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+           "tasks": rows,
+           "notes": ["ready = the setup done (fresh) or the fork made and the setup's app-starting steps replayed (fork), measured from the group's start",
+                     "all_ready_ratio = fork all-ready / fresh all-ready (below 1: the group by fork is ready sooner)"]}
+    with open(a.out, "w") as fh:
+        json.dump(rec, fh, indent=2)
+    print(f"record: {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "bench":
+        sys.exit(bench_main(sys.argv[2:]))
+    print("usage: python -m drums.osworld_group bench TASKS... --n 8 --out FILE", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,22 @@
+import { Hono } from 'hono';
+import { forkSession, parseFork } from '../../session/fork.ts';
+import type { RouteContext } from '../context.ts';
+import { checkBody } from '../spec-validate.ts';
+
+/** POST /v1/sessions/{id}/fork: N copies of a live session (src/session/fork.ts). */
+export function forkRoutes(ctx: RouteContext) {
+  const app = new Hono();
+  app.post('/v1/sessions/:id/fork', async (c) => {
+    const s = ctx.session(c);
+    const body = await ctx.body(c);
+    const req = parseFork(body);
+    checkBody('forkSession', body);
+    const t0 = performance.now();
+    const r = await forkSession(ctx.mgr, s, req);
+    return c.json({
+      source: s.id, mode: r.mode, copies: r.copies.map(ctx.view),
+      timings: { snapshotMs: Math.round(r.snapshotMs), pausedMs: Math.round(r.pausedMs), totalMs: Math.round(performance.now() - t0) },
+    }, 201);
+  });
+  return app;
+}

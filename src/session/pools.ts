@@ -1,0 +1,397 @@
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
+import { log } from '../common/log.ts';
+import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
+import type { Session, SessionManager } from './manager.ts';
+import { parseSpec, type SessionSpec } from './spec.ts';
+
+/**
+ * Warm pools: a pool is a session template and a target size. The daemon
+ * keeps `size` sessions of the template ready in the background (each one an
+ * ordinary create, so it goes through the manager's admission limit,
+ * DRUMS_START_CONCURRENCY, and is recorded and swept like any session). A
+ * claim hands out a ready one and makes it indistinguishable from a fresh
+ * create: a new attempt token, the claimer's labels and TTL. A session that
+ * sits in a pool is invisible to the API (GET /v1/sessions, /v1/sessions/{id})
+ * until claimed, so nobody has touched it before its claimer.
+ *
+ * Pool members carry the label `drums.pool=<name>` (it is part of their
+ * recorded spec, so a restarted daemon can tell what they were).
+ */
+export const POOL_LABEL = 'drums.pool';
+const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+const MAX_POOL_SIZE = 256;
+const BACKOFF_MS = [1000, 2000, 5000, 15_000, 60_000];
+
+export type OnEmpty = 'create' | 'fail';
+export type ReleaseMode = 'reset' | 'destroy';
+
+interface Pool {
+  name: string;
+  /** The template as given (a SessionSpec body), and parsed. */
+  template: Record<string, unknown>;
+  spec: SessionSpec;
+  size: number;
+  /** Ready, unclaimed sessions (oldest first). */
+  idle: string[];
+  creating: number;
+  claims: number;
+  hits: number;
+  misses: number;
+  lastError?: string;
+  failures: number;
+  /** Goes up when the template changes: sessions made from an older one are not handed out. */
+  version: number;
+  retryTimer?: NodeJS.Timeout;
+  source: 'config' | 'api';
+}
+
+/** What GET /v1/pools shows of a pool. */
+export interface PoolView {
+  name: string;
+  size: number;
+  ready: number;
+  creating: number;
+  template: Record<string, unknown>;
+  claims: number;
+  hits: number;
+  misses: number;
+  source: 'config' | 'api';
+  lastError?: string;
+}
+
+/** A claim as POST /v1/sessions takes it: `{pool, onEmpty?, labels?, ttlSeconds?}`. */
+export interface Claim {
+  pool: string;
+  onEmpty: OnEmpty;
+  labels: Record<string, string>;
+  ttlSeconds?: number;
+}
+
+const CLAIM_FIELDS = ['pool', 'onEmpty', 'labels', 'ttlSeconds'];
+
+/** Parses a claim body (one with a `pool` field); the labels and TTL are checked like a spec's. */
+export function parseClaim(body: Record<string, unknown>): Claim {
+  for (const k of Object.keys(body)) {
+    if (!CLAIM_FIELDS.includes(k)) throw new ValidationError(k, `a pool claim takes only ${CLAIM_FIELDS.join(', ')}; the pool's template sets the rest`, 'invalid_spec');
+  }
+  if (typeof body.pool !== 'string' || !NAME_RE.test(body.pool)) throw new ValidationError('pool', 'must be a pool name like "web" (see GET /v1/pools)', 'invalid_spec');
+  const onEmpty = body.onEmpty ?? 'create';
+  if (onEmpty !== 'create' && onEmpty !== 'fail') throw new ValidationError('onEmpty', 'must be "create" (wait for a fresh session) or "fail" (429 pool_empty at once)', 'invalid_spec');
+  const extra = parseSpec({ ...(body.labels !== undefined ? { labels: body.labels } : {}), ...(body.ttlSeconds !== undefined ? { ttlSeconds: body.ttlSeconds } : {}) });
+  if (POOL_LABEL in extra.labels) throw new ValidationError(`labels.${POOL_LABEL}`, 'is set by the daemon', 'invalid_spec');
+  return { pool: body.pool, onEmpty, labels: extra.labels, ...(body.ttlSeconds !== undefined ? { ttlSeconds: extra.ttlSeconds } : {}) };
+}
+
+/** The comparable part of a spec: what a create would make (TTL is per claim, not per session). */
+function specKey(spec: SessionSpec): string {
+  const { ttlSeconds: _t, ...rest } = spec;
+  return canonicalJson(rest);
+}
+
+export class PoolManager {
+  private readonly _pools = new Map<string, Pool>();
+  private readonly _idle = new Set<string>();
+  /** Pool-made sessions handed to a claimer (the others, ready or being made, are hidden). */
+  private readonly _claimed = new Set<string>();
+  /** Sessions a pool made: which pool and template version (a claimed one keeps its entry until destroyed). */
+  private readonly _made = new Map<string, { pool: string; version: number }>();
+  private readonly _inflight = new Set<Promise<unknown>>();
+  private _stopped = false;
+  private readonly mgr: SessionManager;
+  /** How many refill creates may run at once, over all pools (a share of the create admission). */
+  readonly refillConcurrency: number;
+  private _refilling = 0;
+  /** Refill latencies (seconds) and claim outcomes, for /metrics. */
+  readonly observers: { refill: ((pool: string, seconds: number) => void)[]; claim: ((pool: string, result: 'hit' | 'miss' | 'empty') => void)[] } = { refill: [], claim: [] };
+
+  constructor(mgr: SessionManager, opts: { refillConcurrency?: number } = {}) {
+    this.mgr = mgr;
+    const start = Number(process.env.DRUMS_START_CONCURRENCY ?? 4);
+    this.refillConcurrency = opts.refillConcurrency ?? Number(process.env.DRUMS_POOL_REFILL_CONCURRENCY ?? Math.max(1, Math.floor(start / 2)));
+    mgr.hooks.destroyed.push((id) => this._forget(id));
+  }
+
+  /**
+   * Pools from the daemon's config: DRUMS_POOLS (JSON) and/or DRUMS_POOLS_FILE
+   * (a JSON file), each `{"<name>": {"size": N, "template": {SessionSpec}}}`.
+   * A bad config stops the daemon with the field at fault.
+   */
+  loadConfig(env: NodeJS.ProcessEnv = process.env): void {
+    const sources: [string, string][] = [];
+    if (env.DRUMS_POOLS_FILE) {
+      if (!existsSync(env.DRUMS_POOLS_FILE)) throw new DrumsError('invalid_config', `DRUMS_POOLS_FILE: no file ${env.DRUMS_POOLS_FILE}`);
+      sources.push([`DRUMS_POOLS_FILE (${env.DRUMS_POOLS_FILE})`, readFileSync(env.DRUMS_POOLS_FILE, 'utf8')]);
+    }
+    if (env.DRUMS_POOLS) sources.push(['DRUMS_POOLS', env.DRUMS_POOLS]);
+    for (const [where, text] of sources) {
+      let doc: unknown;
+      try { doc = JSON.parse(text); } catch (e) { throw new DrumsError('invalid_config', `${where}: not JSON: ${errorMessage(e)}`); }
+      if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new DrumsError('invalid_config', `${where}: must be an object of pools by name`);
+      for (const [name, def] of Object.entries(doc as Record<string, unknown>)) {
+        try {
+          this.put(name, def, 'config');
+        } catch (e) {
+          throw new DrumsError('invalid_config', `${where}: pool '${name}': ${errorMessage(e)}`);
+        }
+      }
+    }
+  }
+
+  /** Creates or changes a pool; a smaller size destroys surplus idle sessions, a changed template replaces them. */
+  put(name: string, def: unknown, source: 'config' | 'api' = 'api'): { view: PoolView; created: boolean } {
+    if (!NAME_RE.test(name)) throw new ValidationError('name', 'must be 1-63 of a-z 0-9 _ - (starting with a letter or digit)', 'invalid_pool');
+    if (!def || typeof def !== 'object' || Array.isArray(def)) throw new ValidationError('body', 'must be {"size": N, "template": {SessionSpec}}', 'invalid_pool');
+    const d = def as Record<string, unknown>;
+    for (const k of Object.keys(d)) if (k !== 'size' && k !== 'template') throw new ValidationError(k, 'unknown field; allowed: size, template', 'invalid_pool');
+    if (typeof d.size !== 'number' || !Number.isInteger(d.size) || d.size < 0 || d.size > MAX_POOL_SIZE) throw new ValidationError('size', `must be an integer within 0..${MAX_POOL_SIZE}`, 'invalid_pool');
+    const template = (d.template ?? {}) as Record<string, unknown>;
+    let spec: SessionSpec;
+    try {
+      spec = parseSpec(template);
+    } catch (e) {
+      if (e instanceof DrumsError && e.details?.field) throw new ValidationError(`template.${e.details.field}`, errorMessage(e).replace(/^[^:]*: /, ''), 'invalid_pool');
+      throw e;
+    }
+    if (POOL_LABEL in spec.labels) throw new ValidationError(`template.labels.${POOL_LABEL}`, 'is set by the daemon', 'invalid_pool');
+    // An unknown image is refused now, not at the first refill.
+    const recipes = listRecipes();
+    if (!recipes.includes(spec.image)) throw new DrumsError('image_not_found', `template.image: no image '${spec.image}'; known: ${recipes.join(', ')}`, { details: { field: 'template.image' } });
+    if (!findImage(spec.image, { imagesDir: this.mgr.inst.imagesDir })) {
+      throw new DrumsError('image_not_built', `template.image: image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, { details: { field: 'template.image' } });
+    }
+    const old = this._pools.get(name);
+    const pool: Pool = old ?? { name, template, spec, size: d.size, idle: [], creating: 0, claims: 0, hits: 0, misses: 0, failures: 0, version: 1, source };
+    if (old && specKey(old.spec) !== specKey(spec)) {
+      // The idle sessions were made from the old template: replace them.
+      pool.version++;
+      for (const id of old.idle.splice(0)) this._discard(id);
+    }
+    Object.assign(pool, { template, spec, size: d.size, source, failures: 0, lastError: undefined });
+    clearTimeout(pool.retryTimer);
+    this._pools.set(name, pool);
+    this._trim(pool);
+    this._refill();
+    return { view: this._view(pool), created: !old };
+  }
+
+  /** Removes a pool and destroys its idle sessions (claimed ones stay with their claimers). */
+  remove(name: string): void {
+    const pool = this._get(name);
+    this._pools.delete(name);
+    clearTimeout(pool.retryTimer);
+    for (const id of pool.idle.splice(0)) this._discard(id);
+  }
+
+  list(): PoolView[] {
+    return [...this._pools.values()].map((p) => this._view(p));
+  }
+
+  view(name: string): PoolView {
+    return this._view(this._get(name));
+  }
+
+  /**
+   * True for a session that sits in a pool (ready, or being reset back into it) or that a pool
+   * is still making: hidden from the API. A claimed one, or one a restarted daemon adopted
+   * from its record, is visible like any session.
+   */
+  isHidden(s: Session): boolean {
+    return this._idle.has(s.id) || (s.state === 'creating' && POOL_LABEL in s.spec.labels && !this._claimed.has(s.id));
+  }
+
+  /** The pool whose template a create body asks for exactly (TTL aside), if any. */
+  match(spec: SessionSpec): string | undefined {
+    const key = specKey(spec);
+    for (const p of this._pools.values()) if (specKey(p.spec) === key) return p.name;
+    return undefined;
+  }
+
+  /**
+   * Hands out a ready session of the pool. Empty: `onEmpty: 'create'` makes
+   * a fresh one from the template (the caller waits), `'fail'` is 429 pool_empty.
+   */
+  async claim(c: Claim): Promise<{ session: Session; hit: boolean }> {
+    const pool = this._get(c.pool);
+    const t0 = performance.now();
+    pool.claims++;
+    let s: Session | undefined;
+    while (!s && pool.idle.length) {
+      const id = pool.idle.shift()!;
+      this._idle.delete(id);
+      const cand = this.mgr.list().find((x) => x.id === id);
+      if (cand?.state === 'ready') s = cand;
+      else if (cand) this._discard(id);
+    }
+    const hit = !!s;
+    if (s) {
+      pool.hits++;
+      this.observers.claim.forEach((f) => f(pool.name, 'hit'));
+    } else if (c.onEmpty === 'fail') {
+      this.observers.claim.forEach((f) => f(pool.name, 'empty'));
+      this._refill();
+      throw new DrumsError('pool_empty', `pool '${pool.name}' has no ready session (${pool.creating} being made); retry, or claim with "onEmpty": "create" to wait for a fresh one`, { details: { pool: pool.name, creating: pool.creating, size: pool.size } });
+    } else {
+      pool.misses++;
+      this.observers.claim.forEach((f) => f(pool.name, 'miss'));
+      const version = pool.version;
+      s = await this.mgr.create(this._body(pool));
+      this._made.set(s.id, { pool: pool.name, version });
+    }
+    this._claimed.add(s.id);
+    // After this answer is on its way: a refill's create does synchronous work (spec, image lookup) first.
+    setImmediate(() => this._refill());
+    // A claimed session is a fresh attempt: a token nobody has seen, the claimer's labels and TTL.
+    s.attempt = { generation: s.generation, token: randomUUID() };
+    s.spec.labels = { ...pool.spec.labels, ...c.labels, [POOL_LABEL]: pool.name };
+    const ttl = c.ttlSeconds ?? pool.spec.ttlSeconds;
+    s.spec.ttlSeconds = ttl;
+    this.mgr.armTtl(s, ttl);
+    s.timings.poolClaimMs = performance.now() - t0;
+    return { session: s, hit };
+  }
+
+  /**
+   * Gives a claimed session back: `reset` gives its pool a fresh desktop of it
+   * (new upper layer and processes, generation + 1, so the old attempt's
+   * token and generation are stale), `destroy` destroys it and the pool makes
+   * a new one.
+   */
+  async release(s: Session, mode: ReleaseMode): Promise<{ returned: boolean }> {
+    const name = s.spec.labels[POOL_LABEL];
+    if (!name) throw new DrumsError('session_not_pooled', `session ${s.id} did not come from a pool; destroy it with DELETE /v1/sessions/${s.id}`);
+    const pool = this._pools.get(name);
+    // Back into the pool even when a refill is under way: that refill is then surplus and discarded.
+    if (mode === 'destroy' || !pool || pool.size === 0 || this._made.get(s.id)?.version !== pool.version) {
+      await this.mgr.destroy(s.id, 'pool_release');
+      this._refill();
+      return { returned: false };
+    }
+    this.mgr.armTtl(s, 0);
+    s.spec.labels = { ...pool.spec.labels, [POOL_LABEL]: pool.name };
+    s.spec.ttlSeconds = pool.spec.ttlSeconds;
+    this._claimed.delete(s.id);
+    this._idle.add(s.id); // hidden while it resets
+    try {
+      await this.mgr.reset(s.id);
+    } catch (e) {
+      this._discard(s.id);
+      throw e;
+    }
+    if (this._stopped || !this._pools.has(name)) {
+      this._discard(s.id);
+      return { returned: false };
+    }
+    pool.idle.push(s.id);
+    this._trim(pool);
+    return { returned: pool.idle.includes(s.id) };
+  }
+
+  /** Stops refilling and waits for refills under way (their sessions are destroyed). */
+  async stop(): Promise<void> {
+    this._stopped = true;
+    for (const p of this._pools.values()) clearTimeout(p.retryTimer);
+    while (this._inflight.size) await Promise.allSettled([...this._inflight]);
+  }
+
+  private _get(name: string): Pool {
+    const p = this._pools.get(name);
+    if (!p) throw new DrumsError('pool_not_found', `no pool '${String(name).slice(0, 64)}'; list pools with GET /v1/pools or make one with PUT /v1/pools/{name}`, { details: { pool: String(name).slice(0, 64) } });
+    return p;
+  }
+
+  private _view(p: Pool): PoolView {
+    return {
+      name: p.name, size: p.size, ready: p.idle.length, creating: p.creating, template: p.template,
+      claims: p.claims, hits: p.hits, misses: p.misses, source: p.source, ...(p.lastError ? { lastError: p.lastError } : {}),
+    };
+  }
+
+  private _body(p: Pool): Record<string, unknown> {
+    return { ...p.template, ttlSeconds: 0, labels: { ...p.spec.labels, [POOL_LABEL]: p.name } };
+  }
+
+  private _forget(id: string): void {
+    this._made.delete(id);
+    this._claimed.delete(id);
+    if (!this._idle.delete(id)) return;
+    for (const p of this._pools.values()) {
+      const i = p.idle.indexOf(id);
+      if (i >= 0) p.idle.splice(i, 1);
+    }
+    this._refill();
+  }
+
+  /** Destroys a pool's session, hidden until it is gone (the destroyed hook forgets it). */
+  private _discard(id: string): void {
+    this._idle.add(id);
+    this.mgr.destroy(id, 'pool_discard').catch(() => {});
+  }
+
+  private _trim(p: Pool): void {
+    while (p.idle.length > p.size) this._discard(p.idle.pop()!);
+  }
+
+  /** Starts refill creates until every pool has its target (made or being made), within the refill share. */
+  private _refill(): void {
+    if (this._stopped) return;
+    for (const p of this._pools.values()) {
+      while (!this._stopped && p.idle.length + p.creating < p.size && this._refilling < this.refillConcurrency && !p.retryTimer) {
+        if (this.mgr.list().length >= this.mgr.maxSessions) return;
+        this._refillOne(p);
+      }
+    }
+  }
+
+  private _refillOne(p: Pool): void {
+    p.creating++;
+    this._refilling++;
+    const t0 = performance.now();
+    const version = p.version;
+    const job = this.mgr.create(this._body(p)).then(
+      (s) => {
+        this._made.set(s.id, { pool: p.name, version });
+        const live = this._pools.get(p.name) === p && !this._stopped && p.idle.length < p.size && p.version === version;
+        if (!live) {
+          this._discard(s.id);
+          return;
+        }
+        p.idle.push(s.id);
+        this._idle.add(s.id);
+        p.failures = 0;
+        p.lastError = undefined;
+        this.observers.refill.forEach((f) => f(p.name, (performance.now() - t0) / 1000));
+      },
+      (e) => {
+        p.failures++;
+        p.lastError = errorMessage(e);
+        const wait = BACKOFF_MS[Math.min(p.failures - 1, BACKOFF_MS.length - 1)]!;
+        log('warn', 'pool refill failed', { pool: p.name, error: p.lastError, retryInMs: wait });
+        clearTimeout(p.retryTimer);
+        p.retryTimer = setTimeout(() => { p.retryTimer = undefined; this._refill(); }, wait);
+        p.retryTimer.unref();
+      },
+    ).finally(() => {
+      p.creating--;
+      this._refilling--;
+      this._inflight.delete(job);
+      this._refill();
+    });
+    this._inflight.add(job);
+  }
+}
+
+const BY_MANAGER = new WeakMap<SessionManager, PoolManager>();
+
+/** The pools of a manager (one set per daemon), made on first use. */
+export function poolsOf(mgr: SessionManager): PoolManager {
+  let p = BY_MANAGER.get(mgr);
+  if (!p) BY_MANAGER.set(mgr, (p = new PoolManager(mgr)));
+  return p;
+}
+
+/** Pools and their fill, for host reports (GET /v1/host): name, target size, ready and being made. */
+export function listPools(mgr: SessionManager): { name: string; target: number; ready: number; creating: number }[] {
+  return poolsOf(mgr).list().map((p) => ({ name: p.name, target: p.size, ready: p.ready, creating: p.creating }));
+}

@@ -1,0 +1,160 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { DrumsApiError } from '../../src/client/client.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
+
+/** Polls until cond() holds or the deadline passes (no fixed sleeps). */
+async function until<T>(what: string, f: () => Promise<T>, cond: (v: T) => boolean, ms = 120_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (cond(v)) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(v)}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function apiError(p: Promise<unknown>): Promise<DrumsApiError> {
+  try {
+    await p;
+  } catch (e) {
+    if (e instanceof DrumsApiError) return e;
+    throw e;
+  }
+  throw new Error('expected an API error');
+}
+
+// Warm pools on the `minimal` image: config, claims (hit, miss, empty), release, bad input, metrics.
+describe('warm pools', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await startDaemon({ DRUMS_POOLS: JSON.stringify({ mini: { size: 2, template: { image: 'minimal', labels: { team: 'rl' } } } }) });
+  });
+  after(async () => { await d.finish(); });
+
+  it('fills a configured pool in the background; ready sessions are invisible until claimed', async () => {
+    const p = await until('pool mini to fill', () => d.client.getPool('mini'), (v) => v.ready === 2);
+    assert.equal(p.source, 'config');
+    assert.equal(p.size, 2);
+    assert.deepEqual(await d.client.listSessions(), []);
+  });
+
+  it('a claim returns a ready session with a fresh attempt, and a reset release returns it clean', async () => {
+    const s = await d.client.claimSession({ pool: 'mini', labels: { run: 'a' } });
+    try {
+      assert.equal(s.poolHit, true);
+      assert.equal(s.state, 'ready');
+      assert.equal(s.generation, 1);
+      assert.match(s.attempt.token, /^[0-9a-f-]{36}$/);
+      assert.deepEqual(s.labels, { team: 'rl', run: 'a', 'drums.pool': 'mini' });
+      assert.deepEqual((await d.client.listSessions()).map((x) => x.id), [s.id]);
+      assert.equal((await d.client.exec(s.id, { argv: ['id', '-u'] })).stdout.trim(), '1000');
+      await d.client.exec(s.id, { shell: 'echo secret > /home/user/marker' });
+      const r = await d.client.releaseSession(s.id, { mode: 'reset' });
+      assert.deepEqual([r.id, r.pool, r.mode], [s.id, 'mini', 'reset']);
+      if (!r.returned) return; // a refill filled the pool first; nothing more to see of this session
+      // Released: invisible again, and when claimed anew nothing of the first user survives.
+      assert.ok(!(await d.client.listSessions()).some((x) => x.id === s.id));
+      const seen = new Set<string>();
+      let again: Awaited<ReturnType<typeof d.client.claimSession>> | undefined;
+      for (let i = 0; i < 3 && !again; i++) {
+        const c = await d.client.claimSession({ pool: 'mini' });
+        seen.add(c.id);
+        if (c.id === s.id) again = c;
+      }
+      try {
+        if (again) {
+          assert.equal(again.generation, 2);
+          assert.notEqual(again.attempt.token, s.attempt.token);
+          assert.deepEqual(again.labels, { team: 'rl', 'drums.pool': 'mini' });
+          assert.notEqual((await d.client.exec(again.id, { argv: ['cat', '/home/user/marker'] })).exitCode, 0);
+          // The first user's attempt is stale.
+          const stale = await apiError(d.client.request('GET', `/v1/sessions/${s.id}?generation=1`));
+          assert.equal(stale.code, 'stale_generation');
+        }
+      } finally {
+        for (const id of seen) await d.client.releaseSession(id, { mode: 'destroy' });
+      }
+    } finally {
+      await d.client.destroySession(s.id).catch(() => {});
+    }
+  });
+
+  it('an empty pool answers 429 pool_empty or makes a fresh session, as the claim asks', async () => {
+    const p = await d.client.putPool('empty', { size: 0, template: { image: 'minimal' } });
+    assert.deepEqual([p.name, p.size, p.ready, p.source], ['empty', 0, 0, 'api']);
+    const e = await apiError(d.client.claimSession({ pool: 'empty', onEmpty: 'fail' }));
+    assert.deepEqual([e.status, e.code], [429, 'pool_empty']);
+    const s = await d.client.claimSession({ pool: 'empty' });
+    try {
+      assert.equal(s.poolHit, false);
+      assert.equal(s.state, 'ready');
+      assert.equal(s.labels['drums.pool'], 'empty');
+    } finally {
+      const r = await d.client.releaseSession(s.id, { mode: 'reset' });
+      assert.equal(r.returned, false); // size 0: destroyed
+    }
+    const v = await d.client.getPool('empty');
+    assert.deepEqual([v.claims, v.hits, v.misses], [2, 0, 1]);
+    await d.client.deletePool('empty');
+    assert.equal((await apiError(d.client.getPool('empty'))).code, 'pool_not_found');
+  });
+
+  it('a create whose spec equals a pool template is served from the pool', async () => {
+    await until('pool mini to refill', () => d.client.getPool('mini'), (v) => v.ready >= 1);
+    const res = await d.client.request('POST', '/v1/sessions', { image: 'minimal', labels: { team: 'rl' } });
+    const s = (await res.json()) as { id: string; labels: Record<string, string> };
+    try {
+      assert.equal(res.status, 201);
+      assert.equal(res.headers.get('x-drums-pool'), 'mini; hit');
+      assert.equal(s.labels['drums.pool'], 'mini');
+    } finally {
+      await d.client.destroySession(s.id);
+    }
+    // Another spec is an ordinary create.
+    const plain = await d.client.request('POST', '/v1/sessions', { image: 'minimal' });
+    const ps = (await plain.json()) as { id: string };
+    assert.equal(plain.headers.get('x-drums-pool'), null);
+    const notPooled = await apiError(d.client.releaseSession(ps.id));
+    assert.deepEqual([notPooled.status, notPooled.code], [409, 'session_not_pooled']);
+    await d.client.destroySession(ps.id);
+  });
+
+  it('refuses bad pools and claims with stable codes, making nothing', async () => {
+    const cases: [() => Promise<unknown>, number, string][] = [
+      [() => d.client.claimSession({ pool: 'nope' }), 404, 'pool_not_found'],
+      [() => d.client.claimSession({ pool: 'mini', image: 'default' } as never), 400, 'invalid_spec'],
+      [() => d.client.claimSession({ pool: 'mini', onEmpty: 'later' } as never), 400, 'invalid_spec'],
+      [() => d.client.claimSession({ pool: 'mini', labels: { 'drums.pool': 'x' } }), 400, 'invalid_spec'],
+      [() => d.client.putPool('bad', { size: 1, template: { image: 'no-such-image' } }), 404, 'image_not_found'],
+      [() => d.client.putPool('bad', { size: -1 }), 400, 'invalid_pool'],
+      [() => d.client.putPool('bad', { size: 1, template: { screen: '10x10' } }), 400, 'invalid_pool'],
+      [() => d.client.putPool('bad', { size: 1, extra: 1 } as never), 400, 'invalid_pool'],
+      [() => d.client.putPool('Bad Name', { size: 1 }), 400, 'invalid_pool'],
+      [() => d.client.deletePool('nope'), 404, 'pool_not_found'],
+    ];
+    for (const [p, status, code] of cases) {
+      const e = await apiError(p());
+      assert.deepEqual([e.status, e.code], [status, code], e.message);
+    }
+    assert.deepEqual((await d.client.listPools()).map((p) => p.name), ['mini']);
+    assert.deepEqual(await d.client.listSessions(), []);
+  });
+
+  it('shows claims, fill and refill latency in /metrics', async () => {
+    const text = await (await d.client.request('GET', '/metrics')).text();
+    assert.match(text, /drums_pool_claims_total\{pool="mini",result="hit"\} [1-9]/);
+    assert.match(text, /drums_pool_claims_total\{pool="empty",result="empty"\} 1/);
+    assert.match(text, /drums_pool_claims_total\{pool="empty",result="miss"\} 1/);
+    assert.match(text, /drums_pool_refill_seconds_count\{pool="mini"\} [1-9]/);
+    assert.match(text, /drums_pool_target\{pool="mini"\} 2/);
+    assert.match(text, /drums_pool_sessions\{pool="mini",state="ready"\} \d/);
+    assert.match(text, /drums_op_duration_seconds_count\{op="claim"\} [1-9]/);
+  });
+
+  it('shrinking a pool destroys its surplus ready sessions', async () => {
+    await d.client.putPool('mini', { size: 0, template: { image: 'minimal', labels: { team: 'rl' } } });
+    const p = await until('pool mini to empty', () => d.client.getPool('mini'), (v) => v.ready === 0 && v.creating === 0);
+    assert.equal(p.size, 0);
+  });
+});
