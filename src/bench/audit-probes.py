@@ -60,7 +60,9 @@ out('x.abstract-socket', 'x11', abstract('/tmp/.X11-unix/X0') != 'CONNECTED', ab
 out('sockets.sibling-abstract', 'sockets', abstract(E['B_ABSTRACT']) != 'CONNECTED', abstract(E['B_ABSTRACT']))
 out('dbus.system-bus-absent', 'dbus', not os.path.exists('/run/dbus/system_bus_socket'), '')
 st = os.stat('/run/drums/bus')
-out('dbus.own-bus-socket', 'dbus', str(st.st_ino) != E['B_BUS_INO'], f'inode {st.st_ino} vs sibling {E["B_BUS_INO"]}')
+# (device, inode): each session's /run/drums is a tmpfs of its own, whose inode numbers restart
+mine = f'{st.st_dev}:{st.st_ino}'
+out('dbus.own-bus-socket', 'dbus', mine != E['B_BUS_ID'], f'dev:inode {mine} vs sibling {E["B_BUS_ID"]}')
 # namespaces differ from the sibling's
 bns = dict(x.split('=') for x in E['B_NS'].split(','))
 for n in ['pid', 'mnt', 'ipc', 'uts', 'net', 'cgroup']:
