@@ -169,6 +169,33 @@ session.command('a11y').description("print the session's accessibility tree (OSW
     const r = await client().a11y(id, { format: o.format, maxDepth: o.maxDepth ? Number(o.maxDepth) : undefined, maxWidth: o.maxWidth ? Number(o.maxWidth) : undefined });
     process.stdout.write((typeof r === 'string' ? r : JSON.stringify(r, null, 2)) + '\n');
   });
+session.command('vnc').description('serve the session over VNC on a local TCP port for standard viewers (x11vnc in the session starts on the first viewer, stops after the last)')
+  .argument('<id>').option('--port <n>', 'local port on 127.0.0.1 (0 = any)', '5900')
+  .action(async (id: string, o: { port: string }) => {
+    const net = await import('node:net');
+    const c = client();
+    await c.getSession(id);
+    const srv = net.createServer((tcp) => {
+      const ws = c.webSocket(`/v1/sessions/${encodeURIComponent(id)}/vnc`, 'binary');
+      const pending: Buffer[] = [];
+      tcp.on('data', (d) => (ws.readyState === ws.OPEN ? ws.send(d) : pending.push(d)));
+      ws.on('open', () => { for (const d of pending.splice(0)) ws.send(d); });
+      ws.on('message', (d) => tcp.write(d as Buffer));
+      ws.on('unexpected-response', (_q, r) => { process.stderr.write(`drums: vnc refused: HTTP ${r.statusCode}\n`); tcp.destroy(); });
+      ws.on('close', () => tcp.end());
+      ws.on('error', () => tcp.destroy());
+      tcp.on('close', () => ws.close());
+      tcp.on('error', () => ws.terminate());
+    });
+    srv.listen(Number(o.port), '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      process.stdout.write(`vnc: 127.0.0.1:${port} (e.g. vncviewer 127.0.0.1::${port}); Ctrl-C to stop\n`);
+    });
+    const conns = new Set<import('node:net').Socket>();
+    srv.on('connection', (t) => { conns.add(t); t.on('close', () => conns.delete(t)); });
+    await new Promise<void>((res) => process.once('SIGINT', () => { srv.close(); for (const t of conns) t.destroy(); res(); }));
+    process.exit(0);
+  });
 session.command('windows').description("list the session's windows").argument('<id>').option('--json', 'JSON output')
   .action(async (id: string, o: { json?: boolean }) => {
     const w = await client().windows(id);

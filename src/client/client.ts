@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import WebSocket from 'ws';
 import type {
   A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
   FileWritten, ForkRequest, ForkResult, Generation, HostReport, Pool, PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest,
@@ -209,6 +210,10 @@ export class DrumsClient {
       ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
       ...(st ? { serverMs: Number(st[1]) } : {}),
     };
+  }
+  /** A WebSocket to one of the daemon's socket routes (frame stream, VNC), authenticated. */
+  webSocket(path: string, protocol = 'drums'): WebSocket {
+    return new WebSocket(this.url.replace(/^http/, 'ws') + path, [protocol], { headers: { authorization: `Bearer ${this._token}` } });
   }
   /** Runs a batch of actions (validated whole first); optionally returns a screenshot taken after it. */
   act(id: string, req: ActRequest): Promise<ActResponse> {

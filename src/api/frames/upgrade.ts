@@ -55,7 +55,8 @@ export function attachUpgrades(server: Server, fetch: Fetch): () => void {
     noServer: true,
     maxPayload: MAX_PAYLOAD,
     perMessageDeflate: false,
-    handleProtocols: (protocols) => (protocols.has(PROTOCOL) ? PROTOCOL : false),
+    // `binary` is what noVNC asks for on the VNC endpoint.
+    handleProtocols: (protocols) => (protocols.has(PROTOCOL) ? PROTOCOL : protocols.has('binary') ? 'binary' : false),
   });
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());

@@ -1,0 +1,126 @@
+// On-demand VNC (GET /v1/sessions/:id/vnc, and `drums session vnc` for standard viewers) on a
+// real `minimal` session: x11vnc starts with the first viewer, speaks RFB with the session's
+// screen size, and is gone after the last viewer leaves.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
+import WebSocket from 'ws';
+import type { SessionInfo } from '../../src/client/client.ts';
+import { DRUMS, startDaemon, type TestDaemon } from '../helpers.ts';
+
+/** Reads RFB bytes from a stream of chunks. */
+class Rfb {
+  private buf = Buffer.alloc(0);
+  private waiters: (() => void)[] = [];
+  push(d: Buffer): void { this.buf = Buffer.concat([this.buf, d]); for (const w of this.waiters.splice(0)) w(); }
+  async take(n: number, ms = 15_000): Promise<Buffer> {
+    const end = Date.now() + ms;
+    while (this.buf.length < n) {
+      if (Date.now() > end) throw new Error(`timed out reading ${n} RFB bytes (have ${this.buf.length})`);
+      await new Promise<void>((r) => { this.waiters.push(r); setTimeout(r, 100); });
+    }
+    const out = this.buf.subarray(0, n);
+    this.buf = this.buf.subarray(n);
+    return out;
+  }
+}
+
+/** RFB 3.8 handshake with security None; returns the framebuffer size from ServerInit. */
+async function handshake(rfb: Rfb, send: (b: Buffer) => void): Promise<{ width: number; height: number }> {
+  assert.equal((await rfb.take(12)).toString(), 'RFB 003.008\n');
+  send(Buffer.from('RFB 003.008\n'));
+  const n = (await rfb.take(1))[0]!;
+  const types = [...(await rfb.take(n))];
+  assert.ok(types.includes(1), `security None offered (${types})`);
+  send(Buffer.from([1]));
+  assert.equal((await rfb.take(4)).readUInt32BE(0), 0, 'security result OK');
+  send(Buffer.from([1])); // ClientInit: shared
+  const init = await rfb.take(24);
+  await rfb.take(init.readUInt32BE(20)); // the desktop name
+  return { width: init.readUInt16BE(0), height: init.readUInt16BE(2) };
+}
+
+describe('on-demand VNC (minimal image)', () => {
+  let d: TestDaemon;
+  let s: SessionInfo;
+  const running = async () => (await d.client.exec(s.id, { shell: 'pgrep -x x11vnc >/dev/null && echo yes || echo no' })).stdout.trim() === 'yes';
+  const until = async (what: string, fn: () => Promise<boolean>, ms = 20_000) => {
+    const end = Date.now() + ms;
+    while (!(await fn())) {
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+
+  before(async () => {
+    d = await startDaemon();
+    s = await d.client.createSession({ image: 'minimal', screen: '800x600' });
+  });
+  after(async () => {
+    try { if (s) await d.client.destroySession(s.id); } finally { await d?.finish(); }
+  });
+
+  it('starts x11vnc for the first viewer, shares it, and stops it after the last', { timeout: 120_000 }, async () => {
+    assert.equal(await running(), false, 'nothing runs before a viewer asks');
+    const plain = await fetch(`${d.url}/v1/sessions/${s.id}/vnc`, { headers: { authorization: `Bearer ${d.token}` } });
+    assert.equal(plain.status, 426);
+    const views: WebSocket[] = [];
+    for (let i = 0; i < 2; i++) {
+      const ws = d.client.webSocket(`/v1/sessions/${s.id}/vnc`, 'binary');
+      const rfb = new Rfb();
+      ws.on('message', (m) => rfb.push(m as Buffer));
+      await new Promise((res, rej) => { ws.once('open', res); ws.once('error', rej); });
+      assert.deepEqual(await handshake(rfb, (b) => ws.send(b)), { width: 800, height: 600 });
+      views.push(ws);
+    }
+    assert.equal(await running(), true);
+    views[0]!.close();
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(await running(), true, 'one viewer left: still running');
+    views[1]!.close();
+    await until('x11vnc to stop after the last viewer', async () => !(await running()));
+  });
+
+  it('refuses a foreign Origin and a missing token', async () => {
+    const status = (headers: Record<string, string>) => new Promise<number>((res) => {
+      const ws = new WebSocket(`${d.url.replace(/^http/, 'ws')}/v1/sessions/${s.id}/vnc`, ['binary'], { headers });
+      ws.once('open', () => { ws.close(); res(101); });
+      ws.once('unexpected-response', (_q, r) => { r.resume(); res(r.statusCode ?? 0); });
+      ws.once('error', () => res(-1));
+    });
+    assert.equal(await status({}), 401);
+    assert.equal(await status({ authorization: `Bearer ${d.token}`, origin: 'http://evil.example' }), 403);
+    assert.equal(await running(), false);
+  });
+
+  it('`drums session vnc` serves a standard VNC client over local TCP', { timeout: 120_000 }, async () => {
+    const cli = spawn(DRUMS, ['session', 'vnc', s.id, '--port', '0'], { env: d.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let tcp: ReturnType<typeof connect> | undefined;
+    try {
+      const port = await new Promise<number>((res, rej) => {
+        let out = '';
+        cli.stdout!.on('data', (b: Buffer) => { out += b; const m = /127\.0\.0\.1:(\d+)/.exec(out); if (m) res(Number(m[1])); });
+        cli.once('exit', (c) => rej(new Error(`drums session vnc exited ${c}`)));
+      });
+      const sock = connect(port, '127.0.0.1');
+      tcp = sock;
+      const rfb = new Rfb();
+      sock.on('data', (b) => rfb.push(b));
+      assert.deepEqual(await handshake(rfb, (b) => sock.write(b)), { width: 800, height: 600 });
+      // A framebuffer update request gets pixels back (message type 0).
+      sock.write(Buffer.from([3, 0, 0, 0, 0, 0, 0, 16, 0, 16]));
+      assert.equal((await rfb.take(1))[0], 0);
+      sock.destroy();
+      tcp = undefined;
+      await until('x11vnc to stop after the TCP viewer left', async () => !(await running()));
+    } finally {
+      tcp?.destroy();
+      if (cli.exitCode === null && cli.signalCode === null) {
+        const exited = new Promise((r) => cli.once('exit', r));
+        cli.kill('SIGINT');
+        await exited;
+      }
+    }
+  });
+});
