@@ -15,6 +15,7 @@ import { errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import { expandPath, normalizeCommand, pyRepr, type Normalized } from './command.ts';
+import { DESKTOP_GID, DESKTOP_UID } from '../session/desktop-user.ts';
 import { HOME, runGuest, spawnGuest } from './guest-exec.ts';
 
 const EXECUTE_TIMEOUT_S = 120;
@@ -87,13 +88,15 @@ function userEnv(ctx: GuestContext): Record<string, string> {
 }
 
 const prepared = new Map<string, number>();
+const RUN_USER = `/run/user/${DESKTOP_UID}`;
+const OWNER = `${DESKTOP_UID}:${DESKTOP_GID}`;
 /** Once per generation: /run/user/1000/bus (what OSWorld tasks hard-code) points at the session bus. */
 async function prepare(ctx: GuestContext, s: Session): Promise<void> {
   if (prepared.get(s.id) === s.generation) return;
   const r = await runGuest(ctx.mgr, s, {
-    argv: ['/bin/sh', '-c', 'mkdir -p /run/user/1000 && ln -sfn /run/drums/bus /run/user/1000/bus && chown -h 1000:1000 /run/user/1000 /run/user/1000/bus && chmod 700 /run/user/1000'
+    argv: ['/bin/sh', '-c', `mkdir -p ${RUN_USER} && ln -sfn /run/drums/bus ${RUN_USER}/bus && chown -h ${OWNER} ${RUN_USER} ${RUN_USER}/bus && chmod 700 ${RUN_USER}`
       // python-xlib (pyautogui) insists on an ~/.Xauthority file, even an empty one.
-      + ' && { [ -e /home/user/.Xauthority ] || install -o 1000 -g 1000 -m 600 /dev/null /home/user/.Xauthority; }'],
+      + ` && { [ -e ${HOME}/.Xauthority ] || install -o ${DESKTOP_UID} -g ${DESKTOP_GID} -m 600 /dev/null ${HOME}/.Xauthority; }`],
     root: true, timeoutMs: 10_000,
   });
   if (r.code !== 0) log('warn', 'osworld prepare failed', { id: s.id, stderr: r.stderr });

@@ -15,14 +15,12 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
+import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { sweepInstance } from './sweep.ts';
 
 export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
 
-export const DESKTOP_UID = 1000;
-export const DESKTOP_GID = 1000;
-const HOME = '/home/user';
 /** The in-session init ships with the daemon (bound in read-only), so the two always match. */
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
 /** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
@@ -320,7 +318,7 @@ export class SessionManager {
   private _writeBundle(s: Session): void {
     const { width, height, depth } = s.spec.screen;
     const spec = buildSpec({
-      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: HOME,
+      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: DESKTOP_HOME,
       args: ['/usr/bin/tini', '-s', '--', '/usr/lib/drums/session-init'],
       env: {
         ...this.sessionEnv(),
@@ -345,18 +343,9 @@ export class SessionManager {
     writeFileSync(join(s.dir, 'bundle', 'config.json'), JSON.stringify(spec, null, 2));
   }
 
-  /** The environment every process in a session sees (init and exec alike). */
+  /** The environment every process in a session sees (init and exec alike): DESKTOP_ENV. */
   sessionEnv(): Record<string, string> {
-    return {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME, USER: 'user', LOGNAME: 'user', SHELL: '/bin/bash', LANG: 'C.UTF-8',
-      DISPLAY: ':0',
-      XDG_RUNTIME_DIR: '/run/drums/xdg',
-      DBUS_SESSION_BUS_ADDRESS: 'unix:path=/run/drums/bus',
-      NO_AT_BRIDGE: '0',
-      // Chromium exposes its AT-SPI tree only when this is set (a flag alone is not enough).
-      ACCESSIBILITY_ENABLED: '1',
-    };
+    return { ...DESKTOP_ENV };
   }
 
   private _closeGeneration(s: Session): void {

@@ -4,9 +4,9 @@ import { DisplayError } from '../../display/errors.ts';
 import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
 import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
-import { parseExec } from '../../session/exec.ts';
+import { execStream, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
-import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
+import { deleteFile, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 
@@ -135,7 +135,7 @@ function parseLimit(v: string | undefined, field: string, max: number): number |
 export function displayRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
-  const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container, env: mgr.sessionEnv() });
+  const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container });
   /** Session, expected generation, readiness: in that order, for every route here. */
   const ready = (c: Context, fromBody?: unknown): Session => {
     const s = ctx.session(c);

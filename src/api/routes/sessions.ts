@@ -61,7 +61,7 @@ export function sessionRoutes(ctx: RouteContext) {
     checkBody('execInSession', body);
     ctx.checkGeneration(c, s);
     ctx.usable(s);
-    const r = await execInSession(mgr.runtime, s.names.container, mgr.sessionEnv(), req);
+    const r = await execInSession({ runtime: mgr.runtime, container: s.names.container }, req);
     return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
   });
   return app;
