@@ -4,28 +4,36 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Server as HttpServer } from 'node:http';
+import { type ConfigOverrides, type DaemonConfig, loadConfig } from './common/config.ts';
 import { DrumsError } from './common/errors.ts';
-import { log } from './common/log.ts';
+import { configureLog, log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
+import { rateLimitOf } from './api/middleware/limits.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 
 export interface ServeOptions {
+  /** Overrides the config's DRUMS_PORT (arguments win over the environment). */
   port?: number;
+  /** Overrides the config's DRUMS_LISTEN. */
   host?: string;
   /** Listening beyond loopback needs this explicit opt-in (there is no TLS yet). */
   allowRemote?: boolean;
-  /** Where DRUMS_STATE_DIR, DRUMS_INSTANCE, DRUMS_TOKEN, DRUMS_LISTEN and DRUMS_PORT come from (default process.env). */
-  env?: NodeJS.ProcessEnv;
+  /** The whole config; else loadConfig(env, overrides). */
+  config?: DaemonConfig;
+  /** Where the config's variables come from (default process.env). */
+  env?: Record<string, string | undefined>;
+  /** Fields that win over the environment. */
+  overrides?: ConfigOverrides;
 }
 
-/** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
-export function loadToken(inst: Instance, env = process.env): string {
-  if (env.DRUMS_TOKEN) return env.DRUMS_TOKEN;
+/** The bearer token: the config's DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
+export function loadToken(inst: Instance, configured: string | undefined): string {
+  if (configured) return configured;
   const path = join(inst.stateDir, 'token');
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
   const token = randomBytes(24).toString('base64url');
@@ -37,9 +45,11 @@ const LOOPBACK = ['127.0.0.1', '::1', 'localhost'];
 
 /** Composition root: instance → manager → display → HTTP. Resolves once listening. */
 export async function startDaemon(opts: ServeOptions = {}) {
-  const env = opts.env ?? process.env;
-  const inst = resolveInstance(env);
-  const host = opts.host ?? env.DRUMS_LISTEN ?? '127.0.0.1';
+  const base = opts.config ?? loadConfig(opts.env ?? process.env, opts.overrides);
+  const config: DaemonConfig = { ...base, ...(opts.port !== undefined ? { port: opts.port } : {}), ...(opts.host !== undefined ? { listen: opts.host } : {}) };
+  configureLog(config);
+  const inst = resolveInstance(config);
+  const host = config.listen;
   if (!LOOPBACK.includes(host) && !opts.allowRemote) {
     throw new DrumsError('invalid_config', `refusing to listen on ${host} without TLS; pass --allow-remote to accept the risk`);
   }
@@ -48,20 +58,20 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
   const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
   if (inotify < 1024) log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
-  const token = loadToken(inst, env);
-  const mgr = new SessionManager(inst);
+  const token = loadToken(inst, config.token);
+  const mgr = new SessionManager(inst, { config });
   await mgr.init();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
-  const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
+  const port = config.port;
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config) });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);

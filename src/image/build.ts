@@ -13,6 +13,7 @@ import {
   renameSync, rmSync, statSync, writeFileSync, writeSync, copyFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { type DaemonConfig, loadConfig } from '../common/config.ts';
 import { ImageBuildError, ImageError } from './errors.ts';
 import { acquireLock } from './lock.ts';
 import type { ProgressCallback } from './progress.ts';
@@ -59,9 +60,12 @@ export interface BuiltImage {
 }
 
 export interface ImageDirOptions {
-  /** Default: env DRUMS_IMAGE_DIR, else /var/lib/drums/images. */
+  /** Default: the config's imagesDir (DRUMS_IMAGE_DIR, else /var/lib/drums/images). */
   imagesDir?: string;
 }
+
+/** Debian mirrors for a build, from the config (DRUMS_DEBIAN_MIRROR, DRUMS_DEBIAN_SECURITY_MIRROR). */
+export type MirrorConfig = Pick<DaemonConfig, 'debianMirror' | 'debianSecurityMirror'>;
 
 export interface BuildOptions extends RecipeOptions, ImageDirOptions {
   onProgress?: ProgressCallback;
@@ -69,10 +73,17 @@ export interface BuildOptions extends RecipeOptions, ImageDirOptions {
   force?: boolean;
   /** How long to wait for a concurrent build of the same image (default 30 min). */
   lockTimeoutMs?: number;
+  /** Default: the config's mirrors, resolved from the environment. */
+  mirrors?: MirrorConfig;
 }
 
+/**
+ * Note: the image functions also run without a daemon (the CLI's image
+ * commands, the bench's "is it built" checks, tests), so without an explicit
+ * directory they resolve the one config field, from the environment.
+ */
 export function imagesDirOf(opts?: ImageDirOptions): string {
-  return opts?.imagesDir ?? (process.env.DRUMS_IMAGE_DIR || DEFAULT_IMAGES_DIR);
+  return opts?.imagesDir ?? loadConfig(process.env).imagesDir;
 }
 
 // ---------------------------------------------------------------- mirrors
@@ -116,18 +127,18 @@ function hostAptEntries(): AptEntry[] {
 }
 
 /**
- * Debian mirrors to build from: env DRUMS_DEBIAN_MIRROR (and
+ * Debian mirrors to build from: the config's DRUMS_DEBIAN_MIRROR (and
  * DRUMS_DEBIAN_SECURITY_MIRROR), else the host's apt sources if they point at
  * a Debian mirror, else deb.debian.org.
  */
-export function debianMirrors(): { main: string; security: string } {
+export function debianMirrors(c: MirrorConfig = loadConfig(process.env)): { main: string; security: string } {
   const entries = hostAptEntries();
   const strip = (u: string): string => u.replace(/\/+$/, '');
   const hostMain = entries.find((e) => /^https?:\/\/.+\/debian\/?$/.test(e.uri) && e.suites.some((s) => !s.endsWith('-security')));
   const hostSec = entries.find((e) => /^https?:\/\/.+\/debian-security\/?$/.test(e.uri));
   return {
-    main: strip(process.env.DRUMS_DEBIAN_MIRROR || (hostMain ? hostMain.uri : DEFAULT_MIRROR)),
-    security: strip(process.env.DRUMS_DEBIAN_SECURITY_MIRROR || (hostSec ? hostSec.uri : DEFAULT_SECURITY_MIRROR)),
+    main: strip(c.debianMirror || (hostMain ? hostMain.uri : DEFAULT_MIRROR)),
+    security: strip(c.debianSecurityMirror || (hostSec ? hostSec.uri : DEFAULT_SECURITY_MIRROR)),
   };
 }
 
@@ -331,7 +342,7 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
       run: async () => {
         try {
           const parent = await buildImage(parentName, {
-            recipesDir: opts.recipesDir, repoRoot: opts.repoRoot, imagesDir, lockTimeoutMs: opts.lockTimeoutMs,
+            recipesDir: opts.recipesDir, repoRoot: opts.repoRoot, imagesDir, lockTimeoutMs: opts.lockTimeoutMs, mirrors: opts.mirrors,
             onProgress: (ev) => {
               if (ev.step !== 'done' && ev.step !== 'failed') emit(`parent image ${parentName}`, `[${ev.index}/${ev.total}] ${ev.step}`);
             },
@@ -535,7 +546,7 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
   const onProgress = opts.onProgress ?? (() => {});
   const tmp = join(imagesDir, `.tmp-${recipe.name}-${hash12}-${process.pid}`);
   const failedLog = join(imagesDir, `.failed-${recipe.name}-${hash12}.log`);
-  const mirrors = debianMirrors();
+  const mirrors = debianMirrors(opts.mirrors);
   const env = Object.assign({}, ...chainRecipes(resolved).map((c) => c.env)) as Record<string, string>;
 
   rmSync(tmp, { recursive: true, force: true });

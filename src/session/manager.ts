@@ -3,6 +3,7 @@ import { chownSync, chmodSync, copyFileSync, mkdirSync, rmSync, symlinkSync, wri
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
+import { type DaemonConfig, loadConfig } from '../common/config.ts';
 import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Instance } from '../host/instance.ts';
@@ -25,7 +26,6 @@ export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'dest
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
 /** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
 const TERMINATION_MEMORY_MS = 15 * 60_000;
-const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
 
 export interface Attempt {
   generation: number;
@@ -62,6 +62,8 @@ export interface ManagerOptions {
   failAtStep?: string;
   /** How many creates/resets may run at once (admission control on small hosts). */
   startConcurrency?: number;
+  /** The daemon's config (default: the defaults, no environment). The options above override it. */
+  config?: DaemonConfig;
 }
 
 /** Steps of a create, in order; each has an undo that runs in reverse on failure. */
@@ -74,7 +76,8 @@ export class SessionManager {
   readonly runtime: OciRuntime;
   readonly pool: SubnetPool;
   private readonly _sessions = new Map<string, Session>();
-  private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
+  readonly config: DaemonConfig;
+  private readonly _opts: { maxSessions: number; startConcurrency: number; failAtStep?: string };
   private _running = 0;
   /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
   readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
@@ -82,12 +85,13 @@ export class SessionManager {
 
   constructor(inst: Instance, opts: ManagerOptions = {}) {
     this.inst = inst;
-    this.runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
-    this.pool = parsePool(process.env.DRUMS_SUBNET_POOL ?? '10.231.0.0/16');
+    const config = (this.config = opts.config ?? loadConfig({}));
+    this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
+    this.pool = parsePool(config.subnetPool);
     this._opts = {
-      maxSessions: opts.maxSessions ?? Number(process.env.DRUMS_MAX_SESSIONS ?? 128),
-      startConcurrency: opts.startConcurrency ?? Number(process.env.DRUMS_START_CONCURRENCY ?? 4),
-      failAtStep: opts.failAtStep ?? process.env.DRUMS_TEST_FAIL_STEP,
+      maxSessions: opts.maxSessions ?? config.maxSessions,
+      startConcurrency: opts.startConcurrency ?? config.startConcurrency,
+      failAtStep: opts.failAtStep ?? config.testFailStep,
     };
   }
 
@@ -178,7 +182,7 @@ export class SessionManager {
       ...rest,
     ];
     // Test hook (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure.
-    const failAt = this._opts.failAtStep ?? (process.env.DRUMS_TEST_HOOKS === '1' ? spec.labels['drums.test.failStep'] : undefined);
+    const failAt = this._opts.failAtStep ?? (this.config.testHooks ? spec.labels['drums.test.failStep'] : undefined);
     const done: Step[] = [];
     try {
       await this._admit(async () => {
@@ -206,7 +210,7 @@ export class SessionManager {
       });
     } catch (e) {
       const cleanupErrors: string[] = [];
-      if (process.env.DRUMS_DEBUG_KEEP_FAILED === '1') done.length = 0; // leave it for inspection; sweep removes it
+      if (this.config.debugKeepFailed) done.length = 0; // leave it for inspection; sweep removes it
       for (const step of done.reverse()) {
         try { await step.undo?.(); } catch (ue) { cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`); }
       }
@@ -268,10 +272,10 @@ export class SessionManager {
           const w = s._watcher!;
           const stages = ['x', 'dbus', 'a11y', 'wm'];
           try {
-            await w.waitFor(stages, READY_TIMEOUT_MS);
+            await w.waitFor(stages, this.config.readyTimeoutMs);
             s.timings.desktopReadyMs = Math.max(...stages.map((st) => w.marks.get(st)!)) - t;
             if (s.spec.url) {
-              await w.waitFor(['browser'], READY_TIMEOUT_MS);
+              await w.waitFor(['browser'], this.config.readyTimeoutMs);
               s.timings.browserReadyMs = w.marks.get('browser')! - t;
             }
           } catch (e) {
@@ -326,14 +330,14 @@ export class SessionManager {
         DRUMS_SESSION_ID: s.id,
         ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
         ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
-        ...benchEnv(s.spec.labels),
+        ...benchEnv(s.spec.labels, this.config.benchHooks),
       },
       netnsPath: `/var/run/netns/${s.names.netns}`,
       cgroupsPath: s.names.cgroup,
       runDir: s.runDir,
       x11Dir: join(this.inst.rtDir, s.id, 'x11'),
       initPath: join(this.inst.rtDir, 'session-init'),
-      allowMemoryMerge: benchEnv(s.spec.labels).DRUMS_KSM === '1',
+      allowMemoryMerge: benchEnv(s.spec.labels, this.config.benchHooks).DRUMS_KSM === '1',
       memoryBytes: s.spec.memoryBytes,
       pids: s.spec.pids,
       cpus: s.spec.cpus,
@@ -472,7 +476,7 @@ export class SessionManager {
  * sessions once the host runs ksmd: a cross-session timing channel, so never a
  * setting a client can ask a production daemon for.
  */
-export function benchEnv(labels: Record<string, string>): Record<string, string> {
-  if (process.env.DRUMS_BENCH_HOOKS !== '1') return {};
+export function benchEnv(labels: Record<string, string>, benchHooks: boolean): Record<string, string> {
+  if (!benchHooks) return {};
   return labels['drums.bench.ksm'] === '1' ? { DRUMS_KSM: '1' } : {};
 }

@@ -65,7 +65,7 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
   const prefix = `drums-${inst.name}-`;
 
   // 1. Containers: killing each init tears down its PID namespace.
-  const runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
+  const runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
   for (const c of await runtime.list()) {
     if (!c.id.startsWith(prefix)) continue;
     await attempt(`container ${c.id}`, () => runtime.destroy(c.id));

@@ -16,6 +16,7 @@ import {
   acquireLock, buildImage, debianMirrors, findImage, listImages, loadRecipe, processStartTime,
   recipeHash, removeImage, renderProgressToStderr, REPO_ROOT, type BuildProgress,
 } from '../../src/image/index.ts';
+import { loadConfig } from '../../src/common/config.ts';
 
 const IMAGES_DIR = process.env.DRUMS_IMAGE_DIR || '/var/lib/drums/images';
 const isRoot = process.getuid?.() === 0;
@@ -275,16 +276,9 @@ describe('progress renderer', () => {
 });
 
 test('DRUMS_DEBIAN_MIRROR overrides the mirror', () => {
-  const saved = process.env.DRUMS_DEBIAN_MIRROR;
-  try {
-    process.env.DRUMS_DEBIAN_MIRROR = 'http://mirror.example/debian/';
-    assert.equal(debianMirrors().main, 'http://mirror.example/debian');
-    delete process.env.DRUMS_DEBIAN_MIRROR;
-    assert.match(debianMirrors().main, /^https?:\/\/\S+\/debian$/);
-  } finally {
-    if (saved === undefined) delete process.env.DRUMS_DEBIAN_MIRROR;
-    else process.env.DRUMS_DEBIAN_MIRROR = saved;
-  }
+  const c = loadConfig({ DRUMS_DEBIAN_MIRROR: 'http://mirror.example/debian/' });
+  assert.equal(debianMirrors(c).main, 'http://mirror.example/debian');
+  assert.match(debianMirrors(loadConfig({})).main, /^https?:\/\/\S+\/debian$/);
 });
 
 describe('removeImage', () => {
