@@ -9,7 +9,7 @@ import type { ErrorCode } from '../protocol/generated/error-codes.ts';
 
 export type { ErrorCode };
 /** Codes of errors that stay on this host (CLI, daemon start-up, image builds): never an HTTP answer. */
-export type LocalErrorCode = 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
+export type LocalErrorCode = 'cancelled' | 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
 export type DrumsErrorCode = ErrorCode | LocalErrorCode;
 export type ErrorDetails = Record<string, unknown>;
 
@@ -21,6 +21,13 @@ export class DrumsError extends Error {
     this.name = new.target.name;
     this.code = code;
     this.details = options?.details;
+  }
+}
+
+/** The caller went away (or gave up): the work it started stopped between steps. Never answered: nobody is listening. */
+export class CancelledError extends DrumsError {
+  constructor(message: string, details?: ErrorDetails) {
+    super('cancelled', message, { details });
   }
 }
 

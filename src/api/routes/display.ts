@@ -1,7 +1,7 @@
 import { Hono, type Context } from 'hono';
 import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
-import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
+import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions.ts';
 import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
 import { execStream, parseExec } from '../../session/exec.ts';
@@ -183,8 +183,8 @@ export function displayRoutes(ctx: RouteContext) {
     if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
     if (b.actions.length > 1000) throw bad('actions', 'at most 1000 actions per batch', 'invalid_action');
     const scale = parseScaleBody(b.scale, 'scale');
-    // The whole batch is validated before anything runs.
-    normalizeActions(b.actions, { screen: screenOf(s), scale });
+    // The whole batch is normalized (and so validated) once, before anything runs; runCanonical trusts it.
+    const steps = normalizeBatch(b.actions, { screen: screenOf(s), scale });
     let shotOpts: ScreenshotOptions | undefined;
     if (b.screenshot !== undefined && b.screenshot !== false) {
       const so = (b.screenshot === true ? {} : b.screenshot) as Record<string, unknown>;
@@ -203,7 +203,8 @@ export function displayRoutes(ctx: RouteContext) {
     checkBody('runActions', b);
     const generation = s.generation;
     const d = await display.connection(s);
-    const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
+    // A client that goes away stops the batch between actions (and cuts a wait short).
+    const results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
     const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
     return c.json({ generation, results: results.map(resultJson), ...(shot ? { screenshot: shotJson(shot) } : {}) });
   });
