@@ -75,6 +75,8 @@ export interface BuildOptions extends RecipeOptions, ImageDirOptions {
   lockTimeoutMs?: number;
   /** Default: the config's mirrors, resolved from the environment. */
   mirrors?: MirrorConfig;
+  /** Stops the build (the running step's processes are killed) and cleans up as a failed build does. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -204,9 +206,11 @@ class Build {
   logFd: number;
   closed = false;
   env: Record<string, string>;
+  signal?: AbortSignal;
 
-  constructor(name: string, tmp: string, env: Record<string, string>) {
+  constructor(name: string, tmp: string, env: Record<string, string>, signal?: AbortSignal) {
     this.name = name;
+    this.signal = signal;
     this.tmp = tmp;
     this.rootfs = join(tmp, 'rootfs');
     this.logPath = join(tmp, 'build.log');
@@ -232,10 +236,15 @@ class Build {
   exec(step: string, argv: string[], input?: Buffer | string, shown?: string): Promise<void> {
     this.log(`\n${shown ?? `$ ${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : shq(a))).join(' ')}`}`.slice(0, 4000));
     return new Promise((resolve, reject) => {
+      if (this.signal?.aborted) return reject(new ImageBuildError(this.name, step, 'cancelled', this.logTail()));
       const child = spawn(argv[0], argv.slice(1), {
         stdio: [input === undefined ? 'ignore' : 'pipe', this.logFd, this.logFd],
         env: { PATH: `${CHROOT_PATH}:${process.env.PATH ?? ''}`, LANG: 'C.UTF-8', ...proxyEnv() },
       });
+      // unshare --kill-child takes the step's whole process tree with it.
+      const onAbort = () => child.kill('SIGKILL');
+      this.signal?.addEventListener('abort', onAbort, { once: true });
+      child.on('close', () => this.signal?.removeEventListener('abort', onAbort));
       if (input !== undefined) {
         child.stdin!.on('error', () => { /* reported via exit status */ });
         child.stdin!.end(input);
@@ -244,6 +253,7 @@ class Build {
       child.on('close', (code, signal) => {
         if (code === 0) return resolve();
         this.log(`(exit ${signal ?? code})`);
+        if (this.signal?.aborted) return reject(new ImageBuildError(this.name, step, 'cancelled', this.logTail()));
         const prog = shown !== undefined ? 'command in chroot' : argv[argv.lastIndexOf('--') + 1];
         reject(new ImageBuildError(this.name, step, `${prog} exited with ${signal ? `signal ${signal}` : `status ${code}`}`, this.logTail()));
       });
@@ -551,7 +561,7 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
 
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { mode: 0o755 });
-  const b = new Build(recipe.name, tmp, env);
+  const b = new Build(recipe.name, tmp, env, opts.signal);
   let index = 0;
   let total = 0;
   let current = 'prepare';
@@ -565,6 +575,7 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
     for (const step of steps.slice(0, -1)) {
       index++;
       current = step.name;
+      if (opts.signal?.aborted) throw new ImageBuildError(recipe.name, step.name, 'cancelled', b.logTail());
       emit(step.name);
       const t0 = Date.now();
       b.log(`\n==> [${index}/${total}] ${step.name}`);

@@ -89,7 +89,11 @@ export interface RunOptions extends SpawnOptions {
   maxOutputBytes?: number;
   /** Kill the command once it writes past the cap (a file read that cannot fit), rather than draining it. */
   killOnOverflow?: boolean;
-  /** Aborts the command (SIGKILL to the runtime's exec process); the result then comes as usual. */
+  /**
+   * Aborts the command: SIGTERM to the runtime's exec process, which forwards it to the in-session
+   * `timeout`, which signals the command's process group (and KILLs it 2 s later); SIGKILL to the
+   * exec process if it is still there after that. The result then comes as usual.
+   */
   signal?: AbortSignal;
   /** Streams output as it arrives instead of buffering it (the result's stdout and stderr are then empty). */
   onData?: (stream: 'stdout' | 'stderr', data: Buffer) => void;
@@ -108,6 +112,8 @@ export interface RunResult {
 export const KILLED_EXIT = 128 + 9;
 /** The outer timer: the in-session `timeout` gets this long (beyond its own 2 s KILL) before the host kills the exec. */
 const OUTER_GRACE_MS = 5000;
+/** After an abort's TERM: the in-session `timeout` KILLs at 2 s; the host KILLs the exec process at this. */
+const ABORT_GRACE_MS = 4000;
 
 /**
  * Spawns argv in a session through the OCI runtime, so it gets the session's
@@ -159,10 +165,16 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
     child.stderr!.on('data', collect('stderr', err));
     let outerTimedOut = false;
     const outer = setTimeout(() => { outerTimedOut = true; child.kill('SIGKILL'); }, o.timeoutMs + OUTER_GRACE_MS);
-    const onAbort = () => child.kill('SIGKILL');
+    // Note: a SIGKILL to the runtime's exec process cannot be forwarded, and would leave the
+    // command running in the session; a TERM is forwarded (runc and crun proxy signals).
+    let escalate: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      child.kill('SIGTERM');
+      escalate = setTimeout(() => child.kill('SIGKILL'), ABORT_GRACE_MS);
+    };
     if (o.signal?.aborted) onAbort();
     else o.signal?.addEventListener('abort', onAbort, { once: true });
-    const done = () => { clearTimeout(outer); o.signal?.removeEventListener('abort', onAbort); };
+    const done = () => { clearTimeout(outer); clearTimeout(escalate); o.signal?.removeEventListener('abort', onAbort); };
     child.on('error', (e) => { done(); reject(e); });
     child.on('close', (code, signal) => {
       done();

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { type DaemonConfig, loadConfig } from '../common/config.ts';
-import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
+import { CancelledError, ConflictError, DrumsError, NotFoundError, SessionCreateError, StepError, type StepRecord, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Instance } from '../host/instance.ts';
 import { objectNames } from '../host/instance.ts';
@@ -134,7 +134,12 @@ export class SessionManager {
     }
   }
 
-  async create(body: unknown): Promise<Session> {
+  /**
+   * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
+   * stops the create between steps and in the readiness wait, and undoes what was done.
+   */
+  async create(body: unknown, opts: { signal?: AbortSignal } = {}): Promise<Session> {
+    const { signal } = opts;
     const spec = parseSpec(body);
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
@@ -159,7 +164,7 @@ export class SessionManager {
     this._sessions.set(id, s);
     const t0 = performance.now();
     const rules: SessionRules = { hostVeth: names.hostVeth, gateway: subnet.gateway, address: subnet.address, hostPorts: spec.hostPorts, egress: spec.egress };
-    const [rootfs, bundle, ...rest] = this._startSteps(s);
+    const [rootfs, bundle, ...rest] = this._startSteps(s, signal);
     const stages: Stage[] = [
       // The record comes first: the sweep finds every object below through it or its name.
       {
@@ -184,17 +189,21 @@ export class SessionManager {
     // Test hook (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure.
     const failAt = this._opts.failAtStep ?? (this.config.testHooks ? spec.labels['drums.test.failStep'] : undefined);
     const done: Step[] = [];
+    const steps: StepRecord[] = [];
     try {
       await this._admit(async () => {
         const runStep = async (step: Step) => {
-          if (failAt === step.name) throw Object.assign(new Error(`injected failure at '${step.name}'`), { step: step.name });
+          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'create'), steps);
+          if (failAt === step.name) throw new StepError(step.name, new Error(`injected failure at '${step.name}'`), steps);
           const ts = performance.now();
           try {
             await step.do();
           } catch (e) {
-            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'create') : e, steps);
           }
-          s.timings[`step.${step.name}Ms`] = performance.now() - ts;
+          const ms = performance.now() - ts;
+          s.timings[`step.${step.name}Ms`] = ms;
+          steps.push({ step: step.name, ms });
           done.push(step);
         };
         for (const stage of stages) {
@@ -217,9 +226,9 @@ export class SessionManager {
       this._closeGeneration(s);
       releaseSubnet(this.inst, subnet);
       this._sessions.delete(id);
-      const step = (e as { step?: string }).step ?? 'unknown';
-      log('warn', 'session create failed', { id, step, error: errorMessage(e), cleanupErrors });
-      throw new SessionCreateError(step, e, cleanupErrors);
+      const err = new SessionCreateError(e, cleanupErrors);
+      log('warn', 'session create failed', { id, step: err.step, error: errorMessage(err.cause), cleanupErrors });
+      throw err;
     }
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
@@ -234,8 +243,8 @@ export class SessionManager {
     return s;
   }
 
-  /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
-  private _startSteps(s: Session): Step[] {
+  /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness (which `signal` cuts short). */
+  private _startSteps(s: Session, signal?: AbortSignal): Step[] {
     const rootfs = join(s.dir, 'bundle', 'rootfs');
     return [
       {
@@ -272,10 +281,10 @@ export class SessionManager {
           const w = s._watcher!;
           const stages = ['x', 'dbus', 'a11y', 'wm'];
           try {
-            await w.waitFor(stages, this.config.readyTimeoutMs);
+            await w.waitFor(stages, this.config.readyTimeoutMs, signal);
             s.timings.desktopReadyMs = Math.max(...stages.map((st) => w.marks.get(st)!)) - t;
             if (s.spec.url) {
-              await w.waitFor(['browser'], this.config.readyTimeoutMs);
+              await w.waitFor(['browser'], this.config.readyTimeoutMs, signal);
               s.timings.browserReadyMs = w.marks.get('browser')! - t;
             }
           } catch (e) {
@@ -378,7 +387,12 @@ export class SessionManager {
     await unmountOverlay(join(s.dir, 'bundle', 'rootfs'));
   }
 
-  async reset(id: string): Promise<Session> {
+  /**
+   * Resets a session to a fresh generation. `signal` stops the reset between steps and in the
+   * readiness wait; the session is then broken (reset it again, or destroy it).
+   */
+  async reset(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
+    const { signal } = opts;
     const s = this.get(id);
     if (s.state === 'resetting' || s.state === 'creating' || s.state === 'destroying') {
       throw new ConflictError('session_busy', `session '${id}' is ${s.state}; wait for it to finish`);
@@ -387,25 +401,31 @@ export class SessionManager {
     s.generation += 1;
     s.attempt = { generation: s.generation, token: randomUUID() };
     const t0 = performance.now();
+    const steps: StepRecord[] = [];
     try {
       await this._admit(async () => {
         let ts = performance.now();
         await this._stopContainer(s);
         s.timings['reset.stopMs'] = performance.now() - ts;
-        for (const step of this._startSteps(s)) {
+        for (const step of this._startSteps(s, signal)) {
+          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'reset'), steps);
           ts = performance.now();
           try {
             await step.do();
           } catch (e) {
-            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'reset') : e, steps);
           }
-          s.timings[`reset.${step.name}Ms`] = performance.now() - ts;
+          const ms = performance.now() - ts;
+          s.timings[`reset.${step.name}Ms`] = ms;
+          steps.push({ step: step.name, ms });
         }
       });
     } catch (e) {
+      const step = e instanceof StepError ? e.step : 'stop';
+      const cause = e instanceof StepError ? e.cause : e;
       s.state = 'broken';
-      s.brokenReason = `reset failed at step '${(e as { step?: string }).step}': ${errorMessage(e)}`;
-      throw new DrumsError('session_reset_failed', s.brokenReason, { cause: e });
+      s.brokenReason = `reset failed at step '${step}': ${errorMessage(cause)}`;
+      throw new DrumsError('session_reset_failed', s.brokenReason, { cause, details: { step, steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) } });
     }
     s.timings.resetMs = performance.now() - t0;
     s.state = 'ready';
@@ -466,6 +486,12 @@ export class SessionManager {
   static rootCaps(): string[] {
     return ROOT_CAPS;
   }
+}
+
+/** The error a cancelled create or reset reports: the client went away, or a deadline passed. */
+function cancelled(signal: AbortSignal, op: string): CancelledError {
+  const why = signal.reason instanceof Error && signal.reason.name === 'TimeoutError' ? 'its deadline passed' : 'the caller went away';
+  return new CancelledError(`${op} cancelled: ${why}`);
 }
 
 /**
