@@ -6,6 +6,7 @@
  * setting. A bad value is an `invalid_config` error naming the variable.
  * README.md's variable table is generated from FIELDS (scripts/gen-config-docs.ts).
  */
+import { resolve } from 'node:path';
 import { DrumsError } from './errors.ts';
 
 export type LogFormat = 'text' | 'json';
@@ -79,22 +80,23 @@ function oneOf<T extends string>(...values: T[]) {
     return raw as T;
   };
 }
-function absPath(raw: string): string {
-  if (!raw.startsWith('/')) throw 'must be an absolute path';
-  return raw;
+/** A directory; a relative one is taken from the working directory, as before. */
+function dirPath(raw: string): string {
+  if (raw.includes('\0')) throw 'must be a path without NUL';
+  return resolve(raw);
 }
 
 const GiB = 1024 ** 3;
 
 /** Every field, in README order. */
 export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
-  stateDir: { env: 'DRUMS_STATE_DIR', doc: 'state directory; one directory = one independent instance', default: '/var/lib/drums', parse: absPath },
+  stateDir: { env: 'DRUMS_STATE_DIR', doc: 'state directory; one directory = one independent instance', default: '/var/lib/drums', parse: dirPath },
   instance: {
     env: 'DRUMS_INSTANCE', doc: 'short name in every host object this instance makes (1-5 of a-z, 0-9)', default: undefined, defaultDoc: 'hash of the state directory',
     parse: (raw) => { if (!/^[a-z0-9]{1,5}$/.test(raw)) throw 'must be 1-5 lowercase letters or digits'; return raw; },
   },
-  imagesDir: { env: 'DRUMS_IMAGE_DIR', doc: 'built images (shared by instances; content-addressed by recipe hash)', default: '/var/lib/drums/images', parse: absPath },
-  claimsDir: { env: 'DRUMS_CLAIMS_DIR', doc: 'where instances claim subnets (host-wide, shared by all instances)', default: '/run/drums/subnets', parse: absPath },
+  imagesDir: { env: 'DRUMS_IMAGE_DIR', doc: 'built images (shared by instances; content-addressed by recipe hash)', default: '/var/lib/drums/images', parse: dirPath },
+  claimsDir: { env: 'DRUMS_CLAIMS_DIR', doc: 'where instances claim subnets (host-wide, shared by all instances)', default: '/run/drums/subnets', parse: dirPath },
   token: { env: 'DRUMS_TOKEN', doc: 'bearer token (the CLI and clients send it too)', default: undefined, defaultDoc: 'generated into `<state>/token`', parse: str },
   listen: { env: 'DRUMS_LISTEN', doc: 'address to listen on (non-loopback needs `--allow-remote`)', default: '127.0.0.1', parse: str },
   port: { env: 'DRUMS_PORT', doc: 'port to listen on (0: any free port)', default: 7450, parse: int(0, 65535) },
