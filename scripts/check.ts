@@ -1,6 +1,6 @@
 /**
  * `npm run check`: the fast tier. Type-check, generated code against the spec,
- * the layer rule, Biome's lint, ruff on the Python SDK, then the unit tests
+ * the layer rule, the README's variable table, Biome's lint, ruff on the Python SDK, then the unit tests
  * (including the socket-free `app.request()` tests of the API). Needs no root,
  * no image, no network; runs first in scripts/test.sh.
  *
@@ -33,6 +33,7 @@ const steps: Step[] = [
   { name: 'tsc', argv: [node, bin('node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'] },
   { name: 'protocol drift', argv: [node, 'scripts/gen-protocol.ts', '--check'] },
   { name: 'layers', argv: [node, 'scripts/check-deps.ts'] },
+  { name: 'config docs', argv: [node, 'scripts/gen-config-docs.ts'] },
   { name: 'biome lint', argv: [bin('node_modules/.bin/biome'), 'lint', '--no-errors-on-unmatched'] },
   { name: 'ruff', argv: [ruff, 'check', '--no-cache', 'sdk/python'] },
   { name: 'unit tests', argv: [node, '--test', '--test-concurrency=2', '--test-reporter=dot', ...units] },

@@ -4,12 +4,14 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { type ConfigOverrides, type DaemonConfig, loadConfig } from './common/config.ts';
 import { DrumsError } from './common/errors.ts';
-import { log } from './common/log.ts';
+import { configureLog, log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
+import { rateLimitOf } from './api/middleware/limits.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
@@ -18,19 +20,25 @@ import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
+  /** Overrides the config's DRUMS_PORT (arguments win over the environment). */
   port?: number;
+  /** Overrides the config's DRUMS_LISTEN. */
   host?: string;
   /** Listening beyond loopback needs this explicit opt-in (there is no TLS yet). */
   allowRemote?: boolean;
-  /** Where DRUMS_STATE_DIR, DRUMS_INSTANCE, DRUMS_TOKEN, DRUMS_LISTEN and DRUMS_PORT come from (default process.env). */
-  env?: NodeJS.ProcessEnv;
+  /** The whole config; else loadConfig(env, overrides). */
+  config?: DaemonConfig;
+  /** Where the config's variables come from (default process.env). */
+  env?: Record<string, string | undefined>;
+  /** Fields that win over the environment. */
+  overrides?: ConfigOverrides;
   /** stop() leaves the sessions running, for the next daemon of the instance to adopt (DRUMS_KEEP_SESSIONS=1). */
   keepSessions?: boolean;
 }
 
-/** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
-export function loadToken(inst: Instance, env = process.env): string {
-  if (env.DRUMS_TOKEN) return env.DRUMS_TOKEN;
+/** The bearer token: the config's DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
+export function loadToken(inst: Instance, configured: string | undefined): string {
+  if (configured) return configured;
   const path = join(inst.stateDir, 'token');
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
   const token = randomBytes(24).toString('base64url');
@@ -42,9 +50,11 @@ const LOOPBACK = ['127.0.0.1', '::1', 'localhost'];
 
 /** Composition root: instance → manager → display → HTTP. Resolves once listening. */
 export async function startDaemon(opts: ServeOptions = {}) {
-  const env = opts.env ?? process.env;
-  const inst = resolveInstance(env);
-  const host = opts.host ?? env.DRUMS_LISTEN ?? '127.0.0.1';
+  const base = opts.config ?? loadConfig(opts.env ?? process.env, opts.overrides);
+  const config: DaemonConfig = { ...base, ...(opts.port !== undefined ? { port: opts.port } : {}), ...(opts.host !== undefined ? { listen: opts.host } : {}) };
+  configureLog(config);
+  const inst = resolveInstance(config);
+  const host = config.listen;
   if (!LOOPBACK.includes(host) && !opts.allowRemote) {
     throw new DrumsError('invalid_config', `refusing to listen on ${host} without TLS; pass --allow-remote to accept the risk`);
   }
@@ -53,8 +63,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
   const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
   if (inotify < 1024) log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
-  const token = loadToken(inst, env);
-  const mgr = new SessionManager(inst);
+  const token = loadToken(inst, config.token);
+  const mgr = new SessionManager(inst, { config });
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
@@ -64,13 +74,13 @@ export async function startDaemon(opts: ServeOptions = {}) {
   await mgr.announceAdopted();
   // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE; they start filling in the background.
   poolsOf(mgr).loadConfig();
-  const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
+  const port = config.port;
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config) });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
@@ -88,7 +98,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
   log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name, cgroup });
 
-  const keepSessions = opts.keepSessions ?? env.DRUMS_KEEP_SESSIONS === '1';
+  const keepSessions = opts.keepSessions ?? config.keepSessions;
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();

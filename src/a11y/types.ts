@@ -58,6 +58,8 @@ export type WalkOptions = {
   deadlineMs?: number;
   /** Per-call timeout in ms; default: the client's `timeoutMs`. */
   callTimeoutMs?: number;
+  /** Stops the walk (no further calls; it throws CancelledError), e.g. when the client of the request went away. */
+  signal?: AbortSignal;
   /** Keep only these applications: names (exact match) or a predicate. */
   apps?: readonly string[] | ((app: A11yAppInfo) => boolean);
   /** At most this many calls in flight per application. Default 64. */

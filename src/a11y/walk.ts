@@ -16,6 +16,7 @@ import {
   IFACE_VALUE, NULL_PATH, OSWORLD_MAX_DEPTH, OSWORLD_MAX_WIDTH, REGISTRY_BUS_NAME, ROLE_EXTENDED, ROLE_NAMES,
   ROOT_PATH, STATE_NAMES,
 } from './atspi-constants.ts';
+import { CancelledError } from '../common/errors.ts';
 import { A11yError } from './errors.ts';
 import type { A11yAppInfo, A11yNode, A11yNodeError, WalkOptions, WalkResult, WalkStats } from './types.ts';
 
@@ -383,7 +384,18 @@ export async function walk(client: A11yClient, options: WalkOptions = {}): Promi
     peers: new Map(),
     stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false },
   };
-  const root = await buildNode(ctx, { bus: REGISTRY_BUS_NAME, path: ROOT_PATH }, 0);
+  // An abort is a deadline that has passed: no call starts after it, the walk unwinds, then throws.
+  const { signal } = options;
+  const onAbort = () => { ctx.deadline = 0; };
+  if (signal?.aborted) onAbort();
+  else signal?.addEventListener('abort', onAbort, { once: true });
+  let root: Awaited<ReturnType<typeof buildNode>>;
+  try {
+    root = await buildNode(ctx, { bus: REGISTRY_BUS_NAME, path: ROOT_PATH }, 0);
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+  }
+  if (signal?.aborted) throw new CancelledError(`a11y walk cancelled after ${ctx.stats.calls} calls`, { calls: ctx.stats.calls });
   if (root === null || isFailure(root)) {
     const why = root === null ? 'no desktop' : root.message;
     throw new A11yError('a11y_unavailable', `AT-SPI registry did not answer: ${why}`);

@@ -8,7 +8,8 @@ import { displayRoutes } from './routes/display.ts';
 import { errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import { security } from './middleware/security.ts';
-import { bodyLimit, rateLimit, rateLimitFromEnv, type RateLimitOptions } from './middleware/limits.ts';
+import { FIELDS } from '../common/config.ts';
+import { bodyLimit, rateLimit, rateLimitOf, type RateLimitOptions } from './middleware/limits.ts';
 import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
@@ -49,7 +50,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, opts.viewExtras));
   app.use('*', observe());
   app.use('*', security(opts));
-  app.use('*', rateLimit(opts.rateLimit ?? rateLimitFromEnv()));
+  app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));
   app.use('*', bodyLimit(maxBody));
   app.use('/v1/sessions', idempotency(ctx));
   app.use('/v1/sessions/:id', sessionGeneration(ctx));

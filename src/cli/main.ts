@@ -10,6 +10,13 @@ import { DrumsError } from '../common/errors.ts';
 const program = new Command('drums').description('Isolated desktop sessions for computer-use agents').showHelpAfterError();
 
 const client = () => DrumsClient.fromEnv();
+/** The host-side commands' config (sweep, image): the environment, resolved once; logging follows it. */
+const hostConfig = async () => {
+  const [{ loadConfig }, { configureLog }] = await Promise.all([import('../common/config.ts'), import('../common/log.ts')]);
+  const c = loadConfig(process.env);
+  configureLog(c);
+  return c;
+};
 const print = (json: boolean, value: unknown, text: () => string) => {
   process.stdout.write(json ? JSON.stringify(value, null, 2) + '\n' : text() + '\n');
 };
@@ -51,7 +58,7 @@ program.command('sweep').description('remove every object of this instance that 
   .action(async (o: { json?: boolean }) => {
     const { resolveInstance } = await import('../host/instance.ts');
     const { sweepInstance } = await import('../session/sweep.ts');
-    const inst = resolveInstance();
+    const inst = resolveInstance(await hostConfig());
     const r = await sweepInstance(inst);
     print(!!o.json, r, () => {
       const n = r.containers.length + r.mounts.length + r.netns.length + r.veths.length + r.cgroups.length + r.claims.length + r.sessionDirs.length + (r.nftTable ? 1 : 0);
@@ -65,7 +72,8 @@ image.command('build').argument('[name]', 'recipe name (images/<name>.json)', 'd
   .option('--force', 'rebuild even if cached')
   .action(async (name: string, o: { force?: boolean }) => {
     const img = await import('../image/index.ts');
-    const built = await img.buildImage(name, { force: o.force, onProgress: img.renderProgressToStderr() });
+    const c = await hostConfig();
+    const built = await img.buildImage(name, { force: o.force, onProgress: img.renderProgressToStderr(), imagesDir: c.imagesDir, mirrors: c });
     process.stdout.write(`${built.name} ${built.hash.slice(0, 12)} ${built.rootfs}\n`);
   });
 image.command('ls').option('--json', 'JSON output').action(async (o: { json?: boolean }) => {

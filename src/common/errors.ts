@@ -9,7 +9,7 @@ import type { ErrorCode } from '../protocol/generated/error-codes.ts';
 
 export type { ErrorCode };
 /** Codes of errors that stay on this host (CLI, daemon start-up, image builds): never an HTTP answer. */
-export type LocalErrorCode = 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
+export type LocalErrorCode = 'cancelled' | 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
 export type DrumsErrorCode = ErrorCode | LocalErrorCode;
 export type ErrorDetails = Record<string, unknown>;
 
@@ -21,6 +21,13 @@ export class DrumsError extends Error {
     this.name = new.target.name;
     this.code = code;
     this.details = options?.details;
+  }
+}
+
+/** The caller went away (or gave up): the work it started stopped between steps. Never answered: nobody is listening. */
+export class CancelledError extends DrumsError {
+  constructor(message: string, details?: ErrorDetails) {
+    super('cancelled', message, { details });
   }
 }
 
@@ -42,13 +49,36 @@ export class HostError extends DrumsError {
 }
 
 /** A create step failed; cleanup ran in reverse and its own errors are attached. */
+/** One completed step of a multi-step operation (create, reset): the step log. */
+export interface StepRecord {
+  step: string;
+  ms: number;
+}
+
+/**
+ * A failure at a named step of a multi-step operation, carrying the steps that
+ * completed before it. Wraps the cause rather than mutating it (the cause may
+ * be a library's error, or shared).
+ */
+export class StepError extends DrumsError {
+  readonly step: string;
+  readonly steps: StepRecord[];
+  constructor(step: string, cause: unknown, steps: readonly StepRecord[]) {
+    super(cause instanceof DrumsError ? cause.code : 'internal', `step '${step}': ${errorMessage(cause)}`, { details: { step, steps: [...steps] }, cause });
+    this.step = step;
+    this.steps = [...steps];
+  }
+}
+
 export class SessionCreateError extends DrumsError {
   readonly step: string;
   readonly cleanupErrors: string[];
-  constructor(step: string, cause: unknown, cleanupErrors: string[]) {
-    const why = cause instanceof Error ? cause.message : String(cause);
-    super('session_create_failed', `session create failed at step '${step}': ${why}`, {
-      details: { step, cleanupErrors, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
+  /** `e` is the StepError of the failed step (its cause and step log are reported), or any other error. */
+  constructor(e: unknown, cleanupErrors: string[]) {
+    const step = e instanceof StepError ? e.step : 'unknown';
+    const cause = e instanceof StepError ? e.cause : e;
+    super('session_create_failed', `session create failed at step '${step}': ${errorMessage(cause)}`, {
+      details: { step, cleanupErrors, ...(e instanceof StepError ? { steps: e.steps } : {}), ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
       cause,
     });
     this.step = step;

@@ -8,6 +8,8 @@
  * held modifier...). All coordinates in the input are in "agent space": the screenshot size the
  * agent saw (`scale`) if given, else the screen. The output is always in screen space.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CancelledError } from '../common/errors.ts';
 import { DisplayError, invalidAction } from './errors.ts';
 import { charToKeysyms, keysymFromName, splitChord } from './keysyms.ts';
 import type { Region, ScreenshotFormat, ScreenshotResult } from './screenshot.ts';
@@ -479,10 +481,21 @@ export function normalizeAction(input: unknown, opts: NormalizeOptions, path = '
   throw invalidAction(`${path}.${key}`, `unknown action ${JSON.stringify(name)}`);
 }
 
+/** One canonical action of a batch, with the index of the input action it came from. */
+export interface BatchStep {
+  index: number;
+  action: CanonicalAction;
+}
+
+/** Normalize a batch once (paths are `actions[i]...`): the canonical steps that runCanonical trusts. */
+export function normalizeBatch(inputs: unknown, opts: NormalizeOptions): BatchStep[] {
+  if (!Array.isArray(inputs)) throw invalidAction('actions', 'must be an array');
+  return inputs.flatMap((a, i) => normalizeAction(a, opts, `actions[${i}]`).map((action) => ({ index: i, action })));
+}
+
 /** Normalize a list; paths are `actions[i]...`. */
 export function normalizeActions(inputs: unknown, opts: NormalizeOptions): CanonicalAction[] {
-  if (!Array.isArray(inputs)) throw invalidAction('actions', 'must be an array');
-  return inputs.flatMap((a, i) => normalizeAction(a, opts, `actions[${i}]`));
+  return normalizeBatch(inputs, opts).map((s) => s.action);
 }
 
 export interface ActionResult {
@@ -516,30 +529,41 @@ export async function runAction(d: XDisplay, a: CanonicalAction): Promise<Omit<A
 }
 
 /**
- * Validate and run actions in order, stopping at the first failure. Inputs may be any supported
- * vocabulary; coordinates are taken in `scale` space when given (else screen space). Already
- * normalized canonical actions pass through unchanged as long as `scale` is not given again.
- * A failure rethrows as a DisplayError with the same code and `details.index` / `details.results`.
+ * Run already normalized steps (normalizeBatch) in order, stopping at the first failure, which
+ * rethrows as a DisplayError with the same code and `details.index` / `details.results`. The
+ * steps are trusted: nothing here validates them again. An aborted `signal` (the client went
+ * away) stops the batch between steps and cuts a `wait` short (CancelledError).
  */
-export async function runActions(d: XDisplay, actions: readonly unknown[], opts: { scale?: { width: number; height: number } } = {}): Promise<ActionResult[]> {
-  const screen = { width: d.width, height: d.height };
-  // Validate everything first: nothing runs if any action is malformed.
-  const steps: Array<{ index: number; action: CanonicalAction }> = [];
-  if (!Array.isArray(actions)) throw invalidAction('actions', 'must be an array');
-  actions.forEach((a, i) => {
-    for (const action of normalizeAction(a, { screen, scale: opts.scale }, `actions[${i}]`)) steps.push({ index: i, action });
-  });
+export async function runCanonical(d: XDisplay, steps: readonly BatchStep[], opts: { signal?: AbortSignal } = {}): Promise<ActionResult[]> {
+  const { signal } = opts;
   const results: ActionResult[] = [];
+  const cancelled = (index: number) => new CancelledError(`actions[${index}]: the batch was cancelled after ${results.length} of ${steps.length} steps`, { index, results });
   for (const { index, action } of steps) {
+    if (signal?.aborted) throw cancelled(index);
     const t0 = performance.now();
     try {
-      const r = await runAction(d, action);
+      const r = action.type === 'wait' && signal ? await abortableWait(action.ms, signal) : await runAction(d, action);
       results.push({ ...r, index, ms: performance.now() - t0 });
     } catch (err) {
+      if (signal?.aborted) throw cancelled(index);
       const e = err as DisplayError;
       const code = e instanceof DisplayError ? e.code : 'x_error';
       throw new DisplayError(code, `actions[${index}] (${action.type}): ${e.message}`, { ...(e.details ?? {}), index, results }, err);
     }
   }
   return results;
+}
+
+async function abortableWait(ms: number, signal: AbortSignal): Promise<Omit<ActionResult, 'index' | 'ms'>> {
+  await sleep(ms, undefined, { signal });
+  return { type: 'wait' };
+}
+
+/**
+ * Validate and run actions in any supported vocabulary (normalizeBatch, then runCanonical).
+ * Coordinates are taken in `scale` space when given (else screen space). Nothing runs if any
+ * action is malformed.
+ */
+export async function runActions(d: XDisplay, actions: readonly unknown[], opts: { scale?: { width: number; height: number }; signal?: AbortSignal } = {}): Promise<ActionResult[]> {
+  return runCanonical(d, normalizeBatch(actions, { screen: { width: d.width, height: d.height }, scale: opts.scale }), { signal: opts.signal });
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { DaemonConfig } from '../common/config.ts';
 
 /**
  * A Drums instance is one state directory. Every host object it makes carries
@@ -18,24 +19,29 @@ export interface Instance {
   rtDir: string;
   /** Host-wide directory where instances claim subnets (shared by all instances). */
   claimsDir: string;
+  /** DRUMS_RUNTIME: the OCI runtime asked for (a name or a path), else detected. */
+  runtime?: string;
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/drums';
 
-export function resolveInstance(env: NodeJS.ProcessEnv = process.env): Instance {
-  const stateDir = resolve(env.DRUMS_STATE_DIR || DEFAULT_STATE_DIR);
+export type InstanceConfig = Pick<DaemonConfig, 'stateDir' | 'instance' | 'imagesDir' | 'claimsDir' | 'runtime'>;
+
+/** The instance a config names (creates the state directory). */
+export function resolveInstance(config: InstanceConfig): Instance {
+  const stateDir = resolve(config.stateDir);
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const real = realpathSync(stateDir);
-  const name = env.DRUMS_INSTANCE || createHash('sha256').update(real).digest('hex').slice(0, 5);
-  if (!/^[a-z0-9]{1,5}$/.test(name)) throw new Error(`DRUMS_INSTANCE must be 1-5 lowercase letters or digits, got '${name}'`);
+  const name = config.instance || createHash('sha256').update(real).digest('hex').slice(0, 5);
   return {
     stateDir: real,
     name,
-    imagesDir: resolve(env.DRUMS_IMAGE_DIR || join(DEFAULT_STATE_DIR, 'images')),
+    imagesDir: resolve(config.imagesDir),
     sessionsDir: join(real, 'sessions'),
     runcRoot: join(real, 'runc'),
     rtDir: join(real, 'rt'),
-    claimsDir: env.DRUMS_CLAIMS_DIR || '/run/drums/subnets',
+    claimsDir: config.claimsDir,
+    runtime: config.runtime,
   };
 }
 

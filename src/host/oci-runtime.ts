@@ -29,9 +29,8 @@ function which(bin: string): string | undefined {
   return undefined;
 }
 
-/** DRUMS_RUNTIME picks one explicitly; otherwise crun on a pure cgroup v2 host, else runc. */
-export function detectRuntime(env: NodeJS.ProcessEnv = process.env): RuntimeInfo {
-  const wanted = env.DRUMS_RUNTIME;
+/** `wanted` (DRUMS_RUNTIME: a name or a path) picks one explicitly; otherwise crun on a pure cgroup v2 host, else runc. */
+export function detectRuntime(wanted?: string): RuntimeInfo {
   if (wanted) {
     const path = wanted.includes('/') ? wanted : which(wanted);
     if (!path) throw new DrumsError('runtime_missing', `DRUMS_RUNTIME=${wanted} not found on PATH`);

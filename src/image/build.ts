@@ -13,6 +13,7 @@ import {
   renameSync, rmSync, statSync, writeFileSync, writeSync, copyFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { type DaemonConfig, loadConfig } from '../common/config.ts';
 import { ImageBuildError, ImageError } from './errors.ts';
 import { acquireLock } from './lock.ts';
 import type { ProgressCallback } from './progress.ts';
@@ -59,9 +60,12 @@ export interface BuiltImage {
 }
 
 export interface ImageDirOptions {
-  /** Default: env DRUMS_IMAGE_DIR, else /var/lib/drums/images. */
+  /** Default: the config's imagesDir (DRUMS_IMAGE_DIR, else /var/lib/drums/images). */
   imagesDir?: string;
 }
+
+/** Debian mirrors for a build, from the config (DRUMS_DEBIAN_MIRROR, DRUMS_DEBIAN_SECURITY_MIRROR). */
+export type MirrorConfig = Pick<DaemonConfig, 'debianMirror' | 'debianSecurityMirror'>;
 
 export interface BuildOptions extends RecipeOptions, ImageDirOptions {
   onProgress?: ProgressCallback;
@@ -69,10 +73,19 @@ export interface BuildOptions extends RecipeOptions, ImageDirOptions {
   force?: boolean;
   /** How long to wait for a concurrent build of the same image (default 30 min). */
   lockTimeoutMs?: number;
+  /** Default: the config's mirrors, resolved from the environment. */
+  mirrors?: MirrorConfig;
+  /** Stops the build (the running step's processes are killed) and cleans up as a failed build does. */
+  signal?: AbortSignal;
 }
 
+/**
+ * Note: the image functions also run without a daemon (the CLI's image
+ * commands, the bench's "is it built" checks, tests), so without an explicit
+ * directory they resolve the one config field, from the environment.
+ */
 export function imagesDirOf(opts?: ImageDirOptions): string {
-  return opts?.imagesDir ?? (process.env.DRUMS_IMAGE_DIR || DEFAULT_IMAGES_DIR);
+  return opts?.imagesDir ?? loadConfig(process.env).imagesDir;
 }
 
 // ---------------------------------------------------------------- mirrors
@@ -116,18 +129,18 @@ function hostAptEntries(): AptEntry[] {
 }
 
 /**
- * Debian mirrors to build from: env DRUMS_DEBIAN_MIRROR (and
+ * Debian mirrors to build from: the config's DRUMS_DEBIAN_MIRROR (and
  * DRUMS_DEBIAN_SECURITY_MIRROR), else the host's apt sources if they point at
  * a Debian mirror, else deb.debian.org.
  */
-export function debianMirrors(): { main: string; security: string } {
+export function debianMirrors(c: MirrorConfig = loadConfig(process.env)): { main: string; security: string } {
   const entries = hostAptEntries();
   const strip = (u: string): string => u.replace(/\/+$/, '');
   const hostMain = entries.find((e) => /^https?:\/\/.+\/debian\/?$/.test(e.uri) && e.suites.some((s) => !s.endsWith('-security')));
   const hostSec = entries.find((e) => /^https?:\/\/.+\/debian-security\/?$/.test(e.uri));
   return {
-    main: strip(process.env.DRUMS_DEBIAN_MIRROR || (hostMain ? hostMain.uri : DEFAULT_MIRROR)),
-    security: strip(process.env.DRUMS_DEBIAN_SECURITY_MIRROR || (hostSec ? hostSec.uri : DEFAULT_SECURITY_MIRROR)),
+    main: strip(c.debianMirror || (hostMain ? hostMain.uri : DEFAULT_MIRROR)),
+    security: strip(c.debianSecurityMirror || (hostSec ? hostSec.uri : DEFAULT_SECURITY_MIRROR)),
   };
 }
 
@@ -193,9 +206,11 @@ class Build {
   logFd: number;
   closed = false;
   env: Record<string, string>;
+  signal?: AbortSignal;
 
-  constructor(name: string, tmp: string, env: Record<string, string>) {
+  constructor(name: string, tmp: string, env: Record<string, string>, signal?: AbortSignal) {
     this.name = name;
+    this.signal = signal;
     this.tmp = tmp;
     this.rootfs = join(tmp, 'rootfs');
     this.logPath = join(tmp, 'build.log');
@@ -221,10 +236,15 @@ class Build {
   exec(step: string, argv: string[], input?: Buffer | string, shown?: string): Promise<void> {
     this.log(`\n${shown ?? `$ ${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : shq(a))).join(' ')}`}`.slice(0, 4000));
     return new Promise((resolve, reject) => {
+      if (this.signal?.aborted) return reject(new ImageBuildError(this.name, step, 'cancelled', this.logTail()));
       const child = spawn(argv[0], argv.slice(1), {
         stdio: [input === undefined ? 'ignore' : 'pipe', this.logFd, this.logFd],
         env: { PATH: `${CHROOT_PATH}:${process.env.PATH ?? ''}`, LANG: 'C.UTF-8', ...proxyEnv() },
       });
+      // unshare --kill-child takes the step's whole process tree with it.
+      const onAbort = () => child.kill('SIGKILL');
+      this.signal?.addEventListener('abort', onAbort, { once: true });
+      child.on('close', () => this.signal?.removeEventListener('abort', onAbort));
       if (input !== undefined) {
         child.stdin!.on('error', () => { /* reported via exit status */ });
         child.stdin!.end(input);
@@ -233,6 +253,7 @@ class Build {
       child.on('close', (code, signal) => {
         if (code === 0) return resolve();
         this.log(`(exit ${signal ?? code})`);
+        if (this.signal?.aborted) return reject(new ImageBuildError(this.name, step, 'cancelled', this.logTail()));
         const prog = shown !== undefined ? 'command in chroot' : argv[argv.lastIndexOf('--') + 1];
         reject(new ImageBuildError(this.name, step, `${prog} exited with ${signal ? `signal ${signal}` : `status ${code}`}`, this.logTail()));
       });
@@ -331,7 +352,7 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
       run: async () => {
         try {
           const parent = await buildImage(parentName, {
-            recipesDir: opts.recipesDir, repoRoot: opts.repoRoot, imagesDir, lockTimeoutMs: opts.lockTimeoutMs,
+            recipesDir: opts.recipesDir, repoRoot: opts.repoRoot, imagesDir, lockTimeoutMs: opts.lockTimeoutMs, mirrors: opts.mirrors,
             onProgress: (ev) => {
               if (ev.step !== 'done' && ev.step !== 'failed') emit(`parent image ${parentName}`, `[${ev.index}/${ev.total}] ${ev.step}`);
             },
@@ -535,12 +556,12 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
   const onProgress = opts.onProgress ?? (() => {});
   const tmp = join(imagesDir, `.tmp-${recipe.name}-${hash12}-${process.pid}`);
   const failedLog = join(imagesDir, `.failed-${recipe.name}-${hash12}.log`);
-  const mirrors = debianMirrors();
+  const mirrors = debianMirrors(opts.mirrors);
   const env = Object.assign({}, ...chainRecipes(resolved).map((c) => c.env)) as Record<string, string>;
 
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { mode: 0o755 });
-  const b = new Build(recipe.name, tmp, env);
+  const b = new Build(recipe.name, tmp, env, opts.signal);
   let index = 0;
   let total = 0;
   let current = 'prepare';
@@ -554,6 +575,7 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
     for (const step of steps.slice(0, -1)) {
       index++;
       current = step.name;
+      if (opts.signal?.aborted) throw new ImageBuildError(recipe.name, step.name, 'cancelled', b.logTail());
       emit(step.name);
       const t0 = Date.now();
       b.log(`\n==> [${index}/${total}] ${step.name}`);

@@ -1,6 +1,6 @@
 // OSWorld /execute command normalisation: Python truthiness, shlex.split, `~/` expansion.
 
-const HOME = '/home/user';
+import { DESKTOP_HOME as HOME } from '../session/desktop-user.ts';
 
 /** Python's bool(v) for JSON values. */
 export function pyTruthy(v: unknown): boolean {

@@ -15,11 +15,10 @@ import { errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import { expandPath, normalizeCommand, pyRepr, type Normalized } from './command.ts';
+import { DESKTOP_GID, DESKTOP_UID } from '../session/desktop-user.ts';
 import { HOME, runGuest, spawnGuest } from './guest-exec.ts';
 
 const EXECUTE_TIMEOUT_S = 120;
-const OPEN_FILE_TIMEOUT_S = Number(process.env.DRUMS_OSWORLD_OPEN_TIMEOUT_S ?? 1800);
-const MAX_BODY = Number(process.env.DRUMS_OSWORLD_MAX_BODY ?? 1024 ** 3);
 const RECORDING = '/tmp/recording.mp4';
 
 export interface GuestContext {
@@ -87,13 +86,15 @@ function userEnv(ctx: GuestContext): Record<string, string> {
 }
 
 const prepared = new Map<string, number>();
+const RUN_USER = `/run/user/${DESKTOP_UID}`;
+const OWNER = `${DESKTOP_UID}:${DESKTOP_GID}`;
 /** Once per generation: /run/user/1000/bus (what OSWorld tasks hard-code) points at the session bus. */
 async function prepare(ctx: GuestContext, s: Session): Promise<void> {
   if (prepared.get(s.id) === s.generation) return;
   const r = await runGuest(ctx.mgr, s, {
-    argv: ['/bin/sh', '-c', 'mkdir -p /run/user/1000 && ln -sfn /run/drums/bus /run/user/1000/bus && chown -h 1000:1000 /run/user/1000 /run/user/1000/bus && chmod 700 /run/user/1000'
+    argv: ['/bin/sh', '-c', `mkdir -p ${RUN_USER} && ln -sfn /run/drums/bus ${RUN_USER}/bus && chown -h ${OWNER} ${RUN_USER} ${RUN_USER}/bus && chmod 700 ${RUN_USER}`
       // python-xlib (pyautogui) insists on an ~/.Xauthority file, even an empty one.
-      + ' && { [ -e /home/user/.Xauthority ] || install -o 1000 -g 1000 -m 600 /dev/null /home/user/.Xauthority; }'],
+      + ` && { [ -e ${HOME}/.Xauthority ] || install -o ${DESKTOP_UID} -g ${DESKTOP_GID} -m 600 /dev/null ${HOME}/.Xauthority; }`],
     root: true, timeoutMs: 10_000,
   });
   if (r.code !== 0) log('warn', 'osworld prepare failed', { id: s.id, stderr: r.stderr });
@@ -264,7 +265,7 @@ function attachment(data: Buffer, path: string, type?: string): Reply {
 
 /** Reads a regular file inside the session as the desktop user: exit 44 = missing. */
 async function readGuestFile(ctx: GuestContext, s: Session, path: string) {
-  return runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path], timeoutMs: 120_000, maxOutputBytes: MAX_BODY });
+  return runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path], timeoutMs: 120_000, maxOutputBytes: ctx.mgr.config.osworldMaxBodyBytes });
 }
 
 const routeFile: Handler = async (ctx, s, req) => {
@@ -385,7 +386,7 @@ const routeOpenFile: Handler = async (ctx, s, req) => {
   if (r.code !== 0) return text(500, `Failed to open ${b.path}. Error: ${r.stderr.trim()}`);
   const base = basename(path);
   const stem = base.includes('.') ? base.slice(0, base.lastIndexOf('.')) : base;
-  const timeoutS = typeof b.timeout === 'number' && b.timeout > 0 ? Math.min(b.timeout, OPEN_FILE_TIMEOUT_S) : OPEN_FILE_TIMEOUT_S;
+  const timeoutS = typeof b.timeout === 'number' && b.timeout > 0 ? Math.min(b.timeout, ctx.mgr.config.osworldOpenTimeoutS) : ctx.mgr.config.osworldOpenTimeoutS;
   const t0 = Date.now();
   while ((Date.now() - t0) / 1000 < timeoutS) {
     if (req.signal.aborted) return text(499, 'client closed the request');
@@ -577,12 +578,12 @@ export function guestHandler(ctx: GuestContext) {
     let tooBig = false;
     req.on('data', (d: Buffer) => {
       size += d.length;
-      if (size > MAX_BODY) { tooBig = true; return; }
+      if (size > ctx.mgr.config.osworldMaxBodyBytes) { tooBig = true; return; }
       chunks.push(d);
     });
     req.on('error', () => ac.abort());
     req.on('end', () => {
-      if (tooBig) return send(res, json(413, { status: 'error', message: `request body is over ${MAX_BODY} bytes` }));
+      if (tooBig) return send(res, json(413, { status: 'error', message: `request body is over ${ctx.mgr.config.osworldMaxBodyBytes} bytes` }));
       const s = ctx.session();
       if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
       h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec).then(

@@ -14,6 +14,7 @@ import { createServer as createHttpServer, type Server as HttpServer } from 'nod
 import { connect, createServer as createTcpServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { DisplayService } from '../session/display-service.ts';
+import type { DaemonConfig } from '../common/config.ts';
 import { log } from '../common/log.ts';
 import { joinSockets } from '../common/tcp.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
@@ -41,10 +42,10 @@ export function osworldEnabled(s: Session): boolean {
   }
 }
 
-function allowedUids(): Set<number> {
-  const uids = new Set<number>([process.getuid?.() ?? 0]);
-  for (const u of (process.env.DRUMS_OSWORLD_UIDS ?? '').split(',')) if (/^\d+$/.test(u.trim())) uids.add(Number(u.trim()));
-  return uids;
+/** Who may connect: the daemon's own uid and DRUMS_OSWORLD_UIDS; undefined = anyone (DRUMS_OSWORLD_PEER_CHECK=0). */
+function allowedUids(c: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'>): Set<number> | undefined {
+  if (!c.osworldPeerCheck) return undefined;
+  return new Set<number>([process.getuid?.() ?? 0, ...c.osworldUids]);
 }
 
 const hex4 = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
@@ -62,8 +63,8 @@ export function peerUid(clientPort: number, serverPort: number): number | undefi
   return undefined;
 }
 
-function guard(sock: Socket, uids: Set<number>): boolean {
-  if (process.env.DRUMS_OSWORLD_PEER_CHECK === '0') return true;
+function guard(sock: Socket, uids: Set<number> | undefined): boolean {
+  if (!uids) return true;
   const uid = peerUid(sock.remotePort ?? 0, sock.localPort ?? 0);
   if (uid !== undefined && uids.has(uid)) return true;
   log('warn', 'osworld: refused a local connection', { uid, port: sock.localPort });
@@ -85,11 +86,12 @@ export class OsworldService {
   private readonly _mgr: SessionManager;
   private readonly _display: DisplayService;
   private readonly _entries = new Map<string, Entry>();
-  private readonly _uids = allowedUids();
+  private readonly _uids: Set<number> | undefined;
 
-  constructor(mgr: SessionManager, display: DisplayService) {
+  constructor(mgr: SessionManager, display: DisplayService, config: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'> = mgr.config) {
     this._mgr = mgr;
     this._display = display;
+    this._uids = allowedUids(config);
   }
 
   /** Starts the session's listeners (idempotent; a no-op for sessions without OSWorld). */

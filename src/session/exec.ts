@@ -1,6 +1,10 @@
+/** Running commands inside a session: the one exec-in-session primitive (API exec, files, OSWorld) and the API's exec request. */
+import type { ChildProcess } from 'node:child_process';
+import { StringDecoder } from 'node:string_decoder';
 import { ValidationError } from '../common/errors.ts';
 import type { OciRuntime } from '../host/oci-runtime.ts';
 import { ROOT_CAPS } from '../host/oci-spec.ts';
+import { DESKTOP_ENV, ROOT_ENV, identity } from './desktop-user.ts';
 
 export interface ExecRequest {
   /** argv, or `shell` (run by /bin/sh -c). Exactly one of them. */
@@ -56,59 +60,167 @@ export function parseExec(body: unknown): ExecRequest {
   return b as ExecRequest;
 }
 
+/** Where a command runs: a session's container, through the OCI runtime. */
+export interface Target {
+  runtime: OciRuntime;
+  container: string;
+  /** The base environment; default the desktop environment (DESKTOP_ENV). */
+  env?: Readonly<Record<string, string>>;
+}
+
+export interface SpawnOptions {
+  argv: string[];
+  /** Root-in-session (ROOT_CAPS only, still confined) instead of the desktop user. */
+  root?: boolean;
+  /** Default: the user's home (/home/user, or /root for root). */
+  cwd?: string;
+  /** Merged over the target's environment (after root's HOME/USER/LOGNAME). */
+  env?: Record<string, string>;
+  /** Wraps argv in coreutils `timeout` inside the session (TERM, then KILL 2 s later). */
+  timeoutMs?: number;
+  /** stderr into stdout in the order written: one pipe inside the session, like Popen's stderr=STDOUT. */
+  mergeStderr?: boolean;
+}
+
+export interface RunOptions extends SpawnOptions {
+  timeoutMs: number;
+  stdin?: Buffer | string;
+  /** Cap on stdout plus stderr; what is over it is dropped (truncated: true). */
+  maxOutputBytes?: number;
+  /** Kill the command once it writes past the cap (a file read that cannot fit), rather than draining it. */
+  killOnOverflow?: boolean;
+  /**
+   * Aborts the command: SIGTERM to the runtime's exec process, which forwards it to the in-session
+   * `timeout`, which signals the command's process group (and KILLs it 2 s later); SIGKILL to the
+   * exec process if it is still there after that. The result then comes as usual.
+   */
+  signal?: AbortSignal;
+  /** Streams output as it arrives instead of buffering it (the result's stdout and stderr are then empty). */
+  onData?: (stream: 'stdout' | 'stderr', data: Buffer) => void;
+}
+
+export interface RunResult {
+  exitCode: number;
+  stdout: Buffer;
+  stderr: Buffer;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+}
+
+/** The exit code reported for a command killed by a signal: 128 + SIGKILL, what coreutils timeout and a shell report. */
+export const KILLED_EXIT = 128 + 9;
+/** The outer timer: the in-session `timeout` gets this long (beyond its own 2 s KILL) before the host kills the exec. */
+const OUTER_GRACE_MS = 5000;
+/** After an abort's TERM: the in-session `timeout` KILLs at 2 s; the host KILLs the exec process at this. */
+const ABORT_GRACE_MS = 4000;
+
 /**
- * Runs a command inside a session through the OCI runtime, so it gets the
- * session's namespaces, cgroup, seccomp filter and no_new_privs. As the
- * desktop user it has no capabilities; as root-in-session only ROOT_CAPS.
- * A non-zero exit is a result. The timeout is enforced inside the session
- * (coreutils `timeout` kills the command), and again from outside.
+ * Spawns argv in a session through the OCI runtime, so it gets the session's
+ * namespaces, cgroup, seccomp filter and no_new_privs. As the desktop user it
+ * has no capabilities; as root-in-session only ROOT_CAPS. The caller owns the
+ * process (runInSession is the bounded form).
  */
-export function execInSession(runtime: OciRuntime, container: string, baseEnv: Record<string, string>, req: ExecRequest): Promise<ExecResult> {
-  const timeoutMs = req.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const cap = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
-  const cmd = req.argv ?? ['/bin/sh', '-c', req.shell!];
-  const secs = Math.max(0.001, timeoutMs / 1000).toFixed(3);
-  const args = ['/usr/bin/timeout', '--kill-after=2', '--signal=TERM', secs, ...cmd];
-  const t0 = performance.now();
-  const child = runtime.spawnExec(container, {
-    uid: req.root ? 0 : 1000,
-    gid: req.root ? 0 : 1000,
-    cwd: req.cwd ?? (req.root ? '/root' : '/home/user'),
-    env: { ...baseEnv, ...(req.root ? { HOME: '/root', USER: 'root', LOGNAME: 'root' } : {}), ...req.env },
-    caps: req.root ? ROOT_CAPS : [],
-    args,
+export function spawnInSession(t: Target, o: SpawnOptions): ChildProcess {
+  const root = o.root === true;
+  const who = identity(root);
+  let argv = o.mergeStderr ? ['/bin/sh', '-c', 'exec "$@" 2>&1', 'sh', ...o.argv] : o.argv;
+  if (o.timeoutMs !== undefined) argv = ['/usr/bin/timeout', '--kill-after=2', '--signal=TERM', Math.max(0.001, o.timeoutMs / 1000).toFixed(3), ...argv];
+  return t.runtime.spawnExec(t.container, {
+    uid: who.uid,
+    gid: who.gid,
+    cwd: o.cwd ?? who.home,
+    env: { ...(t.env ?? DESKTOP_ENV), ...(root ? ROOT_ENV : {}), ...o.env },
+    caps: root ? ROOT_CAPS : [],
+    args: argv,
   });
+}
+
+/**
+ * Runs a command in a session to its end, with the timeout enforced inside
+ * the session (coreutils `timeout` kills the command) and again from outside,
+ * and output capped. A non-zero exit is a result, not an error.
+ */
+export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
+  const cap = o.maxOutputBytes ?? Number.POSITIVE_INFINITY;
+  const t0 = performance.now();
+  const child = spawnInSession(t, o);
   return new Promise((resolve, reject) => {
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
     let truncated = false;
-    const collect = (into: Buffer[]) => (d: Buffer) => {
+    const collect = (stream: 'stdout' | 'stderr', into: Buffer[]) => (d: Buffer) => {
       if (size >= cap) { truncated = true; return; }
       const take = d.subarray(0, cap - size);
-      if (take.length < d.length) truncated = true;
       size += take.length;
-      into.push(take);
+      if (o.onData) o.onData(stream, take);
+      else into.push(take);
+      if (take.length < d.length) {
+        truncated = true;
+        if (o.killOnOverflow) child.kill('SIGKILL');
+      }
     };
-    child.stdout!.on('data', collect(out));
-    child.stderr!.on('data', collect(err));
+    child.stdout!.on('data', collect('stdout', out));
+    child.stderr!.on('data', collect('stderr', err));
     let outerTimedOut = false;
-    const outer = setTimeout(() => { outerTimedOut = true; child.kill('SIGKILL'); }, timeoutMs + 5000);
-    child.on('error', (e) => { clearTimeout(outer); reject(e); });
+    const outer = setTimeout(() => { outerTimedOut = true; child.kill('SIGKILL'); }, o.timeoutMs + OUTER_GRACE_MS);
+    // Note: a SIGKILL to the runtime's exec process cannot be forwarded, and would leave the
+    // command running in the session; a TERM is forwarded (runc and crun proxy signals).
+    let escalate: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      child.kill('SIGTERM');
+      escalate = setTimeout(() => child.kill('SIGKILL'), ABORT_GRACE_MS);
+    };
+    if (o.signal?.aborted) onAbort();
+    else o.signal?.addEventListener('abort', onAbort, { once: true });
+    const done = () => { clearTimeout(outer); clearTimeout(escalate); o.signal?.removeEventListener('abort', onAbort); };
+    child.on('error', (e) => { done(); reject(e); });
     child.on('close', (code, signal) => {
-      clearTimeout(outer);
-      const exitCode = code ?? (signal ? 128 + 9 : 1);
+      done();
+      const exitCode = code ?? (signal ? KILLED_EXIT : 1);
+      const durationMs = performance.now() - t0;
       resolve({
         exitCode,
-        stdout: Buffer.concat(out).toString('utf8'),
-        stderr: Buffer.concat(err).toString('utf8'),
-        durationMs: performance.now() - t0,
+        stdout: Buffer.concat(out),
+        stderr: Buffer.concat(err),
+        durationMs,
         // coreutils timeout exits 124 (TERM worked) or 137 (needed KILL).
-        timedOut: outerTimedOut || exitCode === 124 || (exitCode === 137 && performance.now() - t0 >= timeoutMs),
+        timedOut: outerTimedOut || exitCode === 124 || (exitCode === KILLED_EXIT && durationMs >= o.timeoutMs),
         truncated,
       });
     });
     child.stdin!.on('error', () => {});
-    child.stdin!.end(req.stdin ?? '');
+    child.stdin!.end(o.stdin ?? '');
   });
+}
+
+function execOptions(req: ExecRequest): RunOptions {
+  return {
+    argv: req.argv ?? ['/bin/sh', '-c', req.shell!],
+    root: req.root,
+    cwd: req.cwd,
+    env: req.env,
+    stdin: req.stdin,
+    timeoutMs: req.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,
+  };
+}
+
+/** POST /v1/sessions/{id}/exec, buffered: output as UTF-8 text. */
+export async function execInSession(t: Target, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+  const r = await runInSession(t, { ...execOptions(req), signal });
+  return { exitCode: r.exitCode, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8'), durationMs: r.durationMs, timedOut: r.timedOut, truncated: r.truncated };
+}
+
+/**
+ * POST /v1/sessions/{id}/exec?stream=1: calls `onData` per chunk as it
+ * arrives (whole UTF-8 characters) and resolves with the exit. Same
+ * confinement, timeouts and cap as the buffered exec.
+ */
+export async function execStream(t: Target, req: ExecRequest, onData: (stream: 'stdout' | 'stderr', data: string) => void, signal?: AbortSignal): Promise<Omit<ExecResult, 'stdout' | 'stderr'>> {
+  const dec = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const r = await runInSession(t, { ...execOptions(req), signal, onData: (stream, d) => { const s = dec[stream].write(d); if (s) onData(stream, s); } });
+  for (const stream of ['stdout', 'stderr'] as const) { const s = dec[stream].end(); if (s) onData(stream, s); }
+  return { exitCode: r.exitCode, durationMs: r.durationMs, timedOut: r.timedOut, truncated: r.truncated };
 }

@@ -1,8 +1,7 @@
-import type { ChildProcess } from 'node:child_process';
 import { DrumsError, ValidationError } from '../common/errors.ts';
-import type { OciRuntime } from '../host/oci-runtime.ts';
-import { ROOT_CAPS } from '../host/oci-spec.ts';
-import type { ExecRequest } from './exec.ts';
+import { KILLED_EXIT, type RunResult, type Target, runInSession } from './exec.ts';
+
+export type { Target } from './exec.ts';
 
 /**
  * Files of a session, read and written by small commands run INSIDE the
@@ -18,69 +17,10 @@ export const MAX_PATH_LENGTH = 4096;
 export const MAX_READ_BYTES = 64 * 1024 * 1024;
 const TIMEOUT_MS = 30_000;
 
-export interface RunOptions {
-  root?: boolean;
-  stdin?: Buffer;
-  maxOutputBytes?: number;
-  timeoutMs?: number;
-}
-
-export interface RunResult {
-  exitCode: number;
-  stdout: Buffer;
-  stderr: string;
-  truncated: boolean;
-}
-
-export interface Target {
-  runtime: OciRuntime;
-  container: string;
-  env: Record<string, string>;
-}
-
-function spawnIn(t: Target, args: string[], root: boolean, timeoutMs: number, env?: Record<string, string>, cwd?: string): ChildProcess {
-  const secs = Math.max(0.001, timeoutMs / 1000).toFixed(3);
-  return t.runtime.spawnExec(t.container, {
-    uid: root ? 0 : 1000,
-    gid: root ? 0 : 1000,
-    cwd: cwd ?? (root ? '/root' : '/home/user'),
-    env: { ...t.env, ...(root ? { HOME: '/root', USER: 'root', LOGNAME: 'root' } : {}), ...env },
-    caps: root ? ROOT_CAPS : [],
-    args: ['/usr/bin/timeout', '--kill-after=2', '--signal=TERM', secs, ...args],
-  });
-}
-
-/** Runs argv in the session with binary stdin/stdout. A non-zero exit is a result. */
-export function runInSession(t: Target, argv: string[], o: RunOptions = {}): Promise<RunResult> {
-  const cap = o.maxOutputBytes ?? MAX_READ_BYTES;
-  const timeoutMs = o.timeoutMs ?? TIMEOUT_MS;
-  const child = spawnIn(t, argv, !!o.root, timeoutMs);
-  return new Promise((resolve, reject) => {
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let size = 0;
-    let truncated = false;
-    child.stdout!.on('data', (d: Buffer) => {
-      if (size + d.length > cap) {
-        truncated = true;
-        if (size < cap) out.push(d.subarray(0, cap - size));
-        size = cap;
-        child.kill('SIGKILL');
-        return;
-      }
-      size += d.length;
-      out.push(d);
-    });
-    child.stderr!.on('data', (d: Buffer) => { if (err.length < 64) err.push(d); });
-    const outer = setTimeout(() => child.kill('SIGKILL'), timeoutMs + 5000);
-    child.on('error', (e) => { clearTimeout(outer); reject(e); });
-    child.on('close', (code, signal) => {
-      clearTimeout(outer);
-      resolve({ exitCode: code ?? (signal ? 137 : 1), stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8'), truncated });
-    });
-    child.stdin!.on('error', () => {});
-    child.stdin!.end(o.stdin ?? Buffer.alloc(0));
-  });
+/** A small fixed command for a file operation, as the desktop user or root-in-session; output capped, killed past the cap. */
+async function runFileOp(t: Target, argv: string[], o: { root: boolean; stdin?: Buffer; maxOutputBytes: number }): Promise<RunResult & { stderrText: string }> {
+  const r = await runInSession(t, { argv, root: o.root, stdin: o.stdin ?? Buffer.alloc(0), timeoutMs: TIMEOUT_MS, maxOutputBytes: o.maxOutputBytes, killOnOverflow: true });
+  return { ...r, stderrText: r.stderr.toString('utf8') };
 }
 
 /** A path as given by a client: absolute, no NUL, bounded. */
@@ -99,8 +39,8 @@ export function validateMode(m: unknown): string {
 }
 
 /** Maps the stderr of coreutils/findutils run in C.UTF-8 to a coded error. */
-function fileError(path: string, r: RunResult, op: string): DrumsError {
-  const e = r.stderr;
+function fileError(path: string, r: RunResult & { stderrText: string }, op: string): DrumsError {
+  const e = r.stderrText;
   const d = { details: { path, op } };
   if (/No such file or directory|Directory nonexistent/.test(e)) return new DrumsError('file_not_found', `${path}: no such file or directory in the session`, d);
   if (/Permission denied|Operation not permitted/.test(e)) return new DrumsError('file_forbidden', `${path}: permission denied (${op}); use root=1 for root-in-session`, d);
@@ -111,7 +51,7 @@ function fileError(path: string, r: RunResult, op: string): DrumsError {
   if (/File name too long/.test(e)) return new DrumsError('invalid_path', `${path}: file name too long`, d);
   if (/No space left|Disk quota/.test(e)) return new DrumsError('no_space', `${path}: no space left in the session`, d);
   if (/Too many levels of symbolic links/.test(e)) return new DrumsError('invalid_path', `${path}: too many levels of symbolic links`, d);
-  if (r.exitCode === 124 || r.exitCode === 137) return new DrumsError('timeout', `${op} ${path}: timed out in the session`, d);
+  if (r.exitCode === 124 || r.exitCode === KILLED_EXIT) return new DrumsError('timeout', `${op} ${path}: timed out in the session`, d);
   return new DrumsError('file_error', `${op} ${path} failed in the session (exit ${r.exitCode}): ${e.trim().slice(0, 500)}`, d);
 }
 
@@ -121,7 +61,7 @@ export async function readFile(t: Target, path: string, root: boolean): Promise<
   if (st.type === 'directory') throw new DrumsError('is_a_directory', `${path}: is a directory; use /files/list`, { details: { path } });
   if (st.type !== 'file') throw new DrumsError('not_a_regular_file', `${path}: is a ${st.type}, not a regular file`, { details: { path } });
   if (st.size > MAX_READ_BYTES) throw new DrumsError('file_too_large', `${path}: ${st.size} bytes is over the ${MAX_READ_BYTES}-byte read limit`, { details: { path } });
-  const r = await runInSession(t, ['/bin/cat', '--', path], { root, maxOutputBytes: MAX_READ_BYTES });
+  const r = await runFileOp(t, ['/bin/cat', '--', path], { root, maxOutputBytes: MAX_READ_BYTES });
   if (r.truncated) throw new DrumsError('file_too_large', `${path}: over the ${MAX_READ_BYTES}-byte read limit`, { details: { path } });
   if (r.exitCode !== 0) throw fileError(path, r, 'read');
   return r.stdout;
@@ -132,7 +72,7 @@ const WRITE_SCRIPT = 'set -e; d=$(dirname -- "$1"); mkdir -p -- "$d"; cat > "$1"
 
 export async function writeFile(t: Target, path: string, data: Buffer, mode: string, root: boolean): Promise<void> {
   if (path.endsWith('/')) throw new DrumsError('is_a_directory', `${path}: names a directory`, { details: { path } });
-  const r = await runInSession(t, ['/bin/sh', '-c', WRITE_SCRIPT, 'drums-write', path, mode], { root, stdin: data, maxOutputBytes: 4096 });
+  const r = await runFileOp(t, ['/bin/sh', '-c', WRITE_SCRIPT, 'drums-write', path, mode], { root, stdin: data, maxOutputBytes: 4096 });
   if (r.exitCode !== 0) throw fileError(path, r, 'write');
 }
 
@@ -175,7 +115,7 @@ function parseFind(out: Buffer): FileStat[] {
 
 /** lstat-like by default; `follow` stats the target of a symlink. */
 export async function statFile(t: Target, path: string, root: boolean, follow = true): Promise<FileStat> {
-  const r = await runInSession(t, ['/usr/bin/find', ...(follow ? ['-H'] : ['-P']), path, '-maxdepth', '0', '-printf', FMT], { root, maxOutputBytes: 1 << 16 });
+  const r = await runFileOp(t, ['/usr/bin/find', ...(follow ? ['-H'] : ['-P']), path, '-maxdepth', '0', '-printf', FMT], { root, maxOutputBytes: 1 << 16 });
   if (r.exitCode !== 0) throw fileError(path, r, 'stat');
   const [st] = parseFind(r.stdout);
   if (!st) throw fileError(path, r, 'stat');
@@ -190,7 +130,7 @@ export const MAX_LIST_ENTRIES = 10_000;
 export async function listDir(t: Target, path: string, root: boolean): Promise<{ entries: FileStat[]; truncated: boolean }> {
   const st = await statFile(t, path, root);
   if (st.type !== 'directory') throw new DrumsError('not_a_directory', `${path}: not a directory`, { details: { path } });
-  const r = await runInSession(t, ['/usr/bin/find', '-H', path, '-mindepth', '1', '-maxdepth', '1', '-printf', FMT], { root, maxOutputBytes: 8 << 20 });
+  const r = await runFileOp(t, ['/usr/bin/find', '-H', path, '-mindepth', '1', '-maxdepth', '1', '-printf', FMT], { root, maxOutputBytes: 8 << 20 });
   if (r.exitCode !== 0 && r.stdout.length === 0) throw fileError(path, r, 'list');
   let entries = parseFind(r.stdout).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const truncated = r.truncated || entries.length > MAX_LIST_ENTRIES;
@@ -202,47 +142,6 @@ export async function deleteFile(t: Target, path: string, root: boolean, recursi
   if (/^\/+$/.test(path)) throw new ValidationError('path', 'refusing to delete /', 'invalid_path');
   const st = await statFile(t, path, root, false);
   const argv = st.type === 'directory' ? (recursive ? ['/bin/rm', '-rf', '--one-file-system', '--', path] : ['/bin/rmdir', '--', path]) : ['/bin/rm', '-f', '--', path];
-  const r = await runInSession(t, argv, { root, maxOutputBytes: 4096 });
+  const r = await runFileOp(t, argv, { root, maxOutputBytes: 4096 });
   if (r.exitCode !== 0) throw fileError(path, r, 'delete');
-}
-
-/**
- * Exec with streaming output: calls `onData` per chunk as it arrives and
- * resolves with the exit. Same confinement and timeouts as the buffered exec.
- */
-export function execStream(t: Target, req: ExecRequest, onData: (stream: 'stdout' | 'stderr', data: string) => void, signal?: AbortSignal): Promise<{ exitCode: number; durationMs: number; timedOut: boolean; truncated: boolean }> {
-  const timeoutMs = req.timeoutMs ?? 60_000;
-  const cap = req.maxOutputBytes ?? 4 * 1024 * 1024;
-  const cmd = req.argv ?? ['/bin/sh', '-c', req.shell!];
-  const t0 = performance.now();
-  const child = spawnIn(t, cmd, !!req.root, timeoutMs, req.env, req.cwd);
-  return new Promise((resolve, reject) => {
-    let size = 0;
-    let truncated = false;
-    const take = (stream: 'stdout' | 'stderr') => (d: Buffer) => {
-      if (size >= cap) { truncated = true; return; }
-      const part = d.subarray(0, cap - size);
-      if (part.length < d.length) truncated = true;
-      size += part.length;
-      onData(stream, part.toString('utf8'));
-    };
-    child.stdout!.setEncoding('utf8');
-    child.stderr!.setEncoding('utf8');
-    child.stdout!.on('data', (s: string) => take('stdout')(Buffer.from(s)));
-    child.stderr!.on('data', (s: string) => take('stderr')(Buffer.from(s)));
-    let outerTimedOut = false;
-    const outer = setTimeout(() => { outerTimedOut = true; child.kill('SIGKILL'); }, timeoutMs + 5000);
-    const onAbort = () => child.kill('SIGKILL');
-    signal?.addEventListener('abort', onAbort, { once: true });
-    child.on('error', (e) => { clearTimeout(outer); reject(e); });
-    child.on('close', (code, sig) => {
-      clearTimeout(outer);
-      signal?.removeEventListener('abort', onAbort);
-      const exitCode = code ?? (sig ? 137 : 1);
-      const durationMs = performance.now() - t0;
-      resolve({ exitCode, durationMs, timedOut: outerTimedOut || exitCode === 124 || (exitCode === 137 && durationMs >= timeoutMs), truncated });
-    });
-    child.stdin!.on('error', () => {});
-    child.stdin!.end(req.stdin ?? '');
-  });
 }

@@ -93,7 +93,7 @@ export async function forkSession(mgr: SessionManager, src: Session, req: { coun
     const labels: Record<string, string> = { ...src.spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': 'disk' };
     delete labels['drums.pool'];
     // Test hook (DRUMS_TEST_HOOKS=1): the source's label drums.test.forkFailStep makes the last copy fail at that step.
-    const failStep = process.env.DRUMS_TEST_HOOKS === '1' ? labels['drums.test.forkFailStep'] : undefined;
+    const failStep = mgr.config.testHooks ? labels['drums.test.forkFailStep'] : undefined;
     const labelsOf = (i: number) => (failStep && i === req.count - 1 ? { ...labels, 'drums.test.failStep': failStep } : labels);
     const results = await Promise.allSettled(Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper') })));
     for (const r of results) if (r.status === 'fulfilled') copies.push(r.value);

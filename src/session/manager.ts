@@ -3,7 +3,8 @@ import { chownSync, chmodSync, copyFileSync, renameSync, mkdirSync, rmSync, syml
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
-import { ConflictError, DrumsError, NotFoundError, SessionCreateError, errorMessage } from '../common/errors.ts';
+import { type DaemonConfig, loadConfig } from '../common/config.ts';
+import { CancelledError, ConflictError, DrumsError, NotFoundError, SessionCreateError, StepError, type StepRecord, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { run } from '../common/exec.ts';
 import type { Instance } from '../host/instance.ts';
@@ -21,14 +22,12 @@ import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
+import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { sweepInstance } from './sweep.ts';
 
 export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
 
-export const DESKTOP_UID = 1000;
-export const DESKTOP_GID = 1000;
-const HOME = '/home/user';
 /** The in-session init ships with the daemon (bound in read-only), so the two always match. */
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
 /** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
@@ -36,7 +35,6 @@ const TERMINATION_MEMORY_MS = 15 * 60_000;
 /** Each session's own tmpfs for /run/drums and /tmp/.X11-unix (sockets, status): small, so no session can fill a shared one. */
 const SESSION_RT_BYTES = 16 * 1024 ** 2;
 const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
-const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
 
 export interface Attempt {
   generation: number;
@@ -79,6 +77,8 @@ export interface ManagerOptions {
   failAtStep?: string;
   /** How many creates/resets may run at once (admission control on small hosts). */
   startConcurrency?: number;
+  /** The daemon's config (default: the defaults, no environment). The options above override it. */
+  config?: DaemonConfig;
 }
 
 /** Steps of a create, in order; each has an undo that runs in reverse on failure. */
@@ -91,7 +91,8 @@ export class SessionManager {
   readonly runtime: OciRuntime;
   readonly pool: SubnetPool;
   private readonly _sessions = new Map<string, Session>();
-  private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
+  readonly config: DaemonConfig;
+  private readonly _opts: { maxSessions: number; startConcurrency: number; failAtStep?: string };
   private _running = 0;
   /** Memory and disk admission (src/session/admission.ts). */
   readonly admission: Admission;
@@ -102,13 +103,14 @@ export class SessionManager {
 
   constructor(inst: Instance, opts: ManagerOptions = {}) {
     this.inst = inst;
-    this.runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
-    this.pool = parsePool(process.env.DRUMS_SUBNET_POOL ?? '10.231.0.0/16');
+    const config = (this.config = opts.config ?? loadConfig({}));
+    this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
+    this.pool = parsePool(config.subnetPool);
     this.admission = new Admission(inst.stateDir);
     this._opts = {
-      maxSessions: opts.maxSessions ?? Number(process.env.DRUMS_MAX_SESSIONS ?? 128),
-      startConcurrency: opts.startConcurrency ?? Number(process.env.DRUMS_START_CONCURRENCY ?? 4),
-      failAtStep: opts.failAtStep ?? process.env.DRUMS_TEST_FAIL_STEP,
+      maxSessions: opts.maxSessions ?? config.maxSessions,
+      startConcurrency: opts.startConcurrency ?? config.startConcurrency,
+      failAtStep: opts.failAtStep ?? config.testFailStep,
     };
   }
 
@@ -207,7 +209,12 @@ export class SessionManager {
     }
   }
 
-  async create(body: unknown, opts: { seedUpper?: string } = {}): Promise<Session> {
+  /**
+   * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
+   * stops the create between steps and in the readiness wait, and undoes what was done.
+   */
+  async create(body: unknown, opts: { seedUpper?: string; signal?: AbortSignal } = {}): Promise<Session> {
+    const { signal } = opts;
     const spec = parseSpec(body);
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
@@ -234,7 +241,7 @@ export class SessionManager {
     this._sessions.set(id, s);
     const t0 = performance.now();
     const rules: SessionRules = { hostVeth: names.hostVeth, gateway: subnet.gateway, address: subnet.address, hostPorts: spec.hostPorts, egress: spec.egress };
-    const [rootfs, bundle, ...rest] = this._startSteps(s);
+    const [rootfs, bundle, ...rest] = this._startSteps(s, signal);
     const stages: Stage[] = [
       // The record comes first: the sweep finds every object below through it or its name.
       {
@@ -258,21 +265,25 @@ export class SessionManager {
     ];
     // Test hooks (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure,
     // drums.test.killAtStep kills the daemon (SIGKILL) right after that step.
-    const hooks = process.env.DRUMS_TEST_HOOKS === '1';
+    const hooks = this.config.testHooks;
     const failAt = this._opts.failAtStep ?? (hooks ? spec.labels['drums.test.failStep'] : undefined);
     const killAt = hooks ? spec.labels['drums.test.killAtStep'] : undefined;
     const done: Step[] = [];
+    const steps: StepRecord[] = [];
     try {
       await this._admit(async () => {
         const runStep = async (step: Step) => {
-          if (failAt === step.name) throw Object.assign(new Error(`injected failure at '${step.name}'`), { step: step.name });
+          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'create'), steps);
+          if (failAt === step.name) throw new StepError(step.name, new Error(`injected failure at '${step.name}'`), steps);
           const ts = performance.now();
           try {
             await step.do();
           } catch (e) {
-            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'create') : e, steps);
           }
-          s.timings[`step.${step.name}Ms`] = performance.now() - ts;
+          const ms = performance.now() - ts;
+          s.timings[`step.${step.name}Ms`] = ms;
+          steps.push({ step: step.name, ms });
           done.push(step);
           if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
         };
@@ -289,16 +300,16 @@ export class SessionManager {
       });
     } catch (e) {
       const cleanupErrors: string[] = [];
-      if (process.env.DRUMS_DEBUG_KEEP_FAILED === '1') done.length = 0; // leave it for inspection; sweep removes it
+      if (this.config.debugKeepFailed) done.length = 0; // leave it for inspection; sweep removes it
       for (const step of done.reverse()) {
         try { await step.undo?.(); } catch (ue) { cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`); }
       }
       this._closeGeneration(s);
       releaseSubnet(this.inst, subnet);
       this._sessions.delete(id);
-      const step = (e as { step?: string }).step ?? 'unknown';
-      log('warn', 'session create failed', { id, step, error: errorMessage(e), cleanupErrors });
-      throw new SessionCreateError(step, e, cleanupErrors);
+      const err = new SessionCreateError(e, cleanupErrors);
+      log('warn', 'session create failed', { id, step: err.step, error: errorMessage(err.cause), cleanupErrors });
+      throw err;
     }
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
@@ -315,8 +326,8 @@ export class SessionManager {
     if (ttlSeconds > 0) this._armTtl(s, ttlSeconds * 1000);
   }
 
-  /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
-  private _startSteps(s: Session): Step[] {
+  /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness (which `signal` cuts short). */
+  private _startSteps(s: Session, signal?: AbortSignal): Step[] {
     const rootfs = join(s.dir, 'bundle', 'rootfs');
     return [
       {
@@ -367,10 +378,10 @@ export class SessionManager {
           const w = s._watcher!;
           const stages = ['x', 'dbus', 'a11y', 'wm'];
           try {
-            await w.waitFor(stages, READY_TIMEOUT_MS);
+            await w.waitFor(stages, this.config.readyTimeoutMs, signal);
             s.timings.desktopReadyMs = Math.max(...stages.map((st) => w.marks.get(st)!)) - t;
             if (s.spec.url) {
-              await w.waitFor(['browser'], READY_TIMEOUT_MS);
+              await w.waitFor(['browser'], this.config.readyTimeoutMs, signal);
               s.timings.browserReadyMs = w.marks.get('browser')! - t;
             }
           } catch (e) {
@@ -417,7 +428,7 @@ export class SessionManager {
   private _writeBundle(s: Session): void {
     const { width, height, depth } = s.spec.screen;
     const spec = buildSpec({
-      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: HOME,
+      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: DESKTOP_HOME,
       args: ['/usr/bin/tini', '-s', '--', '/usr/lib/drums/session-init'],
       env: {
         ...this.sessionEnv(),
@@ -425,14 +436,14 @@ export class SessionManager {
         DRUMS_SESSION_ID: s.id,
         ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
         ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
-        ...benchEnv(s.spec.labels),
+        ...benchEnv(s.spec.labels, this.config.benchHooks),
       },
       netnsPath: `/var/run/netns/${s.names.netns}`,
       cgroupsPath: s.names.cgroup,
       runDir: s.runDir,
       x11Dir: join(this.inst.rtDir, s.id, 'x11'),
       initPath: join(this.inst.rtDir, 'session-init'),
-      allowMemoryMerge: benchEnv(s.spec.labels).DRUMS_KSM === '1',
+      allowMemoryMerge: benchEnv(s.spec.labels, this.config.benchHooks).DRUMS_KSM === '1',
       memoryBytes: s.spec.memoryBytes,
       // No swap: a session at its limit is OOM-killed in its own cgroup instead of thrashing the host.
       noSwap: swapLimitSupported(),
@@ -444,18 +455,9 @@ export class SessionManager {
     writeFileSync(join(s.dir, 'bundle', 'config.json'), JSON.stringify(spec, null, 2));
   }
 
-  /** The environment every process in a session sees (init and exec alike). */
+  /** The environment every process in a session sees (init and exec alike): DESKTOP_ENV. */
   sessionEnv(): Record<string, string> {
-    return {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME, USER: 'user', LOGNAME: 'user', SHELL: '/bin/bash', LANG: 'C.UTF-8',
-      DISPLAY: ':0',
-      XDG_RUNTIME_DIR: '/run/drums/xdg',
-      DBUS_SESSION_BUS_ADDRESS: 'unix:path=/run/drums/bus',
-      NO_AT_BRIDGE: '0',
-      // Chromium exposes its AT-SPI tree only when this is set (a flag alone is not enough).
-      ACCESSIBILITY_ENABLED: '1',
-    };
+    return { ...DESKTOP_ENV };
   }
 
   private _closeGeneration(s: Session): void {
@@ -487,7 +489,12 @@ export class SessionManager {
     await unmountOverlay(join(s.dir, 'bundle', 'rootfs'));
   }
 
-  async reset(id: string): Promise<Session> {
+  /**
+   * Resets a session to a fresh generation. `signal` stops the reset between steps and in the
+   * readiness wait; the session is then broken (reset it again, or destroy it).
+   */
+  async reset(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
+    const { signal } = opts;
     const s = this.get(id);
     if (s.state === 'resetting' || s.state === 'creating' || s.state === 'destroying') {
       throw new ConflictError('session_busy', `session '${id}' is ${s.state}; wait for it to finish`);
@@ -496,8 +503,9 @@ export class SessionManager {
     s.generation += 1;
     s.attempt = { generation: s.generation, token: randomUUID() };
     // Test hook (DRUMS_TEST_HOOKS=1): label drums.test.killAtResetStep kills the daemon right after that step.
-    const killAt = process.env.DRUMS_TEST_HOOKS === '1' ? s.spec.labels['drums.test.killAtResetStep'] : undefined;
+    const killAt = this.config.testHooks ? s.spec.labels['drums.test.killAtResetStep'] : undefined;
     const t0 = performance.now();
+    const steps: StepRecord[] = [];
     try {
       this._record(s, 'resetting');
       await this._admit(async () => {
@@ -505,21 +513,26 @@ export class SessionManager {
         await this._stopContainer(s);
         s.timings['reset.stopMs'] = performance.now() - ts;
         if (killAt === 'stop') process.kill(process.pid, 'SIGKILL');
-        for (const step of this._startSteps(s)) {
+        for (const step of this._startSteps(s, signal)) {
+          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'reset'), steps);
           ts = performance.now();
           try {
             await step.do();
           } catch (e) {
-            throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
+            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'reset') : e, steps);
           }
-          s.timings[`reset.${step.name}Ms`] = performance.now() - ts;
+          const ms = performance.now() - ts;
+          s.timings[`reset.${step.name}Ms`] = ms;
+          steps.push({ step: step.name, ms });
           if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
         }
       });
     } catch (e) {
+      const step = e instanceof StepError ? e.step : 'stop';
+      const cause = e instanceof StepError ? e.cause : e;
       s.state = 'broken';
-      s.brokenReason = `reset failed at step '${(e as { step?: string }).step}': ${errorMessage(e)}`;
-      throw new DrumsError('session_reset_failed', s.brokenReason, { cause: e });
+      s.brokenReason = `reset failed at step '${step}': ${errorMessage(cause)}`;
+      throw new DrumsError('session_reset_failed', s.brokenReason, { cause, details: { step, steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) } });
     }
     s.timings.resetMs = performance.now() - t0;
     s.state = 'ready';
@@ -596,6 +609,12 @@ export class SessionManager {
   }
 }
 
+/** The error a cancelled create or reset reports: the client went away, or a deadline passed. */
+function cancelled(signal: AbortSignal, op: string): CancelledError {
+  const why = signal.reason instanceof Error && signal.reason.name === 'TimeoutError' ? 'its deadline passed' : 'the caller went away';
+  return new CancelledError(`${op} cancelled: ${why}`);
+}
+
 /**
  * Bench-only session settings, honoured only when the daemon runs with
  * DRUMS_BENCH_HOOKS=1 (DrumsBench's private daemons): label drums.bench.ksm=1
@@ -604,7 +623,7 @@ export class SessionManager {
  * sessions once the host runs ksmd: a cross-session timing channel, so never a
  * setting a client can ask a production daemon for.
  */
-export function benchEnv(labels: Record<string, string>): Record<string, string> {
-  if (process.env.DRUMS_BENCH_HOOKS !== '1') return {};
+export function benchEnv(labels: Record<string, string>, benchHooks: boolean): Record<string, string> {
+  if (!benchHooks) return {};
   return labels['drums.bench.ksm'] === '1' ? { DRUMS_KSM: '1' } : {};
 }

@@ -108,8 +108,8 @@ export class PoolManager {
 
   constructor(mgr: SessionManager, opts: { refillConcurrency?: number } = {}) {
     this.mgr = mgr;
-    const start = Number(process.env.DRUMS_START_CONCURRENCY ?? 4);
-    this.refillConcurrency = opts.refillConcurrency ?? Number(process.env.DRUMS_POOL_REFILL_CONCURRENCY ?? Math.max(1, Math.floor(start / 2)));
+    const c = mgr.config;
+    this.refillConcurrency = opts.refillConcurrency ?? c.poolRefillConcurrency ?? Math.max(1, Math.floor(c.startConcurrency / 2));
     mgr.hooks.destroyed.push((id) => this._forget(id));
   }
 
@@ -118,13 +118,13 @@ export class PoolManager {
    * (a JSON file), each `{"<name>": {"size": N, "template": {SessionSpec}}}`.
    * A bad config stops the daemon with the field at fault.
    */
-  loadConfig(env: NodeJS.ProcessEnv = process.env): void {
+  loadConfig(c: { pools?: string | undefined; poolsFile?: string | undefined } = this.mgr.config): void {
     const sources: [string, string][] = [];
-    if (env.DRUMS_POOLS_FILE) {
-      if (!existsSync(env.DRUMS_POOLS_FILE)) throw new DrumsError('invalid_config', `DRUMS_POOLS_FILE: no file ${env.DRUMS_POOLS_FILE}`);
-      sources.push([`DRUMS_POOLS_FILE (${env.DRUMS_POOLS_FILE})`, readFileSync(env.DRUMS_POOLS_FILE, 'utf8')]);
+    if (c.poolsFile) {
+      if (!existsSync(c.poolsFile)) throw new DrumsError('invalid_config', `DRUMS_POOLS_FILE: no file ${c.poolsFile}`);
+      sources.push([`DRUMS_POOLS_FILE (${c.poolsFile})`, readFileSync(c.poolsFile, 'utf8')]);
     }
-    if (env.DRUMS_POOLS) sources.push(['DRUMS_POOLS', env.DRUMS_POOLS]);
+    if (c.pools) sources.push(['DRUMS_POOLS', c.pools]);
     for (const [where, text] of sources) {
       let doc: unknown;
       try { doc = JSON.parse(text); } catch (e) { throw new DrumsError('invalid_config', `${where}: not JSON: ${errorMessage(e)}`); }

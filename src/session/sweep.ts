@@ -80,7 +80,7 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
   const keptPath = (p: string) => keep.some((k) => [join(inst.sessionsDir, k.id), join(inst.rtDir, k.id)].some((d) => p === d || p.startsWith(d + '/')));
 
   // 1. Containers: killing each init tears down its PID namespace.
-  const runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
+  const runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
   for (const c of await runtime.list()) {
     if (!c.id.startsWith(prefix) || keptNames.has(c.id)) continue;
     await attempt(`container ${c.id}`, () => runtime.destroy(c.id));

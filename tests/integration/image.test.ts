@@ -16,6 +16,7 @@ import {
   acquireLock, buildImage, debianMirrors, findImage, listImages, loadRecipe, processStartTime,
   recipeHash, removeImage, renderProgressToStderr, REPO_ROOT, type BuildProgress,
 } from '../../src/image/index.ts';
+import { loadConfig } from '../../src/common/config.ts';
 
 const IMAGES_DIR = process.env.DRUMS_IMAGE_DIR || '/var/lib/drums/images';
 const isRoot = process.getuid?.() === 0;
@@ -275,16 +276,9 @@ describe('progress renderer', () => {
 });
 
 test('DRUMS_DEBIAN_MIRROR overrides the mirror', () => {
-  const saved = process.env.DRUMS_DEBIAN_MIRROR;
-  try {
-    process.env.DRUMS_DEBIAN_MIRROR = 'http://mirror.example/debian/';
-    assert.equal(debianMirrors().main, 'http://mirror.example/debian');
-    delete process.env.DRUMS_DEBIAN_MIRROR;
-    assert.match(debianMirrors().main, /^https?:\/\/\S+\/debian$/);
-  } finally {
-    if (saved === undefined) delete process.env.DRUMS_DEBIAN_MIRROR;
-    else process.env.DRUMS_DEBIAN_MIRROR = saved;
-  }
+  const c = loadConfig({ DRUMS_DEBIAN_MIRROR: 'http://mirror.example/debian/' });
+  assert.equal(debianMirrors(c).main, 'http://mirror.example/debian');
+  assert.match(debianMirrors(loadConfig({})).main, /^https?:\/\/\S+\/debian$/);
 });
 
 describe('removeImage', () => {
@@ -399,6 +393,45 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
       const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(images));
       assert.deepEqual(mounts, []);
       assert.equal(findImage('broken', { recipesDir: recipes, imagesDir: images }), undefined);
+    } finally {
+      rmSync(recipes, { recursive: true, force: true });
+      rmSync(images, { recursive: true, force: true });
+    }
+  });
+
+  test('an aborted build stops its running step and leaves nothing behind', { timeout: BUILD_TIMEOUT }, async () => {
+    const parent = await buildImage('minimal', { imagesDir: IMAGES_DIR });
+    const recipes = tempDir('recipes');
+    const images = tempDir('images');
+    try {
+      cpSync(join(REPO_ROOT, 'images/minimal.json'), join(recipes, 'minimal.json'));
+      // A step that would run for 10 minutes, and leaves a marker when it ends normally.
+      writeFileSync(join(recipes, 'slow.json'), JSON.stringify({ name: 'slow', base: { from: 'minimal' }, run: ['sleep 600; touch /slow-finished'] }));
+      symlinkSync(parent.dir, join(images, `minimal-${parent.hash.slice(0, 12)}`));
+      const ac = new AbortController();
+      const t0 = performance.now();
+      let abortedAt = 0;
+      const onProgress = (e: BuildProgress) => {
+        // Abort once the slow step has had a moment to start.
+        if (/^run/.test(e.step) && !abortedAt) setTimeout(() => { abortedAt = performance.now(); ac.abort(); }, 500);
+      };
+      await assert.rejects(buildImage('slow', { recipesDir: recipes, imagesDir: images, onProgress, signal: ac.signal }), (err: Error & { code?: string; step?: string }) => {
+        assert.equal(err.code, 'image_build_failed');
+        assert.match(err.step ?? '', /^run/);
+        assert.match(err.message, /cancelled/);
+        return true;
+      });
+      assert.ok(abortedAt > 0, 'the run step never started');
+      assert.ok(performance.now() - abortedAt < 30_000, `the build took ${Math.round(performance.now() - abortedAt)} ms to stop after the abort`);
+      assert.ok(performance.now() - t0 < 300_000);
+      assert.deepEqual(readdirSync(images).filter((e) => e.startsWith('.tmp-') || e.startsWith('.lock-') || e.startsWith('slow-')), []);
+      const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(images));
+      assert.deepEqual(mounts, []);
+      // No sleep of that step is left running on the host.
+      const sleepers = readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+        try { return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('sleep 600; touch /slow-finished'); } catch { return false; }
+      });
+      assert.deepEqual(sleepers, []);
     } finally {
       rmSync(recipes, { recursive: true, force: true });
       rmSync(images, { recursive: true, force: true });

@@ -2,6 +2,7 @@
 import { NotFoundError } from '../../src/common/errors.ts';
 import type { Session } from '../../src/session/manager.ts';
 import { parseSpec } from '../../src/session/spec.ts';
+import { loadConfig } from '../../src/common/config.ts';
 
 /** The parts of SessionManager the session routes and middleware use, in memory. */
 export class FakeManager {
@@ -10,6 +11,7 @@ export class FakeManager {
   creates = 0;
   readonly hooks = { ready: [] as ((s: Session) => Promise<void>)[], destroyed: [] as ((id: string) => Promise<void> | void)[] };
   readonly maxSessions = 128;
+  readonly config = loadConfig({});
   list(): Session[] {
     return [...this.sessions.values()];
   }

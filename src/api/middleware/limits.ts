@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { MiddlewareHandler } from 'hono';
 import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
+import type { DaemonConfig } from '../../common/config.ts';
 import { DrumsError } from '../../common/errors.ts';
 
 /** 413 payload_too_large for bodies over `maxBytes`, by Content-Length or while streaming a chunked body. */
@@ -46,10 +47,9 @@ export interface RateLimitOptions {
   burst: number;
 }
 
-export function rateLimitFromEnv(env = process.env): RateLimitOptions {
-  const perSecond = Number(env.DRUMS_RATE_LIMIT ?? 5000);
-  const burst = Number(env.DRUMS_RATE_BURST ?? Math.max(1, perSecond * 2));
-  return { perSecond: Number.isFinite(perSecond) && perSecond >= 0 ? perSecond : 5000, burst: Number.isFinite(burst) && burst >= 1 ? burst : 10000 };
+/** From the config's DRUMS_RATE_LIMIT and DRUMS_RATE_BURST (default twice the rate). */
+export function rateLimitOf(c: Pick<DaemonConfig, 'rateLimit' | 'rateBurst'>): RateLimitOptions {
+  return { perSecond: c.rateLimit, burst: c.rateBurst ?? Math.max(1, c.rateLimit * 2) };
 }
 
 /** A token bucket per bearer token (runs after authentication): 429 rate_limited with Retry-After. */

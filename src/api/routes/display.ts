@@ -1,12 +1,12 @@
 import { Hono, type Context } from 'hono';
 import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
-import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
+import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions.ts';
 import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
-import { parseExec } from '../../session/exec.ts';
+import { execStream, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
-import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
+import { deleteFile, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
 import { TAKEOVER_HEADER, takeovers } from '../frames/takeover.ts';
 import { ACTIONS_HEADER, MAX_HEADER_JSON, asciiJson, imageHeaders, wantsBinary } from '../frames/binary.ts';
@@ -137,7 +137,7 @@ function parseLimit(v: string | undefined, field: string, max: number): number |
 export function displayRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
-  const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container, env: mgr.sessionEnv() });
+  const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container });
   /** Session, expected generation, readiness: in that order, for every route here. */
   const ready = (c: Context, fromBody?: unknown): Session => {
     const s = ctx.session(c);
@@ -186,8 +186,8 @@ export function displayRoutes(ctx: RouteContext) {
     if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
     if (b.actions.length > 1000) throw bad('actions', 'at most 1000 actions per batch', 'invalid_action');
     const scale = parseScaleBody(b.scale, 'scale');
-    // The whole batch is validated before anything runs.
-    normalizeActions(b.actions, { screen: screenOf(s), scale });
+    // The whole batch is normalized (and so validated) once, before anything runs; runCanonical trusts it.
+    const steps = normalizeBatch(b.actions, { screen: screenOf(s), scale });
     let shotOpts: ScreenshotOptions | undefined;
     if (b.screenshot !== undefined && b.screenshot !== false) {
       const so = (b.screenshot === true ? {} : b.screenshot) as Record<string, unknown>;
@@ -206,7 +206,8 @@ export function displayRoutes(ctx: RouteContext) {
     checkBody('runActions', b);
     const generation = s.generation;
     const d = await display.connection(s);
-    const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
+    // A client that goes away stops the batch between actions (and cuts a wait short).
+    const results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
     const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
     if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
       // Image bytes as the body, the JSON in a header (src/api/frames/binary.ts).
@@ -220,7 +221,7 @@ export function displayRoutes(ctx: RouteContext) {
     const maxDepth = parseLimit(c.req.query('maxDepth'), 'maxDepth', 1000) ?? A11Y_DEFAULTS.maxDepth;
     const maxWidth = parseLimit(c.req.query('maxWidth'), 'maxWidth', 100_000) ?? A11Y_DEFAULTS.maxWidth;
     const client = await display.a11y(s);
-    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000 });
+    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000, signal: c.req.raw.signal });
     return { tree, stats, maxDepth, maxWidth };
   };
 

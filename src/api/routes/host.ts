@@ -16,8 +16,8 @@ const STATES = ['creating', 'ready', 'resetting', 'broken', 'destroying'] as con
  * The stable host id: DRUMS_HOST_ID (e.g. the Kubernetes node name), else an id
  * generated on first start and kept in the state dir, so it survives restarts.
  */
-export function hostId(inst: Instance, env = process.env): string {
-  if (env.DRUMS_HOST_ID) return env.DRUMS_HOST_ID;
+export function hostId(inst: Instance, configured?: string): string {
+  if (configured) return configured;
   const path = join(inst.stateDir, 'host-id');
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
   const id = `${hostname()}-${randomUUID().slice(0, 8)}`;
@@ -92,7 +92,7 @@ export function hostRoutes(ctx: RouteContext) {
   const { mgr } = ctx;
   // The host id is read (or made) on first use, so building the app touches no state dir.
   let id: string | undefined;
-  const ids = { get hostId() { return (id ??= hostId(mgr.inst)); }, instanceId: randomUUID(), startedAt: new Date().toISOString() };
+  const ids = { get hostId() { return (id ??= hostId(mgr.inst, mgr.config.hostId)); }, instanceId: randomUUID(), startedAt: new Date().toISOString() };
   const app = new Hono();
   app.use('/v1/sessions', async (c, next) => {
     if (c.req.method === 'POST') refuseIfDraining(mgr);

@@ -60,7 +60,8 @@ export function sessionRoutes(ctx: RouteContext) {
       c.header('x-drums-pool', `${pool}; ${hit ? 'hit' : 'miss'}`);
       return c.json(ctx.view(session), 201);
     }
-    return c.json(ctx.view(await mgr.create(body)), 201);
+    // A client that goes away stops the create between steps, and what was made is undone.
+    return c.json(ctx.view(await mgr.create(body, { signal: c.req.raw.signal })), 201);
   });
   app.get('/v1/sessions/:id', (c) => c.json(ctx.view(ctx.session(c))));
   app.delete('/v1/sessions/:id', async (c) => {
@@ -72,7 +73,7 @@ export function sessionRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
     display.drop(s.id);
-    return c.json(ctx.view(await mgr.reset(s.id)));
+    return c.json(ctx.view(await mgr.reset(s.id, { signal: c.req.raw.signal })));
   });
   app.post('/v1/sessions/:id/exec', async (c) => {
     const s = ctx.session(c);
@@ -81,7 +82,8 @@ export function sessionRoutes(ctx: RouteContext) {
     checkBody('execInSession', body);
     ctx.checkGeneration(c, s);
     ctx.usable(s);
-    const r = await execInSession(mgr.runtime, s.names.container, mgr.sessionEnv(), req);
+    // A client that goes away kills the command (as the streaming exec does).
+    const r = await execInSession({ runtime: mgr.runtime, container: s.names.container }, req, c.req.raw.signal);
     return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
   });
   return app;

@@ -1,0 +1,177 @@
+/**
+ * The daemon's configuration: one documented field per `DRUMS_*` variable,
+ * resolved once as argument (overrides) → environment → default, and passed
+ * down (startDaemon → SessionManager, OsworldService, the API, the image
+ * builder). Nothing below the composition roots reads `process.env` for a
+ * setting. A bad value is an `invalid_config` error naming the variable.
+ * README.md's variable table is generated from FIELDS (scripts/gen-config-docs.ts).
+ */
+import { resolve } from 'node:path';
+import { DrumsError } from './errors.ts';
+
+export type LogFormat = 'text' | 'json';
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+export interface DaemonConfig {
+  stateDir: string;
+  instance: string | undefined;
+  imagesDir: string;
+  claimsDir: string;
+  token: string | undefined;
+  listen: string;
+  port: number;
+  runtime: string | undefined;
+  subnetPool: string;
+  maxSessions: number;
+  startConcurrency: number;
+  readyTimeoutMs: number;
+  rateLimit: number;
+  rateBurst: number | undefined;
+  logFormat: LogFormat;
+  logLevel: LogLevel;
+  debianMirror: string | undefined;
+  debianSecurityMirror: string | undefined;
+  osworldUids: number[];
+  osworldPeerCheck: boolean;
+  osworldOpenTimeoutS: number;
+  osworldMaxBodyBytes: number;
+  debugKeepFailed: boolean;
+  keepSessions: boolean;
+  hostId: string | undefined;
+  pools: string | undefined;
+  poolsFile: string | undefined;
+  poolRefillConcurrency: number | undefined;
+  defaultCpus: number | undefined;
+  testFailStep: string | undefined;
+  testHooks: boolean;
+  benchHooks: boolean;
+}
+
+interface Field<T> {
+  env: string;
+  /** One line for the README table. */
+  doc: string;
+  default: T;
+  /** How the default reads in the README, when it is not the value itself. */
+  defaultDoc?: string;
+  /** Throws a message (what is wanted) on a bad value. */
+  parse: (raw: string) => T;
+  /** Who sets it: the README groups test-only fields apart. */
+  audience?: 'test';
+}
+
+const str = (raw: string): string => raw;
+function int(min: number, max = Number.MAX_SAFE_INTEGER) {
+  return (raw: string): number => {
+    const n = Number(raw);
+    if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) throw `must be an integer from ${min} to ${max}`;
+    return n;
+  };
+}
+function number(min: number) {
+  return (raw: string): number => {
+    const n = Number(raw);
+    if (!Number.isFinite(n) || n < min) throw `must be a number of at least ${min}`;
+    return n;
+  };
+}
+function bool(raw: string): boolean {
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  throw 'must be 1 or 0';
+}
+function oneOf<T extends string>(...values: T[]) {
+  return (raw: string): T => {
+    if (!(values as string[]).includes(raw)) throw `must be one of ${values.join(', ')}`;
+    return raw as T;
+  };
+}
+/** A directory; a relative one is taken from the working directory, as before. */
+function dirPath(raw: string): string {
+  if (raw.includes('\0')) throw 'must be a path without NUL';
+  return resolve(raw);
+}
+
+const GiB = 1024 ** 3;
+
+/** Every field, in README order. */
+export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
+  stateDir: { env: 'DRUMS_STATE_DIR', doc: 'state directory; one directory = one independent instance', default: '/var/lib/drums', parse: dirPath },
+  instance: {
+    env: 'DRUMS_INSTANCE', doc: 'short name in every host object this instance makes (1-5 of a-z, 0-9)', default: undefined, defaultDoc: 'hash of the state directory',
+    parse: (raw) => { if (!/^[a-z0-9]{1,5}$/.test(raw)) throw 'must be 1-5 lowercase letters or digits'; return raw; },
+  },
+  imagesDir: { env: 'DRUMS_IMAGE_DIR', doc: 'built images (shared by instances; content-addressed by recipe hash)', default: '/var/lib/drums/images', parse: dirPath },
+  claimsDir: { env: 'DRUMS_CLAIMS_DIR', doc: 'where instances claim subnets (host-wide, shared by all instances)', default: '/run/drums/subnets', parse: dirPath },
+  token: { env: 'DRUMS_TOKEN', doc: 'bearer token (the CLI and clients send it too)', default: undefined, defaultDoc: 'generated into `<state>/token`', parse: str },
+  listen: { env: 'DRUMS_LISTEN', doc: 'address to listen on (non-loopback needs `--allow-remote`)', default: '127.0.0.1', parse: str },
+  port: { env: 'DRUMS_PORT', doc: 'port to listen on (0: any free port)', default: 7450, parse: int(0, 65535) },
+  runtime: { env: 'DRUMS_RUNTIME', doc: '`runc`, `crun` or a path', default: undefined, defaultDoc: 'crun on cgroup v2, else runc', parse: str },
+  subnetPool: { env: 'DRUMS_SUBNET_POOL', doc: 'IPv4 pool cut into one /30 per session', default: '10.231.0.0/16', parse: str },
+  maxSessions: { env: 'DRUMS_MAX_SESSIONS', doc: 'sessions one daemon holds', default: 128, parse: int(1) },
+  startConcurrency: { env: 'DRUMS_START_CONCURRENCY', doc: 'creates/resets in flight at once', default: 4, parse: int(1) },
+  readyTimeoutMs: { env: 'DRUMS_READY_TIMEOUT_MS', doc: 'how long a create or reset waits for the desktop to be ready', default: 60_000, parse: int(1) },
+  rateLimit: { env: 'DRUMS_RATE_LIMIT', doc: 'API requests per second per token (0: no limit)', default: 5000, parse: number(0) },
+  rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
+  logFormat: { env: 'DRUMS_LOG', doc: '`json` for JSON lines on stderr', default: 'text', parse: oneOf('text', 'json') },
+  logLevel: { env: 'DRUMS_LOG_LEVEL', doc: '`debug`, `info`, `warn` or `error`', default: 'info', parse: oneOf('debug', 'info', 'warn', 'error') },
+  debianMirror: { env: 'DRUMS_DEBIAN_MIRROR', doc: 'Debian mirror for image builds', default: undefined, defaultDoc: "the host's apt sources, else deb.debian.org", parse: str },
+  debianSecurityMirror: { env: 'DRUMS_DEBIAN_SECURITY_MIRROR', doc: 'Debian security mirror for image builds', default: undefined, defaultDoc: "the host's apt sources, else security.debian.org", parse: str },
+  osworldUids: {
+    env: 'DRUMS_OSWORLD_UIDS', doc: "host uids (comma-separated) besides the daemon's own that may connect to a session's OSWorld ports", default: [], defaultDoc: '',
+    parse: (raw) => raw.split(',').map((u) => u.trim()).filter(Boolean).map((u) => { if (!/^\d+$/.test(u)) throw 'must be uids separated by commas'; return Number(u); }),
+  },
+  osworldPeerCheck: { env: 'DRUMS_OSWORLD_PEER_CHECK', doc: "`0` lets any local uid connect to the OSWorld ports", default: true, defaultDoc: '`1`', parse: bool },
+  osworldOpenTimeoutS: { env: 'DRUMS_OSWORLD_OPEN_TIMEOUT_S', doc: "OSWorld `open_file`'s longest wait for the window, in seconds", default: 1800, parse: int(1) },
+  osworldMaxBodyBytes: { env: 'DRUMS_OSWORLD_MAX_BODY', doc: "OSWorld guest server's largest request or file, in bytes", default: GiB, defaultDoc: '1 GiB', parse: int(1) },
+  debugKeepFailed: { env: 'DRUMS_DEBUG_KEEP_FAILED', doc: '`1` leaves a failed create in place for inspection (the sweep removes it)', default: false, defaultDoc: '`0`', parse: bool },
+  keepSessions: { env: 'DRUMS_KEEP_SESSIONS', doc: '`1`: a stopped daemon leaves its sessions running, for the next daemon of the instance to adopt', default: false, defaultDoc: '`0`', parse: bool },
+  hostId: { env: 'DRUMS_HOST_ID', doc: "this host's stable id in `GET /v1/host` (e.g. the Kubernetes node name)", default: undefined, defaultDoc: 'generated once into `<state>/host-id`', parse: str },
+  pools: { env: 'DRUMS_POOLS', doc: 'warm pools, as JSON: `{"web": {"size": 8, "template": {SessionSpec}}}` ([docs/pools.md](docs/pools.md))', default: undefined, defaultDoc: 'none', parse: str },
+  poolsFile: { env: 'DRUMS_POOLS_FILE', doc: 'warm pools, as a JSON file of the same shape', default: undefined, defaultDoc: 'none', parse: dirPath },
+  poolRefillConcurrency: { env: 'DRUMS_POOL_REFILL_CONCURRENCY', doc: 'pool refills in flight at once (a share of the create admission)', default: undefined, defaultDoc: 'half of `DRUMS_START_CONCURRENCY`', parse: int(1) },
+  defaultCpus: { env: 'DRUMS_DEFAULT_CPUS', doc: "a session's CPU quota in cores when its spec sets none (0: no quota)", default: undefined, defaultDoc: 'half the host\'s cores, at least 1', parse: number(0) },
+  testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },
+  testHooks: { env: 'DRUMS_TEST_HOOKS', doc: '`1` honours the `drums.test.failStep` label (tests)', default: false, defaultDoc: '`0`', parse: bool, audience: 'test' },
+  benchHooks: { env: 'DRUMS_BENCH_HOOKS', doc: "`1` honours the bench's `drums.bench.*` labels (the bench's private daemon)", default: false, defaultDoc: '`0`', parse: bool, audience: 'test' },
+};
+
+/**
+ * Variables read outside the daemon (by the CLI, the clients and scripts),
+ * documented here so the README lists every `DRUMS_*` variable in one table.
+ * `client/` may not import `common/`, so these stay read where they are used.
+ */
+export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = [
+  { env: 'DRUMS_URL', doc: 'daemon URL for the CLI and clients', default: '`daemon.json` in the state directory' },
+  { env: 'DRUMS_PYTHON', doc: 'Python for `drums osworld run`', default: '`.runtime/venv/bin/python`' },
+  { env: 'DRUMS_NODE', doc: 'Node for `bin/drums`', default: '`.runtime/node/bin/node`' },
+];
+
+export type ConfigOverrides = { [K in keyof DaemonConfig]?: DaemonConfig[K] | undefined };
+
+/** Argument → environment → default, for every field; throws invalid_config naming the variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: ConfigOverrides = {}): DaemonConfig {
+  const out: Record<string, unknown> = {};
+  for (const [key, f] of Object.entries(FIELDS) as [keyof DaemonConfig, Field<unknown>][]) {
+    if (overrides[key] !== undefined) { out[key] = overrides[key]; continue; }
+    const raw = env[f.env];
+    if (raw === undefined || raw === '') { out[key] = f.default; continue; }
+    try {
+      out[key] = f.parse(raw);
+    } catch (e) {
+      throw new DrumsError('invalid_config', `${f.env}=${JSON.stringify(raw)}: ${typeof e === 'string' ? e : (e as Error).message}`, { details: { variable: f.env } });
+    }
+  }
+  return out as unknown as DaemonConfig;
+}
+
+/** The README's table, from FIELDS and OTHER_VARIABLES. */
+export function configTable(): string {
+  const code = (v: unknown): string => (v === undefined || (Array.isArray(v) && v.length === 0) ? '' : `\`${Array.isArray(v) ? v.join(',') : String(v)}\``);
+  const rows = ['| variable | meaning | default |', '|---|---|---|'];
+  const fields = Object.values(FIELDS) as Field<unknown>[];
+  for (const f of fields.filter((x) => x.audience !== 'test')) rows.push(`| \`${f.env}\` | ${f.doc} | ${f.defaultDoc ?? code(f.default)} |`);
+  for (const v of OTHER_VARIABLES) rows.push(`| \`${v.env}\` | ${v.doc} | ${v.default} |`);
+  for (const f of fields.filter((x) => x.audience === 'test')) rows.push(`| \`${f.env}\` | ${f.doc} | ${f.defaultDoc ?? code(f.default)} |`);
+  return rows.join('\n');
+}
