@@ -119,6 +119,7 @@ def simulate(cfg: SimConfig, policy: str) -> dict[str, Any]:
         push(ft, "fail", rng.randrange(n))
     for k in range(int(cfg.fill_s) + 30, int(cfg.duration_s), 30):
         push(float(k), "sample")
+    push(cfg.duration_s - 0.5, "sample")
 
     decide_ns: list[int] = []
     placed = refused = dead_tries = failed = lost = 0
@@ -240,12 +241,14 @@ def run(cfg: SimConfig, policies: tuple[str, ...] = ("p2c", "random", "least")) 
 
 
 def sweep_fill(base: SimConfig, fills: tuple[float, ...]) -> list[dict[str, Any]]:
-    """Where it breaks: the same cluster filled to a growing share of its capacity (p2c only)."""
+    """Where it breaks: the same cluster filled to a growing share of its capacity (p2c only).
+    Sessions live for the whole run here, so the cluster really reaches that fill."""
     out = []
     for f in fills:
-        cfg = SimConfig(**{**base.__dict__, "sessions": int(f * base.hosts * base.capacity), "failures": 0})
+        cfg = SimConfig(**{**base.__dict__, "sessions": int(f * base.hosts * base.capacity), "failures": 0, "life_s": 1e9,
+                           "duration_s": base.fill_s + 30})
         r = simulate(cfg, "p2c")
-        out.append({"fill": f, **{k: r[k] for k in ("placements", "refusedPer1k", "failedPlacements", "fullScans", "decisionUs", "balance")}})
+        out.append({"fill": f, **{k: r[k] for k in ("placements", "decisions", "refusedPer1k", "failedPlacements", "fullScans", "decisionUs", "balance", "heldAtEnd")}})
     return out
 
 
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SimConfig(hosts=a.hosts, sessions=a.sessions, clients=a.clients, duration_s=a.duration, failures=a.failures, seed=a.seed)
     rec: dict[str, Any] = {"schemaVersion": 1, "kind": "cluster-sim", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **run(cfg)}
     if a.sweeps:
-        rec["fillSweep"] = sweep_fill(SimConfig(hosts=a.hosts, clients=a.clients, duration_s=240, seed=a.seed), (0.5, 0.78, 0.9, 0.97, 0.995))
+        rec["fillSweep"] = sweep_fill(SimConfig(hosts=a.hosts, clients=a.clients, seed=a.seed), (0.5, 0.9, 0.97, 0.99, 0.999, 1.01))
         rec["sizeSweep"] = sweep_hosts((100, 1000, 10_000))
     text = json.dumps(rec, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
     if a.out:
