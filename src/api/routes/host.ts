@@ -97,7 +97,7 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
   };
 }
 
-/** GET /v1/host, POST /v1/host/drain, and the draining check in front of POST /v1/sessions. */
+/** GET /v1/host, POST and DELETE /v1/host/drain, and the draining check in front of POST /v1/sessions. */
 export function hostRoutes(ctx: RouteContext) {
   const { mgr } = ctx;
   const ids = { hostId: hostId(mgr.inst), instanceId: randomUUID(), startedAt: new Date().toISOString() };
@@ -109,6 +109,10 @@ export function hostRoutes(ctx: RouteContext) {
   app.get('/v1/host', (c) => c.json(hostReport(mgr, ids)));
   app.post('/v1/host/drain', (c) => {
     if (!DRAINING.has(mgr)) DRAINING.set(mgr, { since: new Date().toISOString() });
+    return c.json(hostReport(mgr, ids));
+  });
+  app.delete('/v1/host/drain', (c) => {
+    DRAINING.delete(mgr);
     return c.json(hostReport(mgr, ids));
   });
   return app;
