@@ -18,8 +18,10 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    temp_dir = tempfile.mkdtemp(prefix="drums-ray-", dir="/tmp")  # Ray's session files, removed at the end
+    args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "temp_dir": temp_dir}
     cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     nodes = None
     rec: dict[str, Any] = {"schemaVersion": 1, "kind": "cluster-ray", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
             nodes.stop()
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     text = json.dumps(rec, indent=2)
     if a.out:
         Path(a.out).write_text(text + "\n")
