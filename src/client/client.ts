@@ -135,6 +135,11 @@ export class DrumsClient {
     return this.json('POST', '/v1/host/drain');
   }
 
+  /** DELETE /v1/host/drain: take new sessions again. */
+  undrainHost(): Promise<HostReport> {
+    return this.json('DELETE', '/v1/host/drain');
+  }
+
   createSession(spec: SessionSpec = {}): Promise<SessionInfo> {
     return this.json('POST', '/v1/sessions', spec);
   }

@@ -65,6 +65,10 @@ describe('host report and drain', () => {
     assert.equal(await preStopExit, 0);
     assert.match(preStopOut, /drained: 0 session\(s\) still held/);
     assert.equal(spawnSync(NODE, [PROBE, 'ready'], { env: probeEnv }).status, 1, 'a draining host is not ready');
+    // DELETE cancels the drain: creates are taken again.
+    const undrained = await d1.client.undrainHost();
+    assert.deepEqual([undrained.draining, undrained.capacity.sessions, undrained.drainingSince], [false, 2, undefined]);
+    await d1.client.destroySession((await d1.client.createSession({ image: 'minimal' })).id);
     // Unauthenticated: 401 like every other route.
     const anon = await fetch(`${d1.url}/v1/host`);
     assert.equal(anon.status, 401);

@@ -170,6 +170,10 @@ class Client:
         """``POST /v1/host/drain``: new creates get 503 ``host_draining``; held sessions go on."""
         return self.request("POST", "/v1/host/drain").json()
 
+    def undrain(self) -> m.HostReport:
+        """``DELETE /v1/host/drain``: take new sessions again."""
+        return self.request("DELETE", "/v1/host/drain").json()
+
     def close(self) -> None:
         self._http.close()
 
@@ -423,6 +427,9 @@ class AsyncClient:
 
     async def drain(self) -> m.HostReport:
         return (await self.request("POST", "/v1/host/drain")).json()
+
+    async def undrain(self) -> m.HostReport:
+        return (await self.request("DELETE", "/v1/host/drain")).json()
 
     async def aclose(self) -> None:
         await self._http.aclose()

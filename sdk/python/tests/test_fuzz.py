@@ -82,6 +82,9 @@ def test_api_never_5xx(case, daemon, live):
             body = response.json()
             assert set(body) == {"error"} and isinstance(body["error"].get("code"), str), f"bad error body: {response.text[:200]}"
     finally:
+        if case.operation.path == "/v1/host/drain" and case.method == "POST":
+            with Client(daemon.url, daemon.token) as c:
+                c.undrain()  # the daemon is shared by the tests after this one
         if case.operation.path == "/v1/sessions" and case.method == "POST" and response.status_code in (200, 201):
             sid = response.json()["id"]
             with Client(daemon.url, daemon.token) as c:

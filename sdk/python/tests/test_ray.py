@@ -9,7 +9,9 @@ import asyncio
 import http.server
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,11 +48,14 @@ def _ray_procs() -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 def nodes():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    # Ray's session files (logs, sockets) go to a directory of this run, removed at the end.
+    temp_dir = tempfile.mkdtemp(prefix="drums-ray-", dir="/tmp")
+    node_args = {**NODE_ARGS, "temp_dir": temp_dir}
+    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
     drums = None
     try:
         for _ in range(NODES - 1):
-            cluster.add_node(**NODE_ARGS)
+            cluster.add_node(**node_args)
         ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
         cluster.wait_for_nodes()
         drums = DrumsNodes.start(str(DRUMS), subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": str(MAX_PER_HOST)})
@@ -67,6 +72,7 @@ def nodes():
         while _ray_procs() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _ray_procs() == [], "Ray processes left behind"
+        shutil.rmtree(temp_dir, ignore_errors=True)
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for inst in instances:
             assert f"drums-{inst}-" not in netns, f"instance {inst} left network namespaces"

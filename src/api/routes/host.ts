@@ -49,6 +49,16 @@ function disk(path: string) {
   }
 }
 
+/** The built images, re-read at most every 10 s: listing reads every manifest, and clients poll this route. */
+let imagesCache: { dir: string; at: number; images: { name: string; hash: string; current: boolean; builtAt: string }[] } | undefined;
+function builtImages(imagesDir: string) {
+  if (!imagesCache || imagesCache.dir !== imagesDir || Date.now() - imagesCache.at > 10_000) {
+    const images = listImages({ imagesDir }).map((i) => ({ name: i.name, hash: i.hash, current: i.current, builtAt: i.manifest.builtAt }));
+    imagesCache = { dir: imagesDir, at: Date.now(), images };
+  }
+  return imagesCache.images;
+}
+
 /**
  * `GET /v1/host`: what this host says about itself, for cluster placement.
  * `admission` and `pools` are null / empty until admission control and warm
@@ -83,11 +93,11 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
     },
     admission: null,
     pools: [] as unknown[],
-    images: listImages({ imagesDir: mgr.inst.imagesDir }).map((i) => ({ name: i.name, hash: i.hash, current: i.current, builtAt: i.manifest.builtAt })),
+    images: builtImages(mgr.inst.imagesDir),
   };
 }
 
-/** GET /v1/host, POST /v1/host/drain, and the draining check in front of POST /v1/sessions. */
+/** GET /v1/host, POST and DELETE /v1/host/drain, and the draining check in front of POST /v1/sessions. */
 export function hostRoutes(ctx: RouteContext) {
   const { mgr } = ctx;
   // The host id is read (or made) on first use, so building the app touches no state dir.
@@ -101,6 +111,10 @@ export function hostRoutes(ctx: RouteContext) {
   app.get('/v1/host', (c) => c.json(hostReport(mgr, ids)));
   app.post('/v1/host/drain', (c) => {
     if (!DRAINING.has(mgr)) DRAINING.set(mgr, { since: new Date().toISOString() });
+    return c.json(hostReport(mgr, ids));
+  });
+  app.delete('/v1/host/drain', (c) => {
+    DRAINING.delete(mgr);
     return c.json(hostReport(mgr, ids));
   });
   return app;
