@@ -9,6 +9,7 @@ import { STATUS_BY_CODE, errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from './display-service.ts';
 import { security } from './middleware/security.ts';
 import { bodyLimit, rateLimit, rateLimitFromEnv, type RateLimitOptions } from './middleware/limits.ts';
+import { fairShare, fairShareFromEnv } from './middleware/fair.ts';
 import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
@@ -50,6 +51,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.use('*', security(opts));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitFromEnv()));
   app.use('*', bodyLimit(maxBody));
+  app.use('/v1/sessions/:id/*', fairShare(fairShareFromEnv()));
   app.use('/v1/sessions', idempotency(ctx));
   app.use('/v1/sessions/:id', sessionGeneration(ctx));
   app.use('/v1/sessions/:id/*', sessionGeneration(ctx));
