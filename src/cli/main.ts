@@ -230,11 +230,12 @@ bench.command('noisy').description('noisy neighbour: 8 sessions driven in a clos
   .option('--quick', 'short phases (CI)')
   .option('--victims <n>', 'sessions driven in a closed loop', '8')
   .option('--seconds <n>', 'length of each phase')
+  .option('--rounds <n>', 'times each abuse runs (ratios pool them)')
   .option('--out <dir>', 'record directory', 'bench/records')
-  .action(async (o: { quick?: boolean; victims: string; seconds?: string; out: string }) => {
+  .action(async (o: { quick?: boolean; victims: string; seconds?: string; rounds?: string; out: string }) => {
     const { runNoisyBench } = await import('../bench/noisy-bench.ts');
     const { record, file } = await runNoisyBench({
-      quick: !!o.quick, outDir: o.out, victims: Number(o.victims), seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
+      quick: !!o.quick, outDir: o.out, victims: Number(o.victims), seconds: Number(o.seconds ?? (o.quick ? 5 : 10)), rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
       progress: (m) => process.stderr.write(`[bench] ${m}\n`),
     });
     for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
