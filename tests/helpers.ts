@@ -105,10 +105,16 @@ export function residue(instance: string, stateDir: string): Record<string, stri
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  // Loop devices backing session disks (they are autoclear: gone with their mount).
+  // Loop devices backing session disks (they are autoclear: gone with their mount). One whose image
+  // is already deleted and that is mounted nowhere in our namespace is held by another process's
+  // private copy of the mount table (an `unshare --mount` started while the disk was mounted, e.g. a
+  // parallel image build): it goes when that process exits, and is not this instance's residue.
   const loopJson = sh('losetup', ['--json', '--list']);
+  const mountedDevs = readFileSync('/proc/self/mountinfo', 'utf8');
   const loops = (loopJson.trim() ? (JSON.parse(loopJson) as { loopdevices: { name: string; 'back-file'?: string }[] }).loopdevices : [])
-    .filter((l) => (l['back-file'] ?? '').startsWith(stateDir + '/')).map((l) => l.name);
+    .filter((l) => (l['back-file'] ?? '').startsWith(stateDir + '/'))
+    .filter((l) => !(l['back-file'] ?? '').endsWith(' (deleted)') || mountedDevs.includes(` ${l.name} `))
+    .map((l) => l.name);
   return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs, loops };
 }
 

@@ -10,6 +10,7 @@ import type { DisplayService } from '../session/display-service.ts';
 import { security } from './middleware/security.ts';
 import { FIELDS } from '../common/config.ts';
 import { bodyLimit, rateLimit, rateLimitOf, type RateLimitOptions } from './middleware/limits.ts';
+import { fairShare, fairShareOf, type FairShareOptions } from './middleware/fair.ts';
 import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
@@ -27,6 +28,8 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** Per-token rate limit (default from DRUMS_RATE_LIMIT / DRUMS_RATE_BURST). */
   rateLimit?: RateLimitOptions;
+  /** How many observe/act requests run at once, and how many one session may queue (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE). */
+  fairShare?: FairShareOptions;
   /** Fields features above the API add to every session view (the OSWorld endpoint). */
   viewExtras?: ViewExtras;
 }
@@ -52,6 +55,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.use('*', security(opts));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));
   app.use('*', bodyLimit(maxBody));
+  app.use('/v1/sessions/:id/*', fairShare(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default })));
   app.use('/v1/sessions', idempotency(ctx));
   app.use('/v1/sessions/:id', sessionGeneration(ctx));
   app.use('/v1/sessions/:id/*', sessionGeneration(ctx));

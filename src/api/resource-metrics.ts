@@ -22,6 +22,7 @@ export function resourceGauges(mgr: SessionManager): Gauge[] {
     { name: 'drums_session_memory_bytes', help: "Memory the session's cgroup uses.", values: sessions.map((s) => [{ session: s.id }, memoryUsage(s.names.cgroup)]) },
     { name: 'drums_session_oom_kills', help: 'Processes the kernel killed at the session memory limit (this generation).', values: sessions.map((s) => [{ session: s.id }, oomKills(s.names.cgroup)]) },
     { name: 'drums_admission_more_sessions', help: 'How many more default sessions admission would take now, by resource.', values: [[{ resource: 'memory' }, cap.memory.moreSessions], [{ resource: 'disk' }, cap.disk.moreSessions]] },
+    { name: 'drums_daemon_memory_bytes', help: 'The daemon process: rss, V8 heap used/total, external (Buffers), arrayBuffers.', values: Object.entries(process.memoryUsage()).map(([kind, v]) => [{ kind }, v]) },
     { name: 'drums_host_memory_available_bytes', help: 'MemAvailable.', values: [[{}, cap.memory.availableBytes]] },
     { name: 'drums_host_disk_free_bytes', help: 'Free bytes on the state filesystem.', values: [[{}, cap.disk.freeBytes]] },
   ];

@@ -280,6 +280,45 @@ bench.command('api').description('API overhead over a direct in-process call, an
     for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
     process.stdout.write(`record: ${file}\n`);
   });
+bench.command('noisy').description('noisy neighbour: 8 sessions driven in a closed loop while one abuses CPU, memory, pids, disk and the API; ratios against quiet phases of the same run')
+  .option('--quick', 'short phases (CI)')
+  .option('--victims <n>', 'sessions driven in a closed loop', '8')
+  .option('--seconds <n>', 'length of each phase')
+  .option('--rounds <n>', 'times each abuse runs (ratios pool them)')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { quick?: boolean; victims: string; seconds?: string; rounds?: string; out: string }) => {
+    const { runNoisyBench } = await import('../bench/noisy-bench.ts');
+    const { record, file } = await runNoisyBench({
+      quick: !!o.quick, outDir: o.out, victims: Number(o.victims), seconds: Number(o.seconds ?? (o.quick ? 5 : 10)), rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
+      progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+    });
+    for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
+    process.stdout.write(`record: ${file}\n`);
+  });
+bench.command('soak').description('soak: sessions driven for many steps with periodic resets; daemon RSS and fds must stay flat, 0 errors, 0 residue')
+  .option('--quick', 'a short soak (CI)')
+  .option('--sessions <n>', 'sessions, one client each', '16')
+  .option('--steps <n>', 'steps per session', '1000')
+  .option('--reset-every <n>', 'reset each session every this many steps', '50')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { quick?: boolean; sessions: string; steps: string; resetEvery: string; out: string }) => {
+    const { runSoakBench } = await import('../bench/soak-bench.ts');
+    const { record, file } = await runSoakBench({
+      quick: !!o.quick, outDir: o.out, sessions: o.quick ? 2 : Number(o.sessions), steps: o.quick ? 100 : Number(o.steps), resetEvery: Number(o.resetEvery),
+      progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+    });
+    for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
+    process.stdout.write(`record: ${file}\n`);
+  });
+bench.command('rss').description('what holds the daemon\'s RSS: N sessions, one screenshot each, then destroyed; per-session deltas by kind')
+  .option('--sessions <n>', 'sessions', '20')
+  .option('--screen <WxH>', 'screen size', '1280x800')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { sessions: string; screen: string; out: string }) => {
+    const { runRssProbe } = await import('../bench/soak-bench.ts');
+    const { record, file } = await runRssProbe({ sessions: Number(o.sessions), screen: o.screen, outDir: o.out, progress: (m) => process.stderr.write(`\r\x1b[K[bench] ${m}`) });
+    process.stdout.write(`\n${JSON.stringify(record.perSessionMiB)}\nrecord: ${file}\n`);
+  });
 bench.command('sessions').description('lifecycle latency and memory per added session, against the session-core bars')
   .option('--quick', 'a few sessions, few runs (CI)')
   .option('--image <name>', 'image', 'default')

@@ -27,6 +27,8 @@ export interface DaemonConfig {
   readyTimeoutMs: number;
   rateLimit: number;
   rateBurst: number | undefined;
+  fairSlots: number | undefined;
+  fairQueue: number;
   logFormat: LogFormat;
   logLevel: LogLevel;
   debianMirror: string | undefined;
@@ -113,6 +115,8 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   readyTimeoutMs: { env: 'DRUMS_READY_TIMEOUT_MS', doc: 'how long a create or reset waits for the desktop to be ready', default: 60_000, parse: int(1) },
   rateLimit: { env: 'DRUMS_RATE_LIMIT', doc: 'API requests per second per token (0: no limit)', default: 5000, parse: number(0) },
   rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
+  fairSlots: { env: 'DRUMS_FAIR_SLOTS', doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session', default: undefined, defaultDoc: 'max(4, 2 × cores)', parse: int(1) },
+  fairQueue: { env: 'DRUMS_FAIR_QUEUE', doc: "one session's observe/act requests that may wait; more get 429", default: 64, parse: int(1) },
   logFormat: { env: 'DRUMS_LOG', doc: '`json` for JSON lines on stderr', default: 'text', parse: oneOf('text', 'json') },
   logLevel: { env: 'DRUMS_LOG_LEVEL', doc: '`debug`, `info`, `warn` or `error`', default: 'info', parse: oneOf('debug', 'info', 'warn', 'error') },
   debianMirror: { env: 'DRUMS_DEBIAN_MIRROR', doc: 'Debian mirror for image builds', default: undefined, defaultDoc: "the host's apt sources, else deb.debian.org", parse: str },

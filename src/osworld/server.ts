@@ -263,6 +263,28 @@ function attachment(data: Buffer, path: string, type?: string): Reply {
   };
 }
 
+/**
+ * A path from the client that cannot name a file (a NUL byte, over PATH_MAX): 400 at once, as
+ * the guest would fail on it. Every other path is resolved INSIDE the session (its own mount
+ * namespace and root), so `..`, symlinks and /proc/self/root never reach the host.
+ */
+function badGuestPath(p: string): string | undefined {
+  if (p.includes('\0')) return 'the path contains a NUL byte';
+  if (Buffer.byteLength(p) > 4096) return 'the path is longer than 4096 bytes';
+  return undefined;
+}
+/**
+ * Failures the client's path caused are 4xx, not the upstream server's blanket 500: refused
+ * (403), a path that cannot take the operation (a directory, a socket, a loop of links,
+ * too long, read-only: 400). A full session disk is 507. Anything else stays 500.
+ */
+function guestFailure(stderr: string): number | undefined {
+  if (/Permission denied|Operation not permitted/.test(stderr)) return 403;
+  if (/Is a directory|Not a directory|No such device or address|File name too long|Too many levels of symbolic links|Read-only file system|Invalid argument|No such file or directory|Text file busy|File exists/.test(stderr)) return 400;
+  if (/No space left on device|Disk quota exceeded/.test(stderr)) return 507;
+  return undefined;
+}
+
 /** Reads a regular file inside the session as the desktop user: exit 44 = missing. */
 async function readGuestFile(ctx: GuestContext, s: Session, path: string) {
   return runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path], timeoutMs: 120_000, maxOutputBytes: ctx.mgr.config.osworldMaxBodyBytes });
@@ -271,11 +293,14 @@ async function readGuestFile(ctx: GuestContext, s: Session, path: string) {
 const routeFile: Handler = async (ctx, s, req) => {
   const p = (await parseForm(req)).get('file_path');
   if (typeof p !== 'string' || !p) return json(400, { error: 'file_path is required' });
+  const bad = badGuestPath(p);
+  if (bad) return json(400, { error: `file_path: ${bad}` });
   const path = posix.resolve(HOME, expandPath(p, userEnv(ctx)));
   try {
     ensureReady(s);
     const r = await readGuestFile(ctx, s, path);
     if (r.code === 44) return json(404, { error: 'File not found' });
+    if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: `Failed to serve file: ${r.stderr.trim()}` });
     if (r.code !== 0) return json(500, { error: `Failed to serve file: ${r.stderr.trim() || `exit ${r.code}`}` });
     return attachment(r.stdout, path);
   } catch (e) {
@@ -288,6 +313,8 @@ const routeUpload: Handler = async (ctx, s, req) => {
   const p = form.get('file_path');
   const f = form.get('file_data');
   if (typeof p !== 'string' || !p || !(f instanceof Blob)) return json(400, { error: 'file_path and file_data are required' });
+  const bad = badGuestPath(p);
+  if (bad) return json(400, { error: `file_path: ${bad}` });
   const path = posix.resolve(HOME, expandPath(p, userEnv(ctx)));
   try {
     ensureReady(s);
@@ -295,6 +322,7 @@ const routeUpload: Handler = async (ctx, s, req) => {
     // As the desktop user: parents created; a partial file is removed on failure.
     const script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" || { rc=$?; rm -f -- "$1"; exit $rc; }';
     const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', path], stdin: data, timeoutMs: 600_000 });
+    if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: `Failed to upload file: ${r.stderr.trim()}` });
     if (r.code !== 0) return json(500, { error: `Failed to upload file: ${r.stderr.trim() || `exit ${r.code}`}` });
     return text(200, `File Uploaded: ${data.length} bytes`);
   } catch (e) {
@@ -325,10 +353,13 @@ sys.stdout.write(json.dumps(tree(p)))
 const routeListDirectory: Handler = async (ctx, s, req) => {
   const b = parseJson(req);
   if (typeof b.path !== 'string' || !b.path) return json(400, { error: "Missing 'path' parameter" });
+  const bad = badGuestPath(b.path);
+  if (bad) return json(400, { error: `path: ${bad}` });
   const path = posix.resolve(HOME, expandPath(b.path, userEnv(ctx)));
   ensureReady(s);
   const r = await runGuest(ctx.mgr, s, { argv: ['python3', '-c', LIST_DIR_PY, path], timeoutMs: 60_000 });
   if (r.code === 3) return json(400, { error: 'The provided path is not a directory' });
+  if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: r.stderr.trim() });
   if (r.code !== 0) return json(500, { error: r.stderr.trim() || `exit ${r.code}` });
   return json(200, { directory_tree: JSON.parse(r.stdout.toString('utf8')) });
 };

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
@@ -12,7 +12,9 @@ const MiB = 1024 ** 2;
 function loopsUnder(dir: string): string[] {
   const out = execFileSync('losetup', ['--json', '--list'], { encoding: 'utf8' });
   const list = out.trim() ? (JSON.parse(out) as { loopdevices: { name: string; 'back-file': string }[] }).loopdevices : [];
-  return list.filter((l) => l['back-file'].startsWith(dir + '/')).map((l) => l.name);
+  // (A deleted image's loop held only by another process's private mount namespace is not ours: see helpers.residue.)
+  const mounted = readFileSync('/proc/self/mountinfo', 'utf8');
+  return list.filter((l) => l['back-file'].startsWith(dir + '/') && (!l['back-file'].endsWith(' (deleted)') || mounted.includes(` ${l.name} `))).map((l) => l.name);
 }
 
 // Disk quota: each session's writable layer is its own filesystem of diskMb.

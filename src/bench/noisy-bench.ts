@@ -1,0 +1,232 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { SessionInfo } from '../client/client.ts';
+import { hostFacts } from './host-facts.ts';
+import { procCpuNs, sleep } from './measure.ts';
+import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
+import { PAGE } from './runner.ts';
+import { quantile, summary } from './stats.ts';
+
+/**
+ * Noisy neighbour: `victims` Chromium sessions are driven in a closed loop
+ * (one client each: a click, then a PNG screenshot = one step) while one
+ * abuser session, in turn, runs a CPU hog, a memory hog against its limit, a
+ * fork bomb, a disk fill to its quota, and a flood of API calls on its own id
+ * (from a separate process). Quiet phases (no abuse) sit between the abuse
+ * phases, so every ratio compares neighbours measured minutes apart in one run:
+ * ratio = victim p50 (p99) over an abuse's phases (pooled over `rounds`) / the
+ * same over the quiet phases next to them. quietVsQuiet (alternate quiet
+ * phases against each other) is the run's noise floor.
+ * Bar: each ratio ≤ 1.2, and 0 errors in the victims.
+ *
+ * The host is shared: the record says how much CPU went to processes other
+ * than this bench's (daemon, sessions, harness, flood) in each phase.
+ */
+export interface NoisyOptions {
+  quick: boolean;
+  outDir: string;
+  victims: number;
+  seconds: number;
+  /** Each abuse runs this many times (quiet phases between all of them); ratios pool the rounds. */
+  rounds: number;
+  progress?: (m: string) => void;
+}
+
+const ABUSES = ['cpu', 'memory', 'fork', 'disk', 'flood'] as const;
+type Phase = 'quiet' | (typeof ABUSES)[number];
+
+/** The abuser's shell for each phase (each ends by itself after `s` seconds). */
+function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string {
+  switch (phase) {
+    case 'cpu': return `for i in 1 2 3 4 5 6 7 8; do timeout ${s} sh -c 'while :; do :; done' & done; wait; echo done`;
+    // tail buffers a line that never ends: it grows to the session's memory limit and is OOM-killed, again and again.
+    case 'memory': return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do timeout $((end-$(date +%s)+1)) tail /dev/zero; n=$((n+1)); done; echo kills=$n`;
+    // The bomb's processes outlive the phase (they are the session's, up to pids.max) until the reset after it.
+    case 'fork': return `(timeout -s KILL ${s} bash -c 'b(){ b|b& }; b') >/dev/null 2>&1 & sleep ${s}; echo pids=$(cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current)`;
+    case 'disk': return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do dd if=/dev/zero of=/home/user/fill bs=1M count=100000 2>/dev/null; rm -f /home/user/fill; n=$((n+1)); done; echo fills=$n`;
+  }
+}
+
+/** CPU busy time of the whole host (ns), from /proc/stat. */
+function hostBusyNs(): number {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, , , irq, softirq, steal] = f as number[];
+  return (user! + nice! + system! + irq! + softirq! + steal!) * (1e9 / 100);
+}
+
+/** CPU (ns) used by this bench's own processes: daemon, the instance's session cgroups, this harness. */
+function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): number {
+  let ns = 0;
+  try { ns += procCpuNs(daemonPid); } catch {}
+  if (floodPid) try { ns += procCpuNs(floodPid); } catch {}
+  const v1 = `/sys/fs/cgroup/cpuacct/drums-${d.instance}/cpuacct.usage`;
+  const v2 = `/sys/fs/cgroup/drums-${d.instance}/cpu.stat`;
+  try {
+    if (existsSync(v1)) ns += Number(readFileSync(v1, 'utf8').trim());
+    else ns += Number(/usage_usec (\d+)/.exec(readFileSync(v2, 'utf8'))![1]) * 1000;
+  } catch {}
+  const u = process.cpuUsage();
+  return ns + (u.user + u.system) * 1000;
+}
+
+/** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
+function startFlood(url: string, token: string, id: string, seconds: number, clients: number) {
+  const code = `
+    const [url, token, id, seconds, clients] = process.argv.slice(1);
+    const end = Date.now() + Number(seconds) * 1000;
+    const counts = {};
+    await Promise.all(Array.from({ length: Number(clients) }, async () => {
+      while (Date.now() < end) {
+        let k;
+        try {
+          const r = await fetch(url + '/v1/sessions/' + id + '/screenshot?format=png', { headers: { authorization: 'Bearer ' + token } });
+          await r.arrayBuffer();
+          k = String(r.status);
+        } catch { k = 'neterr'; }
+        counts[k] = (counts[k] ?? 0) + 1;
+      }
+    }));
+    process.stdout.write(JSON.stringify(counts));
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code, url, token, id, String(seconds), String(clients)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout!.on('data', (b: Buffer) => { out += b.toString(); });
+  const done = new Promise<Record<string, number>>((resolve) => child.on('exit', () => { try { resolve(JSON.parse(out)); } catch { resolve({ parseError: 1 }); } }));
+  return { pid: child.pid!, done };
+}
+
+interface PhaseResult {
+  phase: Phase;
+  seconds: number;
+  steps: number;
+  errors: number;
+  errorSamples: string[];
+  stepsPerSec: number;
+  stepMs: ReturnType<typeof summary> & { p99: number };
+  /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
+  othersCpuCores: number;
+  ownCpuCores: number;
+  abuser?: Record<string, unknown>;
+}
+
+export async function runNoisyBench(o: NoisyOptions) {
+  const started = new Date().toISOString();
+  const d = await startPrivateDaemon();
+  const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
+  const c = d.client;
+  const url = c.url;
+  const victims: SessionInfo[] = [];
+  let abuser: SessionInfo | undefined;
+  const phases: PhaseResult[] = [];
+  /** Every phase's step latencies (ms), for the pooled ratios. */
+  const raw: number[][] = [];
+  try {
+    o.progress?.(`creating ${o.victims} victim sessions (Chromium) and the abuser`);
+    for (let i = 0; i < o.victims; i++) victims.push(await c.createSession({ image: 'default', url: PAGE, screen: '1280x800' }));
+    abuser = await c.createSession({ image: 'minimal', memoryMb: 512, diskMb: 1024 });
+    const abuserId = abuser.id;
+    // Warm-up: every victim's first steps (JIT, first paint) are not measured.
+    await Promise.all(victims.map(async (v) => { for (let i = 0; i < 5; i++) { await c.act(v.id, { actions: [{ type: 'click', x: 100, y: 100 }] }); await c.screenshot(v.id, 'png'); } }));
+    const order: Phase[] = ['quiet'];
+    for (let r = 0; r < o.rounds; r++) for (const a of ABUSES) order.push(a, 'quiet');
+    for (const phase of order) {
+      o.progress?.(`phase ${phases.length + 1}/${order.length}: ${phase} (${o.seconds} s)`);
+      let abuse: Promise<Record<string, unknown>> | undefined;
+      let floodPid: number | undefined;
+      if (phase === 'flood') {
+        const f = startFlood(url, d.token, abuserId, o.seconds, 16);
+        floodPid = f.pid;
+        abuse = f.done.then((counts) => ({ requests: counts }));
+      } else if (phase !== 'quiet') {
+        const id = abuserId;
+        abuse = c.exec(id, { shell: abuseShell(phase, o.seconds), timeoutMs: (o.seconds + 30) * 1000 })
+          .then((r) => ({ exitCode: r.exitCode, stdoutTail: r.stdout.trim().split('\n').slice(-2).join(' | '), stderrTail: r.stderr.trim().slice(-200) }), (e) => ({ error: String(e) }));
+      }
+      const lat: number[] = [];
+      const errorSamples: string[] = [];
+      let errors = 0;
+      const busy0 = hostBusyNs(), own0 = ownCpuNs(d, daemonPid, floodPid);
+      const t0 = performance.now();
+      const end = t0 + o.seconds * 1000;
+      await Promise.all(victims.map(async (v, k) => {
+        let i = 0;
+        while (performance.now() < end) {
+          const t = performance.now();
+          try {
+            await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
+            await c.screenshot(v.id, 'png');
+            lat.push(performance.now() - t);
+          } catch (e) {
+            errors++;
+            if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
+          }
+          i++;
+        }
+      }));
+      const elapsed = (performance.now() - t0) / 1000;
+      const busy = hostBusyNs() - busy0, own = ownCpuNs(d, daemonPid, floodPid) - own0;
+      const abuserResult = abuse ? await abuse : undefined;
+      raw.push(lat);
+      phases.push({
+        phase, seconds: elapsed, steps: lat.length, errors, errorSamples, stepsPerSec: lat.length / elapsed, stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
+        othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed), ownCpuCores: own / 1e9 / elapsed,
+        ...(abuserResult ? { abuser: { ...abuserResult, session: await c.getSession(abuser.id).then((s) => ({ state: s.state, memory: s.memory, brokenReason: s.brokenReason })) } } : {}),
+      });
+      // Between phases the abuser starts clean (the fork bomb's leftovers, a full disk), off the clock.
+      if (phase !== 'quiet') {
+        await c.resetSession(abuser.id);
+        await sleep(2000);
+      }
+    }
+  } finally {
+    for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
+    await d.stop();
+  }
+  const ratios: Record<string, { p50: number; p99: number; stepsPerSec: number }> = {};
+  const bars: Record<string, { value: number; bar: string; pass: boolean }> = {};
+  // Per abuse: its steps pooled over the rounds, against the steps of the quiet phases next to them.
+  for (const a of ABUSES) {
+    const idx = phases.map((p, i) => (p.phase === a ? i : -1)).filter((i) => i >= 0);
+    if (!idx.length) continue;
+    const abused = idx.flatMap((i) => raw[i]!);
+    const quietIdx = [...new Set(idx.flatMap((i) => [i - 1, i + 1]))].filter((i) => phases[i]?.phase === 'quiet');
+    const quiet = quietIdx.flatMap((i) => raw[i]!);
+    const secs = (ix: number[]) => ix.reduce((t, i) => t + phases[i]!.seconds, 0);
+    const r = {
+      p50: quantile(abused, 0.5) / quantile(quiet, 0.5),
+      p99: quantile(abused, 0.99) / quantile(quiet, 0.99),
+      stepsPerSec: (abused.length / secs(idx)) / (quiet.length / secs(quietIdx)),
+    };
+    ratios[a] = r;
+    bars[`${a}P50Ratio`] = { value: Math.round(r.p50 * 1000) / 1000, bar: '<= 1.2', pass: r.p50 <= 1.2 };
+    bars[`${a}P99Ratio`] = { value: Math.round(r.p99 * 1000) / 1000, bar: '<= 1.2', pass: r.p99 <= 1.2 };
+  }
+  // The noise floor: the same ratio between quiet phases alone (first half of them vs second half).
+  const quietIdxAll = phases.map((p, i) => (p.phase === 'quiet' ? i : -1)).filter((i) => i >= 0);
+  const qa = quietIdxAll.filter((_, k) => k % 2 === 0).flatMap((i) => raw[i]!), qb = quietIdxAll.filter((_, k) => k % 2 === 1).flatMap((i) => raw[i]!);
+  const quietVsQuiet = qa.length && qb.length ? { p50: quantile(qa, 0.5) / quantile(qb, 0.5), p99: quantile(qa, 0.99) / quantile(qb, 0.99) } : null;
+  const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
+  bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
+  const record = {
+    schemaVersion: 1,
+    kind: 'noisy-neighbour',
+    started,
+    quick: o.quick,
+    host: hostFacts(),
+    setup: { rounds: o.rounds, victims: o.victims, victimImage: 'default (Chromium on a static page)', step: 'POST actions (1 click) + GET screenshot png', abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' }, secondsPerPhase: o.seconds, floodClients: 16 },
+    phases,
+    ratios,
+    bars,
+    noise: {
+      quietVsQuiet,
+      note: 'othersCpuCores: CPU the rest of the (shared) host used during each phase, in cores; this bench itself used ownCpuCores.',
+      othersCpuCoresByPhase: phases.map((p) => [p.phase, Math.round(p.othersCpuCores * 100) / 100]),
+    },
+    notMeasured: ['user-namespace cost (create, reset, memory per session): no user namespace per session yet (docs/security.md)'],
+  };
+  mkdirSync(o.outDir, { recursive: true });
+  const file = join(o.outDir, `noisy-${o.quick ? 'quick-' : ''}${started.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, JSON.stringify(record, null, 2) + '\n');
+  return { record, file };
+}
