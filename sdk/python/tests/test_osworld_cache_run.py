@@ -247,3 +247,50 @@ def test_exec_runs_an_osworld_script_with_provider_drums(daemon, shared, fake_ch
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(out.read_text())
     assert got["score"] == 1.0 and got["desktop_env"].startswith(str(fake_checkout)), got
+
+
+def test_font_pack_from_the_cache_is_installed_for_impress_tasks(daemon, tmp_path):
+    """OSWorld's font pack goes through the cache: `assets fetch` gets it for an Impress task, and
+    the run unzips it into the session's /usr/share/fonts before the task's own setup."""
+    import zipfile
+    from fontTools.fontBuilder import FontBuilder
+    from fontTools.pens.ttGlyphPen import TTGlyphPen
+    family = "DrumsTestFont" + os.urandom(3).hex()
+    fb = FontBuilder(1000, isTTF=True)
+    fb.setupGlyphOrder([".notdef", "A"])
+    fb.setupCharacterMap({65: "A"})
+    pen = TTGlyphPen(None)
+    pen.moveTo((0, 0)); pen.lineTo((500, 0)); pen.lineTo((250, 700)); pen.closePath()
+    fb.setupGlyf({".notdef": TTGlyphPen(None).glyph(), "A": pen.glyph()})
+    fb.setupHorizontalMetrics({".notdef": (500, 0), "A": (500, 0)})
+    fb.setupHorizontalHeader(ascent=800, descent=-200)
+    fb.setupNameTable({"familyName": family, "styleName": "Regular"})
+    fb.setupOS2()
+    fb.setupPost()
+    ttf, zbuf = io.BytesIO(), io.BytesIO()
+    fb.save(ttf)
+    with zipfile.ZipFile(zbuf, "w") as z:
+        z.writestr("fonts/DrumsTest-Regular.ttf", ttf.getvalue())
+    store = Store(str(tmp_path / "store"))
+    cache = tmp_path / "cache"
+    try:
+        store.put(assets.FONTS_URL, zbuf.getvalue())
+        tf = tmp_path / "impress.json"
+        tf.write_text(json.dumps({"id": "drums-font-pack", "instruction": "x", "snapshot": "libreoffice_impress", "config": [],
+                                  "evaluator": {"func": "check_include_exclude",
+                                                "result": {"type": "vm_command_line", "command": "fc-list : family", "shell": True},
+                                                "expected": {"type": "rule", "rules": {"include": [family], "exclude": []}}}}))
+        out = tmp_path / "r.json"
+        r = cli(["run", str(tf), "--out", str(out)], daemon, cache)  # no font pack cached yet: a warning, and no font
+        assert r.returncode == 0, r.stderr
+        x = json.loads(out.read_text())["results"]["tasks"][0]
+        assert x["score"] == 0.0 and any("font pack" in w for w in x["warnings"]), x
+        r = cli(["assets", "fetch", str(tf), "--mirror", store.url], daemon, cache)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (cache / assets.FONTS_REL).is_file()
+        r = cli(["run", str(tf), "--out", str(out)], daemon, cache)
+        assert r.returncode == 0, r.stderr
+        x = json.loads(out.read_text())["results"]["tasks"][0]
+        assert x["score"] == 1.0 and x["warnings"] == [], x
+    finally:
+        store.close()
