@@ -21,7 +21,7 @@ _spec.loader.exec_module(oracles)
 
 
 def test_json_fixtures_match_the_module():
-    for domain in ("os", "chrome"):
+    for domain in ("os", "chrome", "gimp"):
         assert json.loads((ROOT / f"tests/fixtures/osworld/oracle-{domain}.json").read_text()) == oracles.ORACLES[domain], \
             f"regenerate: python tests/fixtures/osworld/oracles.py {domain} > tests/fixtures/osworld/oracle-{domain}.json"
 
@@ -40,5 +40,8 @@ def test_domain_oracles_score_1(daemon, tmp_path, domain):
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())["results"]["tasks"]
     assert len(res) == len(orc)
+    lacking = [x for x in res if "lacks the app" in (x["error"] or "")]
+    if lacking:
+        pytest.skip(f"this checkout's osworld image lacks the {domain} app: {lacking[0]['error']}")
     for x in res:
         assert x["score"] == 1.0, x
