@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
+import type { Server as HttpServer } from 'node:http';
 import { DrumsError } from './common/errors.ts';
 import { log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
@@ -58,6 +59,12 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
   });
+  // Note: Node closes an idle keep-alive socket after 5 s, the same moment a client may reuse it
+  // ("other side closed" under load). A long server timeout leaves the idle close to the client,
+  // which learns it from the Keep-Alive header and always closes first.
+  const http = server as HttpServer;
+  http.keepAliveTimeout = 65_000;
+  http.headersTimeout = 70_000;
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
