@@ -21,7 +21,7 @@ _spec.loader.exec_module(oracles)
 
 
 def test_json_fixtures_match_the_module():
-    for domain in ("os", "chrome", "gimp", "libreoffice_impress"):
+    for domain in ("os", "chrome", "gimp", "libreoffice_impress", "vlc"):
         assert json.loads((ROOT / f"tests/fixtures/osworld/oracle-{domain}.json").read_text()) == oracles.ORACLES[domain], \
             f"regenerate: python tests/fixtures/osworld/oracles.py {domain} > tests/fixtures/osworld/oracle-{domain}.json"
 
