@@ -366,6 +366,28 @@ def _image_has(env) -> Any:
     return have
 
 
+def _step_noting_errors(env, action: str, pause: float, i: int, warnings: list) -> None:
+    """env.step, noting in the result what desktop_env only logs: an action that raised in the guest."""
+    ctl = env.controller
+    real = ctl.execute_python_command
+    seen: list = []
+
+    def recording(command):
+        r = real(command)
+        seen.append(r)
+        return r
+    ctl.execute_python_command = recording
+    try:
+        env.step(action, pause)
+    finally:
+        ctl.execute_python_command = real
+    for r in seen:
+        if r is None:
+            warnings.append(f"oracle step {i}: no answer from the guest (desktop_env gives an action 90 s)")
+        elif isinstance(r, dict) and "Traceback" in str(r.get("error") or ""):
+            warnings.append(f"oracle step {i}: " + str(r["error"]).strip().splitlines()[-1][:300])
+
+
 def _refuse(res: dict, t0: float, msg: str) -> dict:
     res["error"] = msg
     res["seconds"] = round(time.monotonic() - t0, 2)
@@ -414,8 +436,8 @@ def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_in
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
-        for a in oracle or []:
-            env.step(a, pause)
+        for i, a in enumerate(oracle or []):
+            _step_noting_errors(env, a, pause, i, res["warnings"])
         res["score"] = float(env.evaluate())
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
