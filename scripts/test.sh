@@ -11,10 +11,8 @@ echo "==> check (scripts/check.ts)" >&2
 bin/drums image build minimal
 bin/drums image build default
 bin/drums image build osworld
-# OSWorld compatibility (docs/osworld.md): desktop-env without its heavy dependencies, plus what its code imports.
-[[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
-.runtime/venv/bin/pip install -q --no-deps desktop-env==1.0.2
-.runtime/venv/bin/pip install -q -r sdk/python/osworld-deps.txt pytest
+# OSWorld compatibility (docs/osworld.md): desktop-env without its heavy dependencies, plus what its metrics import.
+bash scripts/osworld-deps.sh
 echo "==> tests" >&2
 shopt -s nullglob
 files=(tests/unit/*.test.ts tests/integration/*.test.ts)

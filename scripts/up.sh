@@ -6,4 +6,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 "$root/bin/drums" image build default
+bash "$root/scripts/osworld-deps.sh"  # `drums osworld run` (docs/osworld.md)
 exec "$root/bin/drums" serve "$@"

@@ -149,6 +149,9 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
   { env: 'DRUMS_URL', doc: 'daemon URL for the CLI and clients', default: '`daemon.json` in the state directory' },
   { env: 'DRUMS_PYTHON', doc: 'Python for `drums osworld run`', default: '`.runtime/venv/bin/python`' },
   { env: 'DRUMS_NODE', doc: 'Node for `bin/drums`', default: '`.runtime/node/bin/node`' },
+  { env: 'DRUMS_OSWORLD_CACHE', doc: 'the shared OSWorld asset cache (`drums osworld run|assets --cache`)', default: '`<state dir>/osworld-cache`' },
+  { env: 'DRUMS_OSWORLD_MIRROR', doc: "a mirror of OSWorld's file store for `drums osworld assets fetch` (`--mirror`)", default: 'the Hugging Face file store' },
+  { env: 'DRUMS_OSWORLD_SRC', doc: 'set by `drums osworld run --osworld-src DIR` for the Python driver (the checkout whose desktop_env runs)', default: '' },
 ];
 
 export type ConfigOverrides = { [K in keyof DaemonConfig]?: DaemonConfig[K] | undefined };

@@ -1,30 +1,48 @@
-// `drums osworld run`: hands the task list to the Python driver (sdk/python/drums/osworld.py),
-// which runs them through the real desktop_env package on Drums sessions.
+// `drums osworld run|assets|exec`: hands over to Python. `run` and `assets` are the driver in
+// sdk/python/drums/osworld.py (the real desktop_env package on Drums sessions); `exec` runs one of
+// OSWorld's own scripts with the drums provider registered (sdk/python/drums/_boot/sitecustomize.py).
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SDK = join(ROOT, 'sdk', 'python');
 
-export async function osworldRun(tasks: string[], o: { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; group?: string }): Promise<number> {
+/** Why DIR is not an OSWorld checkout (null when it is one). */
+export function notOsworldCheckout(dir: string): string | null {
+  for (const f of ['desktop_env/desktop_env.py', 'desktop_env/evaluators/metrics/__init__.py', 'desktop_env/evaluators/getters/__init__.py']) {
+    if (!existsSync(join(dir, f))) return `--osworld-src ${dir} is not an OSWorld checkout: it has no ${f} (point it at the directory that holds OSWorld's desktop_env package)`;
+  }
+  return null;
+}
+
+interface PyOpts { osworldSrc?: string; boot?: boolean; noDaemon?: boolean }
+
+async function runPython(args: string[], o: PyOpts): Promise<number> {
   const python = process.env.DRUMS_PYTHON ?? join(ROOT, '.runtime', 'venv', 'bin', 'python');
   if (!existsSync(python)) {
     process.stderr.write(`drums: no Python at ${python}; run scripts/setup.sh (or set DRUMS_PYTHON to a Python with desktop-env installed)\n`);
     return 2;
   }
-  const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel];
-  if (o.oracle) args.push('--oracle', o.oracle);
-  if (o.out) args.push('--out', o.out);
-  if (o.allowInternet) args.push('--allow-internet');
-  if (o.verbose) args.push('--verbose');
-  if (o.group) args.push('--group', o.group);
-  const sdk = join(ROOT, 'sdk', 'python');
-  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: process.env.PYTHONPATH ? `${sdk}:${process.env.PYTHONPATH}` : sdk };
-  // No daemon named (DRUMS_URL) and none running for the state dir: run the tasks on a private one.
+  const path = [SDK];
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (o.osworldSrc) {
+    const src = resolve(o.osworldSrc);
+    const why = notOsworldCheckout(src);
+    if (why) {
+      process.stderr.write(`drums: ${why}\n`);
+      return 2;
+    }
+    path.unshift(src); // the checkout's desktop_env wins over the installed desktop-env
+    env.DRUMS_OSWORLD_SRC = src;
+  }
+  if (o.boot) path.unshift(join(SDK, 'drums', '_boot'));
+  env.PYTHONPATH = [...path, ...(process.env.PYTHONPATH ? [process.env.PYTHONPATH] : [])].join(':');
+  // No daemon named (DRUMS_URL) and none running for the state dir: run on a private one.
   const stateDir = process.env.DRUMS_STATE_DIR || '/var/lib/drums';
   let stop = async () => {};
-  if (!process.env.DRUMS_URL && !existsSync(join(stateDir, 'daemon.json'))) {
+  if (!o.noDaemon && !process.env.DRUMS_URL && !existsSync(join(stateDir, 'daemon.json'))) {
     const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     process.stderr.write('drums: no daemon running; starting a private one for this run\n');
     const d = await startPrivateDaemon();
@@ -34,8 +52,38 @@ export async function osworldRun(tasks: string[], o: { parallel: string; oracle?
   }
   try {
     const child = spawn(python, args, { stdio: 'inherit', env });
-    return await new Promise((resolve) => child.on('close', (code, sig) => resolve(code ?? (sig ? 130 : 1))));
+    return await new Promise((res) => child.on('close', (code, sig) => res(code ?? (sig ? 130 : 1))));
   } finally {
     await stop();
   }
+}
+
+export interface RunOptions { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; cache?: string; osworldSrc?: string; group?: string }
+
+export async function osworldRun(tasks: string[], o: RunOptions): Promise<number> {
+  const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel];
+  if (o.oracle) args.push('--oracle', o.oracle);
+  if (o.out) args.push('--out', o.out);
+  if (o.cache) args.push('--cache', o.cache);
+  if (o.allowInternet) args.push('--allow-internet');
+  if (o.verbose) args.push('--verbose');
+  if (o.group) args.push('--group', o.group);
+  return runPython(args, { osworldSrc: o.osworldSrc });
+}
+
+export interface AssetsOptions { cache?: string; mirror?: string; fonts?: boolean; json?: boolean }
+
+export async function osworldAssets(action: 'fetch' | 'check', tasks: string[], o: AssetsOptions): Promise<number> {
+  const args = ['-m', 'drums.osworld', 'assets', action, ...tasks];
+  if (o.cache) args.push('--cache', o.cache);
+  if (o.mirror) args.push('--mirror', o.mirror);
+  if (o.fonts) args.push('--fonts');
+  if (o.json) args.push('--json');
+  return runPython(args, { noDaemon: true });
+}
+
+/** Runs an OSWorld script (e.g. scripts/python/run_multienv.py --provider_name drums ...) with the drums provider. */
+export async function osworldExec(script: string, scriptArgs: string[], o: { osworldSrc?: string }): Promise<number> {
+  const src = o.osworldSrc ?? (notOsworldCheckout(process.cwd()) ? undefined : process.cwd());
+  return runPython([script, ...scriptArgs], { osworldSrc: src, boot: true });
 }

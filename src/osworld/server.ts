@@ -14,6 +14,7 @@ import type { DisplayService } from '../session/display-service.ts';
 import { errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
+import { asGoogleChrome, chromiumWindowName } from './chrome.ts';
 import { expandPath, normalizeCommand, pyRepr, type Normalized } from './command.ts';
 import { DESKTOP_GID, DESKTOP_UID } from '../session/desktop-user.ts';
 import { HOME, runGuest, spawnGuest } from './guest-exec.ts';
@@ -200,7 +201,7 @@ const routeAccessibility: Handler = async (ctx, s) => {
   ensureReady(s);
   const client = await ctx.display.a11y(s);
   const tree = await client.walkTree({ maxDepth: 50, maxWidth: 1024, deadlineMs: 20_000 });
-  return json(200, { AT: toOsworldXml(tree) });
+  return json(200, { AT: toOsworldXml(asGoogleChrome(tree)) });
 };
 
 const routeTerminal: Handler = async (ctx, s) => {
@@ -440,8 +441,11 @@ function windowRoute(op: 'a' | 'c', ok: string): Handler {
     if (typeof b.window_name !== 'string' || !b.window_name) return text(400, 'window_name required');
     ensureReady(s);
     const flags = `-${pyTruthy(b.by_class) ? 'x' : ''}${pyTruthy(b.strict) ? 'F' : ''}${op}`;
-    // wmctrl's exit code is ignored, as upstream does on Linux.
-    await runGuest(ctx.mgr, s, { argv: ['wmctrl', flags, b.window_name], timeoutMs: 15_000 });
+    // wmctrl's exit code is ignored, as upstream does on Linux. A name that says Google Chrome
+    // matches no Chromium window ("… - Chromium"), so when it matched nothing the Chromium spelling is tried.
+    const r = await runGuest(ctx.mgr, s, { argv: ['wmctrl', flags, b.window_name], timeoutMs: 15_000 });
+    const alt = chromiumWindowName(b.window_name);
+    if (r.code !== 0 && alt !== undefined) await runGuest(ctx.mgr, s, { argv: ['wmctrl', flags, alt], timeoutMs: 15_000 });
     return text(200, ok);
   };
 }

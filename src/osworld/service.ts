@@ -103,7 +103,9 @@ export class OsworldService {
       display: this._display,
       session: () => { try { return this._mgr.get(id); } catch { return undefined; } },
     });
-    const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 60_000, keepAliveTimeout: 5_000 }, guest.handler);
+    // Note: a long keep-alive timeout leaves closing an idle socket to the client (as the daemon's API
+    // does): with Node's 5 s, a client under load reused a socket the server had just closed ("other side closed").
+    const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 70_000, keepAliveTimeout: 65_000 }, guest.handler);
     http.on('connection', (sock: Socket) => { guard(sock, this._uids); });
     http.on('clientError', (_e, sock) => { try { sock.destroy(); } catch {} });
     const forward = (port: number) => createTcpServer((client) => {

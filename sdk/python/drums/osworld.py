@@ -27,27 +27,28 @@ an import hook that, **only for those listed packages and only when they are
 not installed**, provides a placeholder module whose every use raises
 ModuleNotFoundError naming the package. Metrics that need them fail loudly;
 everything else is the real code. Install the package to get the real one.
+
+``register()`` also swaps the metrics that execute agent-written code
+(``check_python_file_by_test_suite``) for versions that run it in a throwaway
+Drums session (``drums.osworld_sandbox``; ``DRUMS_OSWORLD_SANDBOX=0`` turns it off).
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
 import threading
 import time
-import types
 from typing import Any, Optional
 
 import requests
 
+from ._optional import OPTIONAL_HEAVY
+from ._optional import OptionalFinder as _OptionalFinder
+from ._optional import install_finder as _install_finder
+
 __all__ = ["register", "DrumsAPI", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
 
-#: Packages desktop_env imports at module level only for metrics the os domain never uses.
-OPTIONAL_HEAVY = ("easyocr", "librosa", "cv2", "skimage", "acoustid", "fastdtw", "scipy", "fitz",
-                  "borb", "formulas", "imagehash", "pdfplumber", "torch")
 
 
 # --------------------------------------------------------------------- Drums HTTP API (minimal)
@@ -239,64 +240,7 @@ DrumsProvider = None
 
 # --------------------------------------------------------------------- optional heavy imports
 
-class _MissingModule(types.ModuleType):
-    def __init__(self, name: str, root: str):
-        super().__init__(name)
-        self.__path__ = []  # a package, so submodule imports resolve through the finder
-        self._root = root
-
-    def __getattr__(self, attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return _MissingAttr(f"{self.__name__}.{attr}", self._root)
-
-
-class _MissingAttr:
-    def __init__(self, name: str, root: str):
-        self._name, self._root = name, root
-
-    def _fail(self, *a, **k):
-        raise ModuleNotFoundError(f"{self._name} needs the optional package '{self._root}', which is not installed "
-                                  f"(drums.osworld installs desktop-env without its heavy dependencies; pip install it to use this metric)")
-
-    __call__ = _fail
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return _MissingAttr(f"{self._name}.{attr}", self._root)
-
-
-class _OptionalFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots):
-        self.roots = set(roots)
-        self.missing = set()
-
-    def find_spec(self, fullname, path, target=None):
-        root = fullname.split(".")[0]
-        if root not in self.roots:
-            return None
-        if root not in self.missing:
-            # Defer to the real package when it is installed.
-            sys.meta_path.remove(self)
-            try:
-                real = importlib.util.find_spec(root)
-            finally:
-                sys.meta_path.insert(0, self)
-            if real is not None:
-                self.roots.discard(root)
-                return None
-            self.missing.add(root)
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-
-    def create_module(self, spec):
-        return _MissingModule(spec.name, spec.name.split(".")[0])
-
-    def exec_module(self, module):
-        pass
-
-
-_finder: Optional[_OptionalFinder] = None
+_finder: Optional[_OptionalFinder] = None  # set by register()
 _registered = False
 
 
@@ -305,9 +249,10 @@ def register() -> None:
     global _finder, _registered, DrumsVMManager, DrumsProvider
     if _registered:
         return
+    import warnings
+    warnings.filterwarnings("ignore", message="The `fitz` API is deprecated", category=FutureWarning)  # desktop_env imports fitz
     if _finder is None:
-        _finder = _OptionalFinder(OPTIONAL_HEAVY)
-        sys.meta_path.insert(0, _finder)
+        _finder = _install_finder(OPTIONAL_HEAVY)
     import desktop_env.providers as providers
     import desktop_env.desktop_env as de
 
@@ -337,6 +282,9 @@ def register() -> None:
         init(self, provider_name, *args, **kwargs)
 
     de.DesktopEnv.__init__ = __init__
+    if os.environ.get("DRUMS_OSWORLD_SANDBOX", "1") != "0":
+        from . import osworld_sandbox
+        osworld_sandbox.install()  # metrics that run agent code do so in a throwaway session
     _registered = True
 
 
@@ -345,20 +293,22 @@ register()
 
 # --------------------------------------------------------------------- task runner (drums osworld run)
 
-#: Setup/getter types that reach beyond the guest (the host or the guest fetches from the internet).
-INTERNET_SETUP = {"download", "chrome_open_tabs", "googledrive", "login", "update_browse_history", "proxy"}
-INTERNET_GETTERS = {"cloud_file", "googledrive_file", "info_from_website", "page_info", "pdf_from_url",
-                    "number_of_search_results", "rule_relativeTime"}
+#: Setup/getter types that reach beyond the guest and that no cache can serve (live pages, accounts).
+#: ``download``/``update_browse_history`` steps and ``cloud_file`` getters are served by the asset
+#: cache (drums.osworld_assets); ``rule_relativeTime`` computes dates locally.
+INTERNET_SETUP = {"chrome_open_tabs", "googledrive", "login", "proxy"}
+INTERNET_GETTERS = {"googledrive_file", "info_from_website", "page_info", "pdf_from_url", "number_of_search_results"}
 
 
 def needs_internet(task: dict) -> Optional[str]:
-    """Why a task needs the internet (None if it does not): downloads, cloud getters, remote URLs."""
+    """Why a task needs the live internet (None if it does not): open tabs, accounts, live pages.
+    Files from OSWorld's file store are not counted here: they come from the asset cache."""
     ev = task.get("evaluator") or {}
     steps = list(task.get("config") or []) + list(ev.get("postconfig") or [])
     for st in steps:
         if isinstance(st, dict) and st.get("type") in INTERNET_SETUP:
-            urls = [f.get("url") for f in (st.get("parameters") or {}).get("files", []) if isinstance(f, dict)]
-            return f"setup step '{st.get('type')}'" + (f" fetches {urls[0]}" if urls and urls[0] else "")
+            urls = (st.get("parameters") or {}).get("urls_to_open") or []
+            return f"setup step '{st.get('type')}'" + (f" opens {urls[0]}" if urls and isinstance(urls[0], str) else "")
     for key in ("result", "expected"):
         cfgs = ev.get(key)
         for c in (cfgs if isinstance(cfgs, list) else [cfgs]):
@@ -380,6 +330,8 @@ def validate_task(task: Any) -> None:
             raise ValueError(f"config[{i}] must be an object with a string 'type'")
     if not isinstance(task["evaluator"], dict) or "func" not in task["evaluator"]:
         raise ValueError("'evaluator' must be an object with 'func'")
+    from .osworld_assets import task_assets
+    task_assets(task)  # ids and file names that are safe as cache paths (AssetError is a ValueError)
 
 
 def load_tasks(paths: list[str]) -> list[tuple[str, Any]]:
@@ -402,32 +354,111 @@ def load_tasks(paths: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str) -> dict:
+#: related_apps value (lower case, spaces as _) -> the command the image must have for the task to make sense.
+APP_COMMANDS = {
+    "chrome": "google-chrome", "browser": "google-chrome", "gimp": "gimp",
+    "libreoffice": "libreoffice", "libreoffice_calc": "libreoffice", "calc": "libreoffice", "libreoffice_impress": "libreoffice",
+    "libreoffice_writer": "libreoffice", "writer": "libreoffice", "vlc": "vlc", "thunderbird": "thunderbird",
+    "vs_code": "code", "vscode": "code",
+}
+
+
+def missing_apps(task: dict, have: Any) -> list[str]:
+    """The task's related_apps whose command the session's image lacks (``have(cmds) -> set of present``)."""
+    apps = task.get("related_apps") or []
+    need = {}
+    for app in apps if isinstance(apps, list) else []:
+        cmd = APP_COMMANDS.get(str(app).strip().lower().replace(" ", "_"))
+        if cmd:
+            need.setdefault(cmd, app)
+    if not need:
+        return []
+    present = have(sorted(need))
+    return [f"{app} (no '{cmd}' command)" for cmd, app in need.items() if cmd not in present]
+
+
+def _image_has(env) -> Any:
+    """A probe of the session's image: which of these commands exist on the desktop user's PATH."""
+    def have(cmds: list[str]) -> set:
+        r = requests.post(env.controller.http_server + "/execute", timeout=60,
+                          json={"command": ["sh", "-c", 'for c in "$@"; do command -v "$c" >/dev/null && echo "$c"; done', "sh", *cmds], "shell": False})
+        r.raise_for_status()
+        return set((r.json().get("output") or "").split())
+    return have
+
+
+def _step_noting_errors(env, action: str, pause: float, i: int, warnings: list) -> None:
+    """env.step, noting in the result what desktop_env only logs: an action that raised in the guest."""
+    ctl = env.controller
+    real = ctl.execute_python_command
+    seen: list = []
+
+    def recording(command):
+        r = real(command)
+        seen.append(r)
+        return r
+    ctl.execute_python_command = recording
+    try:
+        env.step(action, pause)
+    finally:
+        ctl.execute_python_command = real
+    for r in seen:
+        if r is None:
+            warnings.append(f"oracle step {i}: no answer from the guest (desktop_env gives an action 90 s)")
+        elif isinstance(r, dict) and "Traceback" in str(r.get("error") or ""):
+            warnings.append(f"oracle step {i}: " + str(r["error"]).strip().splitlines()[-1][:300])
+
+
+def _refuse(res: dict, t0: float, msg: str) -> dict:
+    res["error"] = msg
+    res["seconds"] = round(time.monotonic() - t0, 2)
+    return res
+
+
+def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str,
+             asset_cache: Optional[str] = None) -> dict:
+    import shutil
+    import tempfile
     from desktop_env.desktop_env import DesktopEnv
+    from . import osworld_assets as assets
     t0 = time.monotonic()
     res: dict = {"task": task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src),
                  "file": src, "setup_ok": False, "score": None, "oracle": oracle is not None, "error": None,
-                 "session": None, "reset_s": None, "seconds": None}
+                 "warnings": [], "session": None, "reset_s": None, "seconds": None}
     if isinstance(task, Exception):
-        res["error"] = str(task)
-        res["seconds"] = round(time.monotonic() - t0, 2)
-        return res
+        return _refuse(res, t0, str(task))
     why = None if allow_internet else needs_internet(task)
     if why:
-        res["error"] = f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)"
-        res["seconds"] = round(time.monotonic() - t0, 2)
-        return res
+        return _refuse(res, t0, f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)")
+    cache = asset_cache or assets.default_cache_dir()
+    st = assets.check_task(cache, task)
+    if st["bad"]:
+        return _refuse(res, t0, f"bad file(s) in the asset cache {cache}: " + "; ".join(st["bad"]))
+    if st["missing"] and not allow_internet:
+        return _refuse(res, t0, f"needs {len(st['missing'])} file(s) that are not in the asset cache {cache}: "
+                       + ", ".join(st["missing"]) + " (run `drums osworld assets fetch` for this task on a host with internet, or pass --allow-internet)")
+    if st["fonts"] not in (None, "ok"):
+        res["warnings"].append(f"OSWorld's font pack is not installed (not cached: {assets.FONTS_URL}); slides may render with other fonts")
     env = None
+    base = tempfile.mkdtemp(prefix="task-", dir=cache_root)  # this task's private copy of its cache files
     try:
-        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False,
-                         cache_dir=os.path.join(cache_root, res["task"]))
+        font_name = assets.materialize(cache, task, base)
+        run = task
+        if font_name:
+            run = dict(task, config=assets.font_steps(font_name) + list(task.get("config") or []))
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=base)
         res["session"] = env.provider.session["id"] if env.provider.session else None
+        lacking = missing_apps(task, _image_has(env))
+        if lacking:
+            res["error"] = (f"the session's image ({env.provider.session.get('image') if env.provider.session else '?'}) lacks the app(s) "
+                            f"this task uses: {', '.join(lacking)}; use an image that has them (DRUMS_OSWORLD_IMAGE)")
+            return res
         t1 = time.monotonic()
-        env.reset(task_config=task)
+        env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
-        for a in oracle or []:
-            env.step(a, pause)
+        for i, a in enumerate(oracle or []):
+            _step_noting_errors(env, a, pause, i, res["warnings"])
         res["score"] = float(env.evaluate())
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
@@ -437,14 +468,29 @@ def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_in
                 env.close()
             except Exception as e:
                 res["error"] = (res["error"] or "") + f" (close: {e})"
+        shutil.rmtree(base, ignore_errors=True)
         res["seconds"] = round(time.monotonic() - t0, 2)
     return res
+
+
+def check_osworld_src() -> Optional[str]:
+    """With DRUMS_OSWORLD_SRC set (drums osworld run --osworld-src): an error unless desktop_env came from there."""
+    src = os.environ.get("DRUMS_OSWORLD_SRC")
+    if not src:
+        return None
+    import desktop_env
+    where = os.path.realpath(os.path.dirname(desktop_env.__file__))
+    want = os.path.realpath(os.path.join(src, "desktop_env"))
+    if where != want:
+        return f"--osworld-src {src}: desktop_env was imported from {where}, not from the checkout"
+    return None
 
 
 def run_main(argv: list[str]) -> int:
     import argparse
     import concurrent.futures
     import logging
+    import shutil
     import tempfile
     ap = argparse.ArgumentParser(prog="drums osworld run", description="Run OSWorld task JSONs on Drums sessions with the real desktop_env.")
     ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
@@ -454,9 +500,14 @@ def run_main(argv: list[str]) -> int:
     ap.add_argument("--pause", type=float, default=0.5, help="seconds env.step sleeps after each action")
     ap.add_argument("--allow-internet", action="store_true", help="start tasks that need the internet")
     ap.add_argument("--group", type=int, default=0, help="GRPO groups: set each task up once, fork N-1 copies, score all N (drums.osworld_group)")
+    ap.add_argument("--cache", help="the shared asset cache (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache); never written by a run")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
+    err = check_osworld_src()
+    if err:
+        print(err, file=sys.stderr)
+        return 2
     oracles: dict = {}
     if a.oracle:
         with open(a.oracle) as f:
@@ -465,28 +516,33 @@ def run_main(argv: list[str]) -> int:
     if not tasks:
         print("no task files found", file=sys.stderr)
         return 2
+    from .osworld_assets import default_cache_dir
+    asset_cache = a.cache or default_cache_dir()
     cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
     results: list[dict] = []
     n = len(tasks)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t_run = time.monotonic()
     print(f"running {n} task(s), {a.parallel} at a time", file=sys.stderr, flush=True)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
-        futs = {}
-        for src, t in tasks:
-            tid = t.get("id") if isinstance(t, dict) else None
-            orc = oracles.get(tid) if (a.oracle and tid) else None
-            if a.group > 0:
-                from .osworld_group import run_group
-                futs[ex.submit(run_group, src, t, orc, a.pause, a.allow_internet, cache_root, a.group)] = src
-            else:
-                futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root)] = src
-        for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
-            r = fut.result()
-            results.append(r)
-            status = "ok " if r["setup_ok"] else "ERR"
-            print(f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
-                  + (f"  {r['error'][:160]}" if r["error"] else ""), file=sys.stderr, flush=True)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
+            futs = {}
+            for src, t in tasks:
+                tid = t.get("id") if isinstance(t, dict) else None
+                orc = oracles.get(tid) if (a.oracle and tid) else None
+                if a.group > 0:
+                    from .osworld_group import run_group
+                    futs[ex.submit(run_group, src, t, orc, a.pause, a.allow_internet, cache_root, a.group)] = src
+                else:
+                    futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache)] = src
+            for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
+                r = fut.result()
+                results.append(r)
+                status = "ok " if r["setup_ok"] else "ERR"
+                print(f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
+                      + (f"  {r['error'][:300]}" if r["error"] else ""), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(cache_root, ignore_errors=True)
     order = {src: i for i, (src, _) in enumerate(tasks)}
     results.sort(key=lambda r: order.get(r["file"], 0))
     print(f"{'task':38} {'setup':5} {'score':>5} {'time':>7}  error")
@@ -497,6 +553,7 @@ def run_main(argv: list[str]) -> int:
     print(f"{n} task(s) in {wall} s at --parallel {a.parallel}", file=sys.stderr)
     if a.out:
         import platform
+        import desktop_env
         summary = {
             "tasks": n,
             "setup_ok": sum(1 for r in results if r["setup_ok"]),
@@ -508,7 +565,9 @@ def run_main(argv: list[str]) -> int:
         with open(a.out, "w") as f:
             json.dump({
                 "schemaVersion": 1, "experiment": "osworld-tasks", "started": started,
-                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause, "allow_internet": a.allow_internet, "group": a.group},
+                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause,
+                           "allow_internet": a.allow_internet, "cache": asset_cache,
+                           "desktop_env": os.path.dirname(desktop_env.__file__), "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"), "group": a.group},
                 "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
                 "results": {"summary": summary, "tasks": results},
                 "notes": ["wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"],
@@ -516,8 +575,73 @@ def run_main(argv: list[str]) -> int:
     return 0
 
 
+def assets_main(argv: list[str]) -> int:
+    """drums osworld assets fetch|check TASKS... [--cache DIR] [--mirror URL] [--fonts] [--json]"""
+    import argparse
+    from . import osworld_assets as assets
+    ap = argparse.ArgumentParser(prog="drums osworld assets", description="OSWorld's asset cache (docs/osworld.md)")
+    ap.add_argument("action", choices=["fetch", "check"])
+    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
+    ap.add_argument("--cache", help="cache directory (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache)")
+    ap.add_argument("--mirror", default=os.environ.get("DRUMS_OSWORLD_MIRROR"), help=f"fetch from this base URL instead of {assets.STORE}")
+    ap.add_argument("--fonts", action="store_true", help="include OSWorld's font pack even if no Impress task is named")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    a = ap.parse_args(argv)
+    cache = a.cache or assets.default_cache_dir()
+    per_task: list[dict] = []
+    todo: list = []
+    for src, t in load_tasks(a.tasks):
+        if isinstance(t, Exception):
+            per_task.append({"file": src, "task": None, "error": str(t)})
+            continue
+        files = assets.task_assets(t)
+        todo += files
+        per_task.append({"file": src, "task": t["id"], "files": files})
+    if a.fonts:
+        todo.append(assets.Asset(assets.FONTS_URL, assets.FONTS_REL, "fonts"))
+    fetched = None
+    if a.action == "fetch":
+        os.makedirs(cache, exist_ok=True)
+        fetched = assets.fetch_assets(cache, todo, a.mirror)
+    report = []
+    bad_any = False
+    for e in per_task:
+        if e.get("error"):
+            report.append({"file": e["file"], "task": None, "error": e["error"]})
+            bad_any = True
+            continue
+        missing, bad, ok = [], [], 0
+        for f in e["files"]:
+            st, detail = assets.status(cache, f)
+            if st == "ok":
+                ok += 1
+            elif st == "missing":
+                missing.append({"url": f.url, "path": os.path.join(cache, f.rel), "detail": detail})
+            else:
+                bad.append({"url": f.url, "path": os.path.join(cache, f.rel), "detail": detail})
+        bad_any = bad_any or bool(missing or bad)
+        report.append({"file": e["file"], "task": e["task"], "files": len(e["files"]), "ok": ok, "missing": missing, "bad": bad})
+    if a.json:
+        print(json.dumps({"cache": cache, "tasks": report, "fetch": fetched}, indent=2))
+    else:
+        for r in report:
+            if r.get("error"):
+                print(f"ERR  {r['file']}: {r['error']}")
+                continue
+            mark = "ok  " if not (r["missing"] or r["bad"]) else "MISS"
+            print(f"{mark} {r['task']}  {r['ok']}/{r['files']} file(s) cached")
+            for m in r["missing"]:
+                print(f"       missing {m['url']}")
+            for b in r["bad"]:
+                print(f"       bad     {b['detail']}")
+        if fetched is not None:
+            print(f"fetched {fetched['fetched']} file(s) ({fetched['bytes']} bytes), {fetched['present']} already cached, {len(fetched['failed'])} failed", file=sys.stderr)
+    return 1 if bad_any else 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "run":
-        sys.exit(run_main(sys.argv[2:]))
-    print("usage: python -m drums.osworld run TASKS... [--parallel N] [--oracle FILE] [--out FILE]", file=sys.stderr)
+    cmds = {"run": run_main, "assets": assets_main}
+    if len(sys.argv) > 1 and sys.argv[1] in cmds:
+        sys.exit(cmds[sys.argv[1]](sys.argv[2:]))
+    print("usage: python -m drums.osworld run TASKS... | assets fetch|check TASKS...", file=sys.stderr)
     sys.exit(2)
