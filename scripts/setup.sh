@@ -8,7 +8,7 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root" >&2; exit 1; }
 
 NODE_VERSION=24.22.3
-HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux coreutils python3 python3-venv python3-pip)
+HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
 # display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture.
 TEST_PACKAGES=(chromium xvfb openbox xterm x11-utils x11-xserver-utils xdotool dbus at-spi2-core
@@ -42,7 +42,7 @@ if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || 
   step "installing the Python SDK and its test dependencies into .runtime/venv"
   [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
   .runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/requirements-test.txt
-  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test]'
+  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test,ray,agentrl]'
   cp sdk/python/requirements-test.txt .runtime/venv/.requirements
 fi
 

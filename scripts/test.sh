@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs Drums' whole test suite on a fresh Debian 12 / Ubuntu 24.04 host, as root:
-# host set-up, the images the tests use, type-check, then unit and integration tests.
+# host set-up, the fast tier (npm run check: types, spec drift, layers, lint, unit tests; no root
+# needed), the images the tests use, then unit and integration tests.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 DRUMS_SETUP_TEST=1 bash scripts/setup.sh
+echo "==> check (scripts/check.ts)" >&2
+.runtime/node/bin/node scripts/check.ts
 bin/drums image build minimal
 bin/drums image build default
 bin/drums image build osworld
@@ -12,10 +15,6 @@ bin/drums image build osworld
 [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
 .runtime/venv/bin/pip install -q --no-deps desktop-env==1.0.2
 .runtime/venv/bin/pip install -q -r sdk/python/osworld-deps.txt pytest
-echo "==> type-check" >&2
-.runtime/node/bin/node node_modules/typescript/bin/tsc -p tsconfig.json
-echo "==> protocol: generated code matches protocol/openapi.yaml" >&2
-.runtime/node/bin/node scripts/gen-protocol.ts --check
 echo "==> tests" >&2
 shopt -s nullglob
 files=(tests/unit/*.test.ts tests/integration/*.test.ts)

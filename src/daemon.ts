@@ -2,23 +2,30 @@ import { serve } from '@hono/node-server';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DrumsError } from './common/errors.ts';
 import { log } from './common/log.ts';
 import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
-import { createApp } from './api/app.ts';
-import { DisplayService } from './api/display-service.ts';
-import { SessionManager } from './session/manager.ts';
+import { createApp, sessionView } from './api/app.ts';
+import { attachUpgrades } from './api/frames/upgrade.ts';
+import { DisplayService } from './session/display-service.ts';
+import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
+import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
   port?: number;
   host?: string;
   /** Listening beyond loopback needs this explicit opt-in (there is no TLS yet). */
   allowRemote?: boolean;
+  /** Where DRUMS_STATE_DIR, DRUMS_INSTANCE, DRUMS_TOKEN, DRUMS_LISTEN and DRUMS_PORT come from (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** stop() leaves the sessions running, for the next daemon of the instance to adopt (DRUMS_KEEP_SESSIONS=1). */
+  keepSessions?: boolean;
 }
 
 /** The bearer token: DRUMS_TOKEN, else one generated on first start and kept in the state dir. */
@@ -35,8 +42,9 @@ const LOOPBACK = ['127.0.0.1', '::1', 'localhost'];
 
 /** Composition root: instance → manager → display → HTTP. Resolves once listening. */
 export async function startDaemon(opts: ServeOptions = {}) {
-  const inst = resolveInstance();
-  const host = opts.host ?? process.env.DRUMS_LISTEN ?? '127.0.0.1';
+  const env = opts.env ?? process.env;
+  const inst = resolveInstance(env);
+  const host = opts.host ?? env.DRUMS_LISTEN ?? '127.0.0.1';
   if (!LOOPBACK.includes(host) && !opts.allowRemote) {
     throw new DrumsError('invalid_config', `refusing to listen on ${host} without TLS; pass --allow-remote to accept the risk`);
   }
@@ -45,36 +53,63 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
   const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
   if (inotify < 1024) log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
-  const token = loadToken(inst);
+  const token = loadToken(inst, env);
   const mgr = new SessionManager(inst);
   await mgr.init();
-  const display = new DisplayService();
+  const cgroup = enterDaemonCgroup(inst.name);
+  const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
+  await mgr.announceAdopted();
   // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE; they start filling in the background.
   poolsOf(mgr).loadConfig();
-  const port = opts.port ?? Number(process.env.DRUMS_PORT ?? 7450);
+  const port = opts.port ?? Number(env.DRUMS_PORT ?? 7450);
   const allowedHosts = [...new Set([...LOOPBACK, host])];
-  const app = createApp(mgr, display, { token, allowedHosts });
+  const viewExtras = (s: Session) => {
+    const endpoint = osworld.endpointOf(s.id);
+    return endpoint ? { osworld: endpoint } : {};
+  };
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
   });
+  // Note: Node closes an idle keep-alive socket after 5 s, the same moment a client may reuse it
+  // ("other side closed" under load). A long server timeout leaves the idle close to the client,
+  // which learns it from the Keep-Alive header and always closes first.
+  const http = server as HttpServer;
+  http.keepAliveTimeout = 65_000;
+  http.headersTimeout = 70_000;
+  // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
+  const closeUpgrades = attachUpgrades(http, app.fetch);
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
-  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name });
+  log('info', 'drums daemon listening', { url, instance: inst.name, stateDir: inst.stateDir, runtime: mgr.runtime.info.name, cgroup });
 
+  const keepSessions = opts.keepSessions ?? env.DRUMS_KEEP_SESSIONS === '1';
   let stopping: Promise<void> | undefined;
   const stop = () => (stopping ??= (async () => {
     server.close();
     await poolsOf(mgr).stop();
+    closeUpgrades();
     osworld.closeAll();
     display.closeAll();
+    if (keepSessions) {
+      // The sessions live on; their records let the next daemon of this instance adopt them.
+      mgr.detach();
+      rmSync(daemonFile(inst), { force: true });
+      leaveDaemonCgroup(inst.name);
+      log('info', 'daemon stopped; sessions kept for the next daemon', { sessions: mgr.list().length });
+      return;
+    }
     await mgr.shutdown();
     rmSync(daemonFile(inst), { force: true });
+    leaveDaemonCgroup(inst.name);
     await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
   })());
-  return { url, token, inst, mgr, app, stop };
+  /** The JSON view of a session, as GET /v1/sessions/:id serves it (for the API bench's in-process baseline). */
+  const view = (id: string) => sessionView(mgr.get(id), viewExtras);
+  return { url, token, inst, mgr, app, view, stop, keepSessions };
 }

@@ -1,9 +1,10 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmSync, mkdtempSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { DrumsClient } from '../src/client/client.ts';
+import type { DrumsClient } from '../src/client/client.ts';
+import { startPrivateDaemon } from '../src/client/private-daemon.ts';
 
 export const ROOT = resolve(import.meta.dirname, '..');
 export const DRUMS = join(ROOT, 'bin', 'drums');
@@ -31,30 +32,15 @@ export interface TestDaemon {
 
 /** Starts `drums serve` on a free port with a fresh state dir and instance name. */
 export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<TestDaemon> {
-  const instance = runPrefix();
-  const stateDir = mkdtempSync(`/var/tmp/drums-test-${instance}-`);
-  const token = randomBytes(16).toString('hex');
-  const env = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: token, DRUMS_PORT: '0', ...extraEnv };
-  const proc = spawn(DRUMS, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  proc.stderr!.on('data', (d: Buffer) => { log += d.toString(); if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(d); });
-  const url = await new Promise<string>((res, rej) => {
-    let out = '';
-    const timer = setTimeout(() => rej(new Error(`daemon did not start in 30 s:\n${log}`)), 30_000);
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /serving (http:\/\/\S+)/.exec(out);
-      if (m) { clearTimeout(timer); res(m[1]!); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); rej(new Error(`daemon exited (${code}) before listening:\n${log}`)); });
+  // A restart test passes the instance, state dir and token of the daemon it replaces (in extraEnv).
+  const d = await startPrivateDaemon(extraEnv, {
+    instance: runPrefix(),
+    stateDirPrefix: '/var/tmp/drums-test-',
+    readyTimeoutMs: 30_000,
+    onStderr: (chunk) => { if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(chunk); },
   });
-  const client = new DrumsClient(url, token);
-  const stop = async () => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise((r) => proc.once('exit', r));
-    proc.kill('SIGTERM');
-    await exited;
-  };
+  const { url, token, client, stateDir, instance, env, proc } = d;
+  const stop = d.kill;
   const cliEnv = { ...env, DRUMS_URL: url };
   return {
     url, token, client, stateDir, instance, env: cliEnv, proc,
@@ -94,6 +80,8 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const cgroupRoots: string[] = [];
   const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
   parents.push(`/sys/fs/cgroup/drums-${instance}`);
+  // The daemon's own CPU cgroup.
+  parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}-daemon`)), `/sys/fs/cgroup/drums-${instance}-daemon`);
   for (const p of parents) {
     if (!existsSync(p)) continue;
     cgroupRoots.push(p);
@@ -117,7 +105,11 @@ export function residue(instance: string, stateDir: string): Record<string, stri
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];
-  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs };
+  // Loop devices backing session disks (they are autoclear: gone with their mount).
+  const loopJson = sh('losetup', ['--json', '--list']);
+  const loops = (loopJson.trim() ? (JSON.parse(loopJson) as { loopdevices: { name: string; 'back-file'?: string }[] }).loopdevices : [])
+    .filter((l) => (l['back-file'] ?? '').startsWith(stateDir + '/')).map((l) => l.name);
+  return { netns, links, tables, mounts, instanceMounts, cgroups, cgroupRoots, containers, claims, procs, sessionDirs, loops };
 }
 
 export function assertClean(instance: string, stateDir: string): void {

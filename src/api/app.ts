@@ -3,16 +3,18 @@ import { DrumsError } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { SessionManager } from '../session/manager.ts';
 import { createRouteContext } from './context.ts';
-import { sessionRoutes } from './routes/sessions.ts';
+import { sessionRoutes, sessionView, type ViewExtras } from './routes/sessions.ts';
 import { displayRoutes } from './routes/display.ts';
-import { STATUS_BY_CODE, errorBody, statusFor } from './errors.ts';
-import type { DisplayService } from './display-service.ts';
+import { errorBody, statusFor } from './errors.ts';
+import type { DisplayService } from '../session/display-service.ts';
 import { security } from './middleware/security.ts';
 import { bodyLimit, rateLimit, rateLimitFromEnv, type RateLimitOptions } from './middleware/limits.ts';
 import { idempotency, sessionGeneration } from './middleware/sessions.ts';
 import { notFoundOr405, observe } from './middleware/observe.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
+import { hostRoutes } from './routes/host.ts';
+import { frameRoutes } from './frames/index.ts';
 import { poolRoutes } from './routes/pools.ts';
 import { forkRoutes } from './routes/fork.ts';
 import { specBodies } from './spec-validate.ts';
@@ -24,6 +26,8 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** Per-token rate limit (default from DRUMS_RATE_LIMIT / DRUMS_RATE_BURST). */
   rateLimit?: RateLimitOptions;
+  /** Fields features above the API add to every session view (the OSWorld endpoint). */
+  viewExtras?: ViewExtras;
 }
 
 export { sessionView } from './routes/sessions.ts';
@@ -35,19 +39,14 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   specBodies();
 
   app.onError((err, c) => {
+    // Every layer's errors (display, a11y, image included) are DrumsErrors with a spec code.
     if (err instanceof DrumsError) return c.json(errorBody(err), statusFor(err.code) as 400);
-    // Errors from other layers (image, display) carry a code from the same table.
-    const code = (err as { code?: unknown }).code;
-    if (typeof code === 'string' && code in STATUS_BY_CODE) {
-      const details = (err as { details?: unknown }).details;
-      return c.json({ error: { code, message: err.message, ...(details ? { details } : {}) } }, statusFor(code) as 400);
-    }
     log('error', 'unhandled error', { path: c.req.path, error: String(err?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error; see the daemon log' } }, 500);
   });
   // Middleware, outermost first (src/api/middleware/): metrics, Host/Origin/token,
   // per-token rate limit, body limit, then per-session generation and idempotency.
-  const ctx = createRouteContext(mgr, display, maxBody);
+  const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, opts.viewExtras));
   app.use('*', observe());
   app.use('*', security(opts));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitFromEnv()));
@@ -58,6 +57,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.notFound(notFoundOr405(app));
   app.route('/', metaRoutes(ctx));
   app.route('/', eventRoutes(ctx));
+  app.route('/', hostRoutes(ctx));
+  app.route('/', frameRoutes(ctx));
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).

@@ -1,7 +1,8 @@
 import type { Context } from 'hono';
 import { DrumsError } from '../common/errors.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
-import type { DisplayService } from './display-service.ts';
+import type { DisplayService } from '../session/display-service.ts';
+import type { Session as SessionView } from '../protocol/generated/types.ts';
 import { poolsOf } from '../session/pools.ts';
 
 /** What every route module gets: the manager, the display service and request helpers. */
@@ -9,6 +10,8 @@ export interface RouteContext {
   mgr: SessionManager;
   display: DisplayService;
   maxBodyBytes: number;
+  /** The public view of a session (with the fields features add through `AppOptions.viewExtras`). */
+  view(s: Session): SessionView;
   /** The request body as JSON ({} when empty); 400 invalid_json / 413 on bad input. */
   body(c: Context): Promise<unknown>;
   /** The session named by `:id`, or 404 session_not_found. */
@@ -24,11 +27,12 @@ export interface RouteContext {
 
 const ID_RE = /^s[0-9a-f]{10}$/;
 
-export function createRouteContext(mgr: SessionManager, display: DisplayService, maxBodyBytes: number): RouteContext {
+export function createRouteContext(mgr: SessionManager, display: DisplayService, maxBodyBytes: number, view: (s: Session) => SessionView): RouteContext {
   return {
     mgr,
     display,
     maxBodyBytes,
+    view,
     async body(c) {
       const text = await c.req.text();
       if (Buffer.byteLength(text) > maxBodyBytes) throw new DrumsError('payload_too_large', `request body is over ${maxBodyBytes} bytes`);

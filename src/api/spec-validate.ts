@@ -13,7 +13,7 @@
 import { readFileSync } from 'node:fs';
 import Ajv2020Module from 'ajv/dist/2020.js';
 import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
-import { ValidationError } from '../common/errors.ts';
+import { type ErrorCode, ValidationError } from '../common/errors.ts';
 
 type Json = Record<string, any>;
 
@@ -22,13 +22,14 @@ type Json = Record<string, any>;
  * validator uses), and, for parts of the body that the hand-written code
  * reports under another code, that code by field prefix (first match wins).
  */
-export const BODY_CODES: Record<string, { code: string; byField?: [prefix: string, code: string][] }> = {
+export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: string, code: ErrorCode][] }> = {
   createSession: { code: 'invalid_spec' },
   resetSession: { code: 'invalid_request' },
   putPool: { code: 'invalid_pool' },
   releaseSession: { code: 'invalid_request' },
   forkSession: { code: 'invalid_fork' },
   execInSession: { code: 'invalid_exec' },
+  takeOver: { code: 'invalid_request' },
   runActions: {
     code: 'invalid_action',
     byField: [
@@ -168,4 +169,58 @@ export function specBodies(): BodyValidator {
 /** Route helper: the spec's check of a JSON body, after the route's own validation. */
 export function checkBody(operationId: string, body: unknown): void {
   specBodies().check(operationId, body);
+}
+
+/** `/v1/sessions/{id}/exec` → a RegExp matching `/v1/sessions/s0123456789/exec`. */
+function pathPattern(template: string): RegExp {
+  return new RegExp(`^${template.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}$`);
+}
+
+export interface ResponseValidator {
+  /** Why `body` is not what the spec says `method path` answers with `status` (undefined = it is; also when the spec gives no JSON schema). */
+  violation(method: string, path: string, status: number, body: unknown): string | undefined;
+  /** Why `body` is not a `components.schemas[schemaName]` (undefined = it is). */
+  violationOf(schemaName: string, body: unknown): string | undefined;
+}
+
+/**
+ * Response bodies against the spec, for tests: the operation is found by method and path,
+ * the response by status (else `default`), `$ref`s to components/responses are followed.
+ */
+export function createResponseValidator(doc: Json): ResponseValidator {
+  const ajv = new Ajv2020({ allErrors: false, strict: true, strictTypes: false, allowUnionTypes: true, validateFormats: false });
+  ajv.addSchema({ $id: SPEC_ID, $defs: rewriteRefs(doc.components?.schemas ?? {}) as Json });
+  const paths = Object.entries(doc.paths as Record<string, Json>).map(([t, item]) => ({ re: pathPattern(t), template: t, item }));
+  const compiled = new Map<string, ValidateFunction>();
+  return {
+    violation(method, path, status, body) {
+      const p = paths.find((x) => x.re.test(path));
+      const op = p?.item[method.toLowerCase()] as Json | undefined;
+      // A path or method the spec does not have can only answer with the spec's error shape.
+      if (!p || !op) return status >= 400 ? this.violationOf('ErrorResponse', body) : `the spec has no ${method} ${path}`;
+      let res = (op.responses?.[String(status)] ?? op.responses?.default) as Json | undefined;
+      if (!res) return `the spec lists no ${status} (and no default) response for ${method} ${p.template}`;
+      if (typeof res.$ref === 'string') res = doc.components?.responses?.[res.$ref.split('/').pop()!] as Json;
+      const schema = res?.content?.['application/json']?.schema;
+      if (!schema) return undefined;
+      const key = `${method} ${p.template} ${status}`;
+      let v = compiled.get(key);
+      if (!v) compiled.set(key, (v = ajv.compile(rewriteRefs(schema) as Json)));
+      if (v(body)) return undefined;
+      const e = v.errors?.[0];
+      return `${key}: ${e?.instancePath || 'body'} ${e?.message ?? 'is invalid'} ${JSON.stringify(e?.params ?? {})}`;
+    },
+    violationOf(schemaName, body) {
+      let v = compiled.get(`#${schemaName}`);
+      if (!v) compiled.set(`#${schemaName}`, (v = ajv.compile({ $ref: `${SPEC_ID}#/$defs/${schemaName}` })));
+      if (v(body)) return undefined;
+      const e = v.errors?.[0];
+      return `${schemaName}: ${e?.instancePath || 'body'} ${e?.message ?? 'is invalid'} ${JSON.stringify(e?.params ?? {})}`;
+    },
+  };
+}
+
+/** The response validator of the daemon's own spec. */
+export function specResponses(): ResponseValidator {
+  return createResponseValidator(JSON.parse(readFileSync(new URL('../protocol/generated/openapi.json', import.meta.url), 'utf8')) as Json);
 }

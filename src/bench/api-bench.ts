@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
-import { startPrivateDaemon } from './private-daemon.ts';
+import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { summary } from './stats.ts';
 
 /**
@@ -22,19 +22,28 @@ export interface ApiBenchOptions {
   clients: number;
   seconds: number;
   progress?: (msg: string) => void;
+  startInProcess: StartInProcess;
 }
+
+/**
+ * A daemon in the bench's own process, started by the caller (the CLI, which may import the daemon;
+ * bench/ may not): its URL and token, and the in-process lookup the HTTP time is compared with.
+ */
+export interface InProcessDaemon {
+  url: string;
+  token: string;
+  /** What GET /v1/sessions/:id computes: the manager lookup and the JSON view. */
+  view(id: string): unknown;
+  stop(): Promise<void>;
+}
+export type StartInProcess = (env: NodeJS.ProcessEnv) => Promise<InProcessDaemon>;
 
 async function overhead(o: ApiBenchOptions) {
   // An in-process daemon with its own state dir and instance, so both paths hit one manager.
   const instance = 'b' + randomBytes(2).toString('hex');
   const stateDir = mkdtempSync(`/var/tmp/drums-bench-${instance}-`);
-  const set = { DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: randomBytes(16).toString('hex'), DRUMS_PORT: '0' };
-  const saved = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]));
-  Object.assign(process.env, set);
-  const { startDaemon } = await import('../daemon.ts');
-  const { sessionView } = await import('../api/routes/sessions.ts');
-  const d = await startDaemon();
-  for (const [k, v] of Object.entries(saved)) { if (v === undefined) delete process.env[k]; else process.env[k] = v; }
+  const env = { ...process.env, DRUMS_STATE_DIR: stateDir, DRUMS_INSTANCE: instance, DRUMS_TOKEN: randomBytes(16).toString('hex'), DRUMS_PORT: '0' };
+  const d = await o.startInProcess(env);
   try {
     const { DrumsClient } = await import('../client/client.ts');
     const client = new DrumsClient(d.url, d.token);
@@ -43,7 +52,7 @@ async function overhead(o: ApiBenchOptions) {
     const direct: number[] = [];
     for (let i = 0; i < n; i++) {
       const t = performance.now();
-      JSON.stringify(sessionView(d.mgr.get(s.id)));
+      JSON.stringify(d.view(s.id));
       direct.push(performance.now() - t);
     }
     const http: number[] = [];
@@ -70,9 +79,7 @@ async function throughput(o: ApiBenchOptions, client: DrumsClient) {
     for (const m of made) if (m.status === 'fulfilled') sessions.push(m.value.id);
     const failed = made.find((m) => m.status === 'rejected');
     if (failed) throw (failed as PromiseRejectedResult).reason;
-    // Which route: POST /actions if this daemon has it, else a raw screenshot.
-    const probe = await client.request('POST', `/v1/sessions/${sessions[0]}/actions`, { actions: [{ type: 'move', x: 1, y: 1 }] }).then(() => true, () => false);
-    const route = probe ? 'POST /v1/sessions/:id/actions (1 move)' : 'GET /v1/sessions/:id/screenshot?format=raw';
+    const route = 'POST /v1/sessions/:id/actions (1 move)';
     o.progress?.(`driving ${o.clients} sessions with ${o.clients} clients for ${o.seconds} s via ${route}`);
     const lat: number[] = [];
     let errors = 0;
@@ -83,8 +90,7 @@ async function throughput(o: ApiBenchOptions, client: DrumsClient) {
       while (performance.now() < end) {
         const t = performance.now();
         try {
-          if (probe) await client.request('POST', `/v1/sessions/${id}/actions`, { actions: [{ type: 'move', x: 10 + ((i * 7 + k) % 600), y: 10 + ((i * 13) % 460) }] }).then((r) => r.arrayBuffer());
-          else await client.screenshot(id, 'raw');
+          await client.request('POST', `/v1/sessions/${id}/actions`, { actions: [{ type: 'move', x: 10 + ((i * 7 + k) % 600), y: 10 + ((i * 13) % 460) }] }).then((r) => r.arrayBuffer());
           lat.push(performance.now() - t);
         } catch { errors++; }
         i++;
@@ -102,7 +108,7 @@ export async function runApiBench(o: ApiBenchOptions) {
   o.progress?.('overhead: HTTP vs in-process');
   const ov = await overhead(o);
   const daemon = await startPrivateDaemon();
-  let tp;
+  let tp: Awaited<ReturnType<typeof throughput>>;
   try {
     tp = await throughput(o, daemon.client);
   } finally {

@@ -77,21 +77,10 @@ const imageBuilt = (name: string): string | null => {
   }
 };
 
-let actionsRoute: boolean | undefined;
-/** Drums step: one click through POST /actions with a PNG screenshot in the same call (falls back to GET screenshot if the route is absent). */
+/** Drums step: one click through POST /actions with a PNG screenshot in the same call. */
 async function drumsStep(c: DrumsClient, s: SessionInfo): Promise<void> {
-  if (actionsRoute !== false) {
-    try {
-      const r = await c.request('POST', `/v1/sessions/${s.id}/actions`, { actions: [{ type: 'click', x: 5, y: 5 }], screenshot: { format: 'png' } });
-      await r.arrayBuffer();
-      actionsRoute = true;
-      return;
-    } catch (e) {
-      if ((e as { status?: number }).status !== 404 || actionsRoute === true) throw e;
-      actionsRoute = false;
-    }
-  }
-  await c.screenshot(s.id, 'png');
+  const r = await c.request('POST', `/v1/sessions/${s.id}/actions`, { actions: [{ type: 'click', x: 5, y: 5 }], screenshot: { format: 'png' } });
+  await r.arrayBuffer();
 }
 
 const baseline: Arm = {

@@ -7,7 +7,7 @@ import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { judge, loadBars } from './bars.ts';
 import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { sleep } from './measure.ts';
-import { startPrivateDaemon, type PrivateDaemon } from './private-daemon.ts';
+import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
 import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord, type ResultRow, type Verdict } from './record.ts';
 
 /**

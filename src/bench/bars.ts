@@ -59,6 +59,12 @@ const AUDIT: Bar[] = [
   { id: 'audit-failures', metric: 'audit_probes_failed', arm: 'baseline', op: '<=', value: 0, unit: 'probes', source: 'issue 6: isolation audit (any observation or influence path = FAIL)' },
 ];
 
+const STEPS: Bar[] = [
+  { id: 'steps-per-sec-n100', metric: 'steps_per_sec.N100', arm: 'frames', op: '>=', value: 150, unit: 'steps/s', source: 'issue 13: 100 Chromium sessions, 8 closed-loop clients, click + PNG 1280x800' },
+  { id: 'step-p99-at-50-offered', metric: 'open_loop_step_ms.p99@50', arm: 'frames', op: '<=', value: 100, unit: 'ms', source: 'issue 13: step p99 at 50 steps/s offered' },
+  { id: 'daemon-cpu-per-png-step', metric: 'daemon_cpu_ms_per_step.png', arm: 'frames', op: '<=', value: 5, unit: 'ms', source: 'issue 13: daemon CPU per step, PNG' },
+];
+
 /** The bars each experiment is judged against (the code's proposal; the frozen file is what counts). */
 export const PROPOSED_BARS: Record<string, Bar[]> = {
   baseline: SESSION_CORE,
@@ -67,6 +73,7 @@ export const PROPOSED_BARS: Record<string, Bar[]> = {
   api: API,
   osworld: OSWORLD,
   audit: AUDIT,
+  steps: STEPS,
 };
 
 export const BARS_DIR = join(REPO_ROOT, 'bench', 'bars');

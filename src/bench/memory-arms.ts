@@ -102,7 +102,7 @@ async function ksmSettle(maxMs: number): Promise<{ ms: number; stable: boolean; 
  * reading any counter. Merged guess pages + no merged control pages = A
  * observed B's memory contents: FAIL.
  */
-const PROBE_PY = String.raw`
+const PROBE_PY = `
 import ctypes, mmap, random, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 if libc.prctl(67, 1, 0, 0, 0) != 0:

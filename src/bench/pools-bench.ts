@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
-import { startPrivateDaemon } from './private-daemon.ts';
+import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { quantile, summary } from './stats.ts';
 
 /**

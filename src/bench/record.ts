@@ -77,6 +77,8 @@ export interface BenchRecord {
   plots: {
     memory?: { arm: string; trial: number; points: { n: number; usedMiB: number }[]; slope: number; intercept: number }[];
     latency?: { arm: string; metric: string; samples: number[] }[];
+    /** Steps/s against N, per arm and trial. */
+    throughput?: { arm: string; trial: number; points: { n: number; stepsPerSec: number }[] }[];
   };
   audit?: unknown;
 }

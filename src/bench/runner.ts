@@ -7,7 +7,7 @@ import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { cgroupCpuNs, pssByKind, sampleUsed, sleep, upperMiB, type Kind } from './measure.ts';
 import { recoverHostKnobs, restoreHostKnobs } from './host-knobs.ts';
 import { hostThreadsCpuNs, sessionSwapPss } from './memory-arms.ts';
-import { startPrivateDaemon, type PrivateDaemon } from './private-daemon.ts';
+import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
 import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord, type ResultRow, type TrialRecord, type Verdict } from './record.ts';
 import { bootstrap, linearFit, quantile } from './stats.ts';
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { joinSockets } from '../common/tcp.ts';
-import { startXvfb, stopChild, type XvfbHandle } from '../display/xvfb-harness.ts';
+import { startXvfb, stopChild, type XvfbHandle } from '../testing/xvfb.ts';
 import type { ArmCtx, ArmHooks } from './arms.ts';
 
 /**

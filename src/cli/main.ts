@@ -1,6 +1,7 @@
 import { Command, Option } from 'commander';
 import { writeFileSync } from 'node:fs';
 import { DrumsApiError, DrumsClient, type SessionInfo } from '../client/client.ts';
+import { DrumsError } from '../common/errors.ts';
 
 /**
  * The `drums` command. Session commands talk to the daemon through the public
@@ -19,19 +20,30 @@ program.command('serve').description('run the host daemon in the foreground')
   .option('--port <n>', 'TCP port (DRUMS_PORT, default 7450; 0 = any free port)')
   .option('--host <addr>', 'listen address (DRUMS_LISTEN, default 127.0.0.1)')
   .option('--allow-remote', 'allow a non-loopback listen address (no TLS)')
-  .action(async (o: { port?: string; host?: string; allowRemote?: boolean }) => {
+  .option('--keep-sessions', 'on SIGTERM/SIGINT leave the sessions running for the next daemon to adopt (DRUMS_KEEP_SESSIONS=1); `drums sweep` then removes them')
+  .action(async (o: { port?: string; host?: string; allowRemote?: boolean; keepSessions?: boolean }) => {
     // A daemon whose terminal or log pipe went away must still shut down cleanly.
     process.stdout.on('error', () => {});
     process.stderr.on('error', () => {});
     const { startDaemon } = await import('../daemon.ts');
-    const d = await startDaemon({ port: o.port === undefined ? undefined : Number(o.port), host: o.host, allowRemote: o.allowRemote });
+    const d = await startDaemon({ port: o.port === undefined ? undefined : Number(o.port), host: o.host, allowRemote: o.allowRemote, keepSessions: o.keepSessions });
     process.stdout.write(`drums: serving ${d.url} (instance ${d.inst.name}, state ${d.inst.stateDir})\n`);
     const shutdown = (sig: string) => {
-      process.stderr.write(`drums: ${sig}, destroying sessions...\n`);
+      process.stderr.write(`drums: ${sig}, ${d.keepSessions ? 'keeping sessions for the next daemon' : 'destroying sessions'}...\n`);
       d.stop().then(() => process.exit(0), () => process.exit(1));
     };
     process.on('SIGINT', () => shutdown('SIGINT'));
     process.on('SIGTERM', () => shutdown('SIGTERM'));
+  });
+
+program.command('install-service').description('install the systemd unit (restart on failure; a stop keeps the sessions for the next daemon)')
+  .option('--print', 'print the unit instead of writing it')
+  .option('--dir <dir>', 'where to write drums.service', '/etc/systemd/system')
+  .action(async (o: { print?: boolean; dir: string }) => {
+    const { installUnit, renderUnit } = await import('./service.ts');
+    if (o.print) return void process.stdout.write(renderUnit());
+    const path = installUnit(o.dir);
+    process.stdout.write(`wrote ${path}; now: systemctl daemon-reload && systemctl enable --now drums\n`);
   });
 
 program.command('sweep').description('remove every object of this instance that no live daemon owns')
@@ -68,6 +80,7 @@ session.command('create').description('create a session and wait until it is rea
   .option('--url <url>', 'open Chromium on this URL')
   .option('--screen <WxH>', 'screen size, e.g. 1280x800')
   .option('--memory-mb <n>', 'memory limit in MiB')
+  .option('--disk-mb <n>', 'disk quota in MiB (the session\'s own filesystem)')
   .option('--cpus <n>', 'CPU limit in cores')
   .option('--egress', 'allow internet egress (NAT)')
   .option('--host-port <port...>', 'gateway TCP ports the session may reach')
@@ -78,6 +91,7 @@ session.command('create').description('create a session and wait until it is rea
     if (o.url) spec.url = o.url;
     if (o.screen) spec.screen = o.screen;
     if (o.memoryMb) spec.memoryMb = Number(o.memoryMb);
+    if (o.diskMb) spec.diskMb = Number(o.diskMb);
     if (o.cpus) spec.cpus = Number(o.cpus);
     if (o.egress) spec.egress = true;
     if (o.hostPort) spec.hostPorts = (o.hostPort as string[]).map(Number);
@@ -134,7 +148,7 @@ session.command('act').description('run a batch of actions (JSON array, or an ob
     const { readFileSync } = await import('node:fs');
     const text = o.json === '-' ? readFileSync(0, 'utf8') : o.json;
     let parsed: unknown;
-    try { parsed = JSON.parse(text); } catch (e) { throw Object.assign(new Error(`--json is not valid JSON: ${(e as Error).message}`), { code: 'invalid_json' }); }
+    try { parsed = JSON.parse(text); } catch (e) { throw new DrumsError('invalid_json', `--json is not valid JSON: ${(e as Error).message}`); }
     const req = (Array.isArray(parsed) ? { actions: parsed } : parsed) as { actions: unknown[]; generation?: number; screenshot?: Record<string, unknown> };
     if (o.generation) req.generation = Number(o.generation);
     if (o.screenshot) {
@@ -171,7 +185,7 @@ session.command('cp').description('copy a file into or out of a session; one sid
     const { readFileSync } = await import('node:fs');
     const remote = (x: string) => /^s[0-9a-f]{10}:\//.exec(x) ? { id: x.slice(0, 11), path: x.slice(12) } : null;
     const rs = remote(src), rd = remote(dst);
-    if (!!rs === !!rd) throw Object.assign(new Error('exactly one of SRC and DST must be ID:/path'), { code: 'invalid_request' });
+    if (!!rs === !!rd) throw new DrumsError('invalid_request', 'exactly one of SRC and DST must be ID:/path');
     if (rs) {
       const data = await client().readFile(rs.id, rs.path, { root: o.root });
       if (dst === '-') process.stdout.write(data); else writeFileSync(dst, data);
@@ -225,6 +239,7 @@ bench.command('api').description('API overhead over a direct in-process call, an
     const { record, file } = await runApiBench({
       quick: !!o.quick, image: o.image, outDir: o.out, clients: Number(o.clients), seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
       progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      startInProcess: async (env) => (await import('../daemon.ts')).startDaemon({ env }),
     });
     if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
     for (const [k, v] of Object.entries(record.bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
@@ -239,7 +254,7 @@ bench.command('sessions').description('lifecycle latency and memory per added se
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; image: string; runs?: string; n?: string; out: string; json?: boolean }) => {
     const { runSessionsBench } = await import('../bench/sessions-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runSessionsBench({
@@ -339,7 +354,7 @@ bench.command('ops').description('observe/act latency through the API vs exec-sp
   .option('--json', 'print the record')
   .action(async (o: { quick?: boolean; runs?: string; sessions: string; seconds: string; out: string; json?: boolean }) => {
     const { runOpsBench } = await import('../bench/ops-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runOpsBench({
@@ -361,6 +376,30 @@ bench.command('ops').description('observe/act latency through the API vs exec-sp
     }
   });
 
+bench.command('steps').description('step throughput (click + PNG) of this checkout vs another checkout in the same run; CPU per step by format; streaming')
+  .option('--base <dir>', 'checkout of the code to compare with (e.g. git worktree add DIR 4c106a9), with node_modules and .runtime')
+  .option('--sessions <list>', 'N ladder of Chromium sessions', '10,50,100')
+  .option('--clients <n>', 'closed-loop clients', '8')
+  .option('--seconds <n>', 'seconds per measurement', '20')
+  .option('--offered <n>', 'open-loop offered steps/s', '50')
+  .option('--trials <n>', 'trials (arms alternate, order rotated)', '1')
+  .option('--quick', 'N=2, 4 s (a harness check)')
+  .option('--out <dir>', 'record directory', 'bench/records')
+  .action(async (o: { base?: string; sessions: string; clients: string; seconds: string; offered: string; trials: string; quick?: boolean; out: string }) => {
+    const { runStepsBench } = await import('../bench/steps-bench.ts');
+    const { resolve, join } = await import('node:path');
+    const here = resolve(import.meta.dirname, '..', '..');
+    const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
+    if (o.base) arms.push({ name: 'base', bin: join(resolve(o.base), 'bin', 'drums'), description: `the checkout at ${resolve(o.base)}` });
+    const { record, file } = await runStepsBench({
+      arms, sessions: o.quick ? [2] : o.sessions.split(',').map(Number), clients: o.quick ? 2 : Number(o.clients),
+      seconds: o.quick ? 4 : Number(o.seconds), offered: o.quick ? 5 : Number(o.offered), trials: Number(o.trials), quick: !!o.quick, outDir: o.out,
+      command: `bin/drums ${process.argv.slice(2).join(' ')}`,
+      progress: (m) => process.stderr.write(`\r\x1b[K[bench] ${m}`),
+    });
+    process.stderr.write('\n');
+    process.stdout.write(`${record.summary}\nrecord: ${file}\n`);
+  });
 bench.command('density').description('how many Chromium sessions the host holds at once (bar: 50)')
   .option('--sessions <n>', 'sessions to hold', '50')
   .option('--concurrency <n>', 'creates in flight', '4')
@@ -368,7 +407,7 @@ bench.command('density').description('how many Chromium sessions the host holds 
   .option('--out <dir>', 'record directory', 'bench/records')
   .action(async (o: { sessions: string; concurrency: string; image: string; out: string }) => {
     const { runDensityBench } = await import('../bench/density-bench.ts');
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     const daemon = process.env.DRUMS_URL ? { client: client(), stop: async () => {} } : await startPrivateDaemon();
     try {
       const { record, file } = await runDensityBench({
@@ -386,7 +425,7 @@ bench.command('density').description('how many Chromium sessions the host holds 
 program.parseAsync(process.argv).catch((e: unknown) => {
   if (e instanceof DrumsApiError) {
     process.stderr.write(`drums: ${e.code}: ${e.message}\n`);
-    process.exitCode = e.status >= 500 ? 3 : 2;
+    process.exitCode = e.status === 0 ? 1 : e.status >= 500 ? 3 : 2;
   } else {
     const err = e as { code?: string; message?: string };
     process.stderr.write(`drums: ${err.code ? err.code + ': ' : ''}${err.message ?? String(e)}\n`);

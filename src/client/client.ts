@@ -2,26 +2,20 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type {
   A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
-  FileWritten, ForkRequest, ForkResult, Generation, Pool, PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest, ScreenshotData,
-  ScreenshotOptions, Session, SessionSpec, TerminalText, WindowOpResult, WindowsView,
+  FileWritten, ForkRequest, ForkResult, Generation, HostReport, Pool, PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult,
+  ResetRequest, ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
+
+import { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
+import { ERROR_CLASSES } from './generated/errors.ts';
 
 /**
  * TypeScript client for the Drums HTTP API. Used by the CLI and the bench;
- * it never imports server code.
+ * it never imports server code. Errors are DrumsApiError, as the subclass of
+ * their code (generated/errors.ts: `stale_generation` → StaleGenerationError).
  */
-export class DrumsApiError extends Error {
-  readonly code: string;
-  readonly status: number;
-  readonly details?: unknown;
-  constructor(status: number, code: string, message: string, details?: unknown) {
-    super(message);
-    this.name = 'DrumsApiError';
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
+export { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
+export * from './generated/errors.ts';
 
 /**
  * Wire types come from the spec: protocol/openapi.yaml → scripts/gen-protocol.ts →
@@ -29,11 +23,16 @@ export class DrumsApiError extends Error {
  */
 export type {
   A11yNode, A11yTree, Action, ActionResult, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord,
-  FileList, FileStat, FileStatResult, FileWritten, ForkRequest, ForkResult, Generation, OsworldEndpoint, Pool, PoolClaim, PoolSpec, ReleaseRequest,
-  ReleaseResult, ResetRequest, ScreenshotData,
+  FileList, FileStat, FileStatResult, FileWritten, ForkRequest, ForkResult, Generation, HostDisk, HostReport, OsworldEndpoint, Pool,
+  PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest, ScreenshotData,
   ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
 } from '../protocol/generated/types.ts';
 
+const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream' };
+/** What actImage returns: the actions' results and the screenshot as bytes. */
+export interface ActImageResponse extends Omit<ActResponse, 'screenshot'> {
+  image?: { data: Buffer; mimeType: string; width: number; height: number; scaleX?: number; scaleY?: number };
+}
 /** A session as the API returns it. */
 export type SessionInfo = Session;
 /**
@@ -56,15 +55,50 @@ async function apiError(res: Response): Promise<DrumsApiError> {
     const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
     if (j.error) ({ code, message, details } = j.error);
   } catch {}
-  return new DrumsApiError(res.status, code, message, details);
+  const Cls = (ERROR_CLASSES as Record<string, typeof DrumsApiError>)[code] ?? DrumsApiError;
+  return new Cls(res.status, code, message, details);
 }
+
+export interface DrumsClientOptions {
+  /**
+   * Per request, until the response is in (default 300 s, as the Python SDK's read timeout; 0 = none).
+   * Streamed responses (exec with stream) are not cut by it.
+   */
+  timeoutMs?: number;
+  /** Aborts every request of this client (e.g. at shutdown). */
+  signal?: AbortSignal;
+}
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 300_000;
 
 export class DrumsClient {
   readonly url: string;
   private readonly _token: string;
-  constructor(url: string, token: string) {
+  private readonly _opts: DrumsClientOptions;
+  constructor(url: string, token: string, opts: DrumsClientOptions = {}) {
     this.url = url.replace(/\/$/, '');
     this._token = token;
+    this._opts = opts;
+  }
+
+  /** fetch with the client's timeout and signal; a timeout or abort is a ClientTimeoutError, no answer a NoDaemonError. */
+  private async _fetch(path: string, init: RequestInit, o: { timeoutMs?: number } = {}): Promise<Response> {
+    const timeoutMs = o.timeoutMs ?? this._opts.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    const signals = [...(timeoutMs > 0 ? [AbortSignal.timeout(timeoutMs)] : []), ...(this._opts.signal ? [this._opts.signal] : [])];
+    try {
+      const res = await fetch(this.url + path, { ...init, signal: signals.length ? AbortSignal.any(signals) : undefined });
+      if (!res.ok) throw await apiError(res);
+      return res;
+    } catch (e) {
+      if (e instanceof DrumsApiError) throw e;
+      const name = (e as Error)?.name;
+      if (name === 'TimeoutError' || name === 'AbortError') {
+        throw new ClientTimeoutError(0, 'client_timeout', `${init.method} ${path}: no answer within ${timeoutMs} ms (or aborted)`, undefined, { cause: e });
+      }
+      const code = ((e as { cause?: { code?: string } })?.cause?.code) ?? '';
+      if (code === 'ECONNREFUSED' || code === 'ENOENT') throw new NoDaemonError(0, 'no_daemon', `no daemon answers at ${this.url} (${code})`, undefined, { cause: e });
+      throw e;
+    }
   }
 
   /** DRUMS_URL + DRUMS_TOKEN, else the daemon record and token in the state dir. */
@@ -72,24 +106,32 @@ export class DrumsClient {
     if (env.DRUMS_URL) return new DrumsClient(env.DRUMS_URL, env.DRUMS_TOKEN ?? '');
     const stateDir = resolve(env.DRUMS_STATE_DIR || '/var/lib/drums');
     const rec = join(stateDir, 'daemon.json');
-    if (!existsSync(rec)) throw new Error(`no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
+    if (!existsSync(rec)) throw new NoDaemonError(0, 'no_daemon', `no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
     const { url } = JSON.parse(readFileSync(rec, 'utf8')) as { url: string };
     const token = env.DRUMS_TOKEN ?? readFileSync(join(stateDir, 'token'), 'utf8').trim();
     return new DrumsClient(url, token);
   }
 
-  async request(method: string, path: string, body?: unknown): Promise<Response> {
-    const res = await fetch(this.url + path, {
+  async request(method: string, path: string, body?: unknown, o: { timeoutMs?: number } = {}): Promise<Response> {
+    return this._fetch(path, {
       method,
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
       body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    if (!res.ok) throw await apiError(res);
-    return res;
+    }, o);
   }
 
   private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
     return (await (await this.request(method, path, body)).json()) as T;
+  }
+
+  /** GET /v1/host: capacity, load, images and identity of this host (for placement). */
+  host(): Promise<HostReport> {
+    return this.json('GET', '/v1/host');
+  }
+
+  /** POST /v1/host/drain: new creates get 503 host_draining; held sessions go on. */
+  drainHost(): Promise<HostReport> {
+    return this.json('POST', '/v1/host/drain');
   }
 
   createSession(spec: SessionSpec = {}): Promise<SessionInfo> {
@@ -141,13 +183,11 @@ export class DrumsClient {
   }
   /** Raw request with a binary body (files). */
   async requestRaw(method: string, path: string, body?: Uint8Array): Promise<Response> {
-    const res = await fetch(this.url + path, {
+    return this._fetch(path, {
       method,
       headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/octet-stream' } : {}) },
       body: body === undefined ? undefined : new Uint8Array(body),
     });
-    if (!res.ok) throw await apiError(res);
-    return res;
   }
   /** Screenshot with options; returns the bytes and the geometry headers. */
   async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number; serverMs?: number }> {
@@ -174,6 +214,39 @@ export class DrumsClient {
   act(id: string, req: ActRequest): Promise<ActResponse> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/actions`, req);
   }
+  /**
+   * Like act, but the screenshot comes back as bytes: asks for the binary response (image body,
+   * JSON in the x-drums-actions header) and accepts the JSON one too (a daemon without it, or a
+   * batch whose results do not fit in a header), decoding its base64.
+   */
+  async actImage(id: string, req: ActRequest): Promise<ActImageResponse> {
+    const fmt = (req.screenshot && typeof req.screenshot === 'object' ? req.screenshot.format : undefined) ?? 'png';
+    const res = await fetch(this.url + `/v1/sessions/${encodeURIComponent(id)}/actions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${this._token}`, 'content-type': 'application/json', accept: `${MIME[fmt] ?? 'image/png'}, application/json` },
+      body: JSON.stringify(req),
+    });
+    if (!res.ok) throw await apiError(res);
+    const meta = res.headers.get('x-drums-actions');
+    if (meta !== null) {
+      const h = res.headers;
+      const sx = h.get('x-drums-scale-x');
+      const j = JSON.parse(meta) as Omit<ActResponse, 'screenshot'>;
+      return {
+        ...j,
+        image: {
+          data: Buffer.from(await res.arrayBuffer()), mimeType: h.get('content-type') ?? '',
+          width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')),
+          ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
+        },
+      };
+    }
+    const j = (await res.json()) as ActResponse;
+    const { screenshot, ...rest } = j;
+    if (!screenshot) return rest;
+    const { data, ...geom } = screenshot;
+    return { ...rest, image: { data: Buffer.from(data, 'base64'), mimeType: geom.mimeType, width: geom.width, height: geom.height, ...(geom.scaleX !== undefined ? { scaleX: geom.scaleX, scaleY: geom.scaleY } : {}) } };
+  }
   async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | A11yTree> {
     const q = new URLSearchParams({ format: o.format ?? 'xml' });
     if (o.maxDepth) q.set('maxDepth', String(o.maxDepth));
@@ -196,7 +269,8 @@ export class DrumsClient {
   /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
   async execStream(id: string, req: ExecRequest,
     onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<ExecExit> {
-    const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req);
+    // The output streams for as long as the command runs: the server's own timeoutMs bounds it, not the client's.
+    const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req, { timeoutMs: 0 });
     const dec = new TextDecoder();
     let buf = '';
     let last: Record<string, unknown> | undefined;

@@ -1,14 +1,22 @@
 /**
- * One error tree for Drums. Every error that can reach a user carries a stable
- * lower_snake `code`; the HTTP layer maps codes to statuses in one table
- * (src/api/errors.ts) and clients rebuild typed errors from the code.
+ * One error tree for Drums. Every error that can reach a user extends DrumsError
+ * and carries a stable lower_snake `code`: one of the spec's (protocol/openapi.yaml
+ * x-error-codes, whose statuses the HTTP layer uses), or a local one that never
+ * crosses the API (the CLI and the daemon's start-up report those). Clients rebuild
+ * typed errors from the code.
  */
+import type { ErrorCode } from '../protocol/generated/error-codes.ts';
+
+export type { ErrorCode };
+/** Codes of errors that stay on this host (CLI, daemon start-up, image builds): never an HTTP answer. */
+export type LocalErrorCode = 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
+export type DrumsErrorCode = ErrorCode | LocalErrorCode;
 export type ErrorDetails = Record<string, unknown>;
 
 export class DrumsError extends Error {
-  readonly code: string;
+  readonly code: DrumsErrorCode;
   readonly details?: ErrorDetails;
-  constructor(code: string, message: string, options?: { details?: ErrorDetails; cause?: unknown }) {
+  constructor(code: DrumsErrorCode, message: string, options?: { details?: ErrorDetails; cause?: unknown }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
@@ -18,7 +26,7 @@ export class DrumsError extends Error {
 
 /** Bad input: names the failing field. */
 export class ValidationError extends DrumsError {
-  constructor(field: string, message: string, code = 'invalid_request') {
+  constructor(field: string, message: string, code: ErrorCode = 'invalid_request') {
     super(code, `${field}: ${message}`, { details: { field } });
   }
 }

@@ -211,7 +211,7 @@ function modifiersFrom(v: unknown, path: string): string[] | undefined {
 
 function clickAction(pt: Point | undefined, btn: Button, count: number, mods?: string[]): CanonicalAction {
   const a: CanonicalAction = withPoint({ type: 'click', button: btn, count: count as 1 | 2 | 3 }, pt);
-  if (mods && mods.length) (a as { modifiers?: string[] }).modifiers = mods;
+  if (mods?.length) (a as { modifiers?: string[] }).modifiers = mods;
   return a;
 }
 
@@ -226,7 +226,7 @@ function direction(p: Obj, k: string, path: string, dflt?: string): [number, num
 function scrollAction(pt: Point | undefined, dx: number, dy: number, path: string, mods?: string[]): CanonicalAction {
   if (dx === 0 && dy === 0) throw invalidAction(path, 'scroll needs a non-zero amount');
   const a = withPoint({ type: 'scroll' as const, dx, dy }, pt) as CanonicalAction;
-  if (mods && mods.length) (a as { modifiers?: string[] }).modifiers = mods;
+  if (mods?.length) (a as { modifiers?: string[] }).modifiers = mods;
   return a;
 }
 

@@ -3,6 +3,8 @@
  * lower_snake `code` the API layer can map to a status without parsing text.
  */
 
+import { DrumsError } from '../common/errors.ts';
+
 export type DisplayErrorCode =
   | 'display_closed'   // the X connection is gone (server died, socket closed, close() called)
   | 'display_timeout'  // an X request got no answer within its deadline
@@ -14,15 +16,11 @@ export type DisplayErrorCode =
   | 'invalid_action'   // an action failed validation (message starts with the field path)
   | 'unsupported';     // the server lacks something required (e.g. XTEST)
 
-export class DisplayError extends Error {
-  readonly code: DisplayErrorCode;
-  readonly details: Record<string, unknown> | undefined;
+export class DisplayError extends DrumsError {
+  declare readonly code: DisplayErrorCode;
 
   constructor(code: DisplayErrorCode, message: string, details?: Record<string, unknown>, cause?: unknown) {
-    super(message, cause === undefined ? undefined : { cause });
-    this.name = 'DisplayError';
-    this.code = code;
-    this.details = details;
+    super(code, message, { details, cause });
   }
 }
 

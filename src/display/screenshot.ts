@@ -1,10 +1,11 @@
 /**
- * Screenshots: MIT-SHM (or core GetImage) capture of the root window, BGRX→RGB in JS, the
- * XFixes cursor image composited on top, then encoding with sharp (libvips runs off the main thread).
+ * Screenshots: option checks here; the frame itself (capture, colour conversion, cursor,
+ * encoding, damage-driven cache) is in frames.ts. bgrxToRgb/compositeCursor/captureRgb are the
+ * earlier all-JS path, kept as the reference the fast path is tested against.
  */
 import * as fs from 'node:fs';
-import sharp from 'sharp';
 import { DisplayError } from './errors.ts';
+import { captureFrame } from './frames.ts';
 import type { XDisplay } from './x-display.ts';
 
 export type ScreenshotFormat = 'png' | 'jpeg' | 'webp' | 'raw';
@@ -170,37 +171,5 @@ export async function captureScreenshot(d: XDisplay, options: ScreenshotOptions 
   const scale = resolveScale(options.scale, region.width, region.height);
   const wantCursor = options.cursor !== false && d.hasCursorImage;
 
-  // Both requests go out back to back: one round trip for image + cursor.
-  const cursorP = wantCursor
-    ? d.request<CursorImage>('XFixesGetCursorImage', cb => d._fixes.GetCursorImage(cb)).catch(() => null)
-    : Promise.resolve(null);
-  const rgb = await captureRgb(d, region);
-  const cursor = await cursorP;
-  if (cursor) compositeCursor(rgb, region.width, region.height, cursor, region.x, region.y);
-
-  if (format === 'raw' && !scale) {
-    return { data: rgb, width: region.width, height: region.height, format, mimeType: MIME.raw };
-  }
-  let img = sharp(rgb, { raw: { width: region.width, height: region.height, channels: 3 } });
-  if (scale) img = img.resize(scale.width, scale.height, { fit: 'fill' });
-  switch (format) {
-    case 'png': img = img.png({ compressionLevel: PNG_COMPRESSION_LEVEL }); break;
-    // Note: no Huffman optimisation pass: it halves encode time (16 → 8 ms at 1280x800) for a few % in size.
-    case 'jpeg': img = img.jpeg({ quality, optimiseCoding: false }); break;
-    case 'webp': img = img.webp({ quality, effort: 0 }); break;
-    case 'raw': img = img.raw(); break;
-  }
-  const data = await img.toBuffer();
-  const out: ScreenshotResult = {
-    data,
-    width: scale ? scale.width : region.width,
-    height: scale ? scale.height : region.height,
-    format,
-    mimeType: MIME[format],
-  };
-  if (scale) {
-    out.scaleX = region.width / scale.width;
-    out.scaleY = region.height / scale.height;
-  }
-  return out;
+  return captureFrame(d, { format, quality, region, scale, wantCursor });
 }

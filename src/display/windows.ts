@@ -65,7 +65,7 @@ export async function windowInfo(d: XDisplay, id: number): Promise<WindowInfo | 
       d.request<{ destX: number; destY: number }>('TranslateCoordinates', cb => d._x.TranslateCoordinates(id, d.root, 0, 0, cb)),
       d.request<{ mapState: number }>('GetWindowAttributes', cb => d._x.GetWindowAttributes(id, cb)),
     ]);
-    const title = netName && netName.length ? netName.toString('utf8') : wmName ? wmName.toString('latin1') : '';
+    const title = netName?.length ? netName.toString('utf8') : wmName ? wmName.toString('latin1') : '';
     const cls = wmClass ? wmClass.toString('latin1').split('\0') : [];
     return {
       id,

@@ -132,7 +132,6 @@ export class XDisplay extends EventEmitter {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const wantShm = options.shm !== false;
     let stream: (net.Socket & { _fdCapable?: boolean }) | null = null;
-    let client: XClient | null = null;
     let display: XDisplay | null = null;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
@@ -145,7 +144,6 @@ export class XDisplay extends EventEmitter {
       stream = await Promise.race([connectStream(socketPath, wantShm), deadline]);
       const s = stream;
       const { c, info } = await Promise.race([handshake(s), deadline]);
-      client = c;
       const ext = (name: string) => Promise.race([requireExt(c, name), deadline]);
       const xtest = await ext('xtest').catch((err: Error) => {
         throw new DisplayError('unsupported', `X server at ${socketPath} lacks XTEST: ${err.message}`);

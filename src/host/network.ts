@@ -1,7 +1,7 @@
 import { mkdirSync, openSync, closeSync, writeSync, readdirSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { run } from '../common/exec.ts';
-import { DrumsError } from '../common/errors.ts';
+import { DrumsError, HostError } from '../common/errors.ts';
 import type { Instance } from './instance.ts';
 import { vethPrefix } from './instance.ts';
 
@@ -107,7 +107,12 @@ export async function createNetwork(netns: string, hostVeth: string, sub: Subnet
 export async function deleteNetwork(netns: string, hostVeth: string): Promise<void> {
   // Deleting the namespace destroys eth0 and with it the host end.
   await run(['ip', 'netns', 'del', netns], { okCodes: [0, 1] });
-  await run(['ip', 'link', 'del', hostVeth], { okCodes: [0, 1] });
+  // Note: the kernel tears a deleted namespace down on a workqueue, so the host end can vanish
+  // between the lookup and the delete (RTNETLINK "No such device", exit 2). Gone is what we want.
+  const del = await run(['ip', 'link', 'del', hostVeth], { okCodes: [0, 1, 2] });
+  if (del.code === 2 && !/No such device|Cannot find device/.test(del.stderr)) {
+    throw new HostError(`ip link del ${hostVeth}`, `exit 2: ${del.stderr.trim()}`, { argv: ['ip', 'link', 'del', hostVeth], exitCode: 2 });
+  }
 }
 
 export async function listNetns(prefix: string): Promise<string[]> {

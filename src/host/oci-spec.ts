@@ -24,6 +24,8 @@ export interface SpecInput {
   /** Bench only: let the session opt into KSM (see seccomp.ts). */
   allowMemoryMerge?: boolean;
   memoryBytes: number;
+  /** Turn swap off for the session (memory+swap = memory), where the host accounts swap. */
+  noSwap?: boolean;
   pids: number;
   /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
   cpus: number;
@@ -73,7 +75,7 @@ export function buildSpec(i: SpecInput) {
       cgroupsPath: i.cgroupsPath,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
-        memory: { limit: i.memoryBytes },
+        memory: i.noSwap ? { limit: i.memoryBytes, swap: i.memoryBytes } : { limit: i.memoryBytes },
         pids: { limit: i.pids },
         cpu: i.cpus > 0 ? { quota: Math.round(i.cpus * period), period, shares: 1024 } : { shares: 1024 },
       },

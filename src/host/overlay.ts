@@ -25,6 +25,11 @@ export async function mountRuntimeTmpfs(source: string, target: string): Promise
   await run(['mount', '-t', 'tmpfs', '-o', 'mode=0711,size=256m,nosuid,nodev', source, target]);
 }
 
+/** A session's own small tmpfs (its bound /run/drums and /tmp/.X11-unix), so no session can fill a shared one. */
+export async function mountSessionTmpfs(source: string, target: string, bytes: number): Promise<void> {
+  await run(['mount', '-t', 'tmpfs', '-o', `mode=0711,size=${bytes},nr_inodes=4096,nosuid,nodev,noexec`, source, target]);
+}
+
 /** Mount points (from /proc/self/mountinfo) at or below `prefix`, deepest first. */
 export function mountsUnder(prefix: string): string[] {
   const out: string[] = [];

@@ -1,5 +1,6 @@
 // Error types of the image builder. Every error carries a stable `code` that
 // the CLI and the HTTP API can map to exit codes / status codes.
+import { DrumsError } from '../common/errors.ts';
 
 export type ImageErrorCode =
   | 'invalid_recipe'
@@ -8,12 +9,10 @@ export type ImageErrorCode =
   | 'image_in_use'
   | 'image_lock_timeout';
 
-export class ImageError extends Error {
-  code: ImageErrorCode;
+export class ImageError extends DrumsError {
+  declare readonly code: ImageErrorCode;
   constructor(code: ImageErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'ImageError';
-    this.code = code;
+    super(code, message, options);
   }
 }
 

@@ -69,7 +69,7 @@ const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,47}$/;
 // Debian package name, optional :arch and optional =version pin.
 const DEB_PKG_RE = /^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?$/;
 // A pip requirement without whitespace that is not an option.
-const PIP_RE = /^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*]*$/;
+const PIP_RE = /^[A-Za-z0-9][A-Za-z0-9._\-[\],<>=!~*]*$/;
 const USER_RE = /^[a-z_][a-z0-9_-]{0,31}$/;
 const ENV_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MODE_RE = /^0?[0-7]{3,4}$/;

@@ -25,7 +25,7 @@ export async function osworldRun(tasks: string[], o: { parallel: string; oracle?
   const stateDir = process.env.DRUMS_STATE_DIR || '/var/lib/drums';
   let stop = async () => {};
   if (!process.env.DRUMS_URL && !existsSync(join(stateDir, 'daemon.json'))) {
-    const { startPrivateDaemon } = await import('../bench/private-daemon.ts');
+    const { startPrivateDaemon } = await import('../client/private-daemon.ts');
     process.stderr.write('drums: no daemon running; starting a private one for this run\n');
     const d = await startPrivateDaemon();
     env.DRUMS_URL = d.client.url;

@@ -10,11 +10,11 @@ import type { ChildProcess } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { basename, extname, posix } from 'node:path';
 import { terminalText, toOsworldXml } from '../a11y/index.ts';
-import type { DisplayService } from '../api/display-service.ts';
+import type { DisplayService } from '../session/display-service.ts';
 import { errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
-import { expandPath, normalizeCommand, pyRepr } from './command.ts';
+import { expandPath, normalizeCommand, pyRepr, type Normalized } from './command.ts';
 import { HOME, runGuest, spawnGuest } from './guest-exec.ts';
 
 const EXECUTE_TIMEOUT_S = 120;
@@ -111,7 +111,7 @@ export function forgetSession(id: string): void {
 
 async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>, signal: AbortSignal) {
   const timeoutS = typeof b.timeout === 'number' && b.timeout > 0 ? b.timeout : EXECUTE_TIMEOUT_S;
-  let norm;
+  let norm: Normalized;
   try {
     norm = normalizeCommand(b.command, b.shell);
   } catch (e) {
@@ -163,7 +163,7 @@ const routeExecuteVerify: Handler = async (ctx, s, req) => {
 
 const routeLaunch: Handler = async (ctx, s, req) => {
   const b = parseJson(req);
-  let norm;
+  let norm: Normalized;
   try {
     norm = normalizeCommand(b.command, b.shell);
   } catch (e) {

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer as createTcpServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
-import type { DisplayService } from '../api/display-service.ts';
+import type { DisplayService } from '../session/display-service.ts';
 import { log } from '../common/log.ts';
 import { joinSockets } from '../common/tcp.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
@@ -27,13 +27,6 @@ interface Entry {
   endpoint: OsworldEndpoint;
   servers: Server[];
   closeGuest: () => void;
-}
-
-const endpoints = new Map<string, OsworldEndpoint>();
-
-/** The OSWorld endpoint of a session, if it has one (used by the session view). */
-export function osworldEndpoint(id: string): OsworldEndpoint | undefined {
-  return endpoints.get(id);
 }
 
 /** Sessions get an endpoint when their image says so (recipe env DRUMS_OSWORLD=1) or with label drums.osworld=1. */
@@ -125,17 +118,20 @@ export class OsworldService {
         address: `127.0.0.1:${serverPort}:${chromiumPort}:0:${vlcPort}`,
       };
       this._entries.set(id, { endpoint, servers, closeGuest: guest.close });
-      endpoints.set(id, endpoint);
     } catch (e) {
       for (const sv of servers) sv.close();
       throw e;
     }
   }
 
+  /** The session's endpoint, if it has one (the daemon adds it to the session view). */
+  endpointOf(id: string): OsworldEndpoint | undefined {
+    return this._entries.get(id)?.endpoint;
+  }
+
   detach(id: string): void {
     const e = this._entries.get(id);
     this._entries.delete(id);
-    endpoints.delete(id);
     forgetSession(id);
     if (!e) return;
     e.closeGuest();

@@ -83,7 +83,7 @@ export async function forkSession(mgr: SessionManager, src: Session, req: { coun
     let pausedMs = 0;
     try {
       const tp = performance.now();
-      await run(['cp', '-a', '--reflink=auto', join(src.dir, 'upper') + '/.', join(snap, 'upper')], { timeoutMs: 300_000 });
+      await run(['cp', '-a', '--reflink=auto', join(src.dir, 'disk', 'upper') + '/.', join(snap, 'upper')], { timeoutMs: 300_000 });
       pausedMs = performance.now() - tp;
     } finally {
       await run([...rt, 'resume', container]).catch((e) => log('warn', 'fork: resume of the source failed', { id: src.id, error: errorMessage(e) }));

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chownSync, chmodSync, copyFileSync, mkdirSync, rmSync, symlinkSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import { chownSync, chmodSync, copyFileSync, renameSync, mkdirSync, rmSync, symlinkSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
@@ -13,7 +13,12 @@ import { addSessionRules, installTable, removeSessionRules, type SessionRules } 
 import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
-import { mountOverlayRelative, mountRuntimeTmpfs, unmountOverlay } from '../host/overlay.ts';
+import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
+import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
+import { Admission, diskImagePath, type Capacity } from './admission.ts';
+import { oomKills, swapLimitSupported } from '../host/resources.ts';
+import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
+import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
 import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { StatusWatcher } from './status-watcher.ts';
@@ -28,6 +33,9 @@ const HOME = '/home/user';
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
 /** How long a destroyed session's id and reason are remembered (410 session_expired, GET /v1/terminations). */
 const TERMINATION_MEMORY_MS = 15 * 60_000;
+/** Each session's own tmpfs for /run/drums and /tmp/.X11-unix (sockets, status): small, so no session can fill a shared one. */
+const SESSION_RT_BYTES = 16 * 1024 ** 2;
+const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
 const READY_TIMEOUT_MS = Number(process.env.DRUMS_READY_TIMEOUT_MS ?? 60_000);
 
 export interface Attempt {
@@ -51,6 +59,10 @@ export interface Session {
   busSocket: string;
   imageDir: string;
   initPid?: number;
+  /** The init's PID and start time: an adopted session's liveness is polled on it. */
+  init?: ProcIdentity;
+  /** Adopted from a previous daemon of this instance (no liveness socket: polled). */
+  adopted?: boolean;
   timings: Record<string, number>;
   brokenReason?: string;
   /** Private: liveness socket and status watcher of the current generation. */
@@ -81,14 +93,18 @@ export class SessionManager {
   private readonly _sessions = new Map<string, Session>();
   private readonly _opts: Required<Omit<ManagerOptions, 'failAtStep'>> & { failAtStep?: string };
   private _running = 0;
+  /** Memory and disk admission (src/session/admission.ts). */
+  readonly admission: Admission;
   /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
   readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
   private readonly _queue: (() => void)[] = [];
+  private _poller?: NodeJS.Timeout;
 
   constructor(inst: Instance, opts: ManagerOptions = {}) {
     this.inst = inst;
     this.runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
     this.pool = parsePool(process.env.DRUMS_SUBNET_POOL ?? '10.231.0.0/16');
+    this.admission = new Admission(inst.stateDir);
     this._opts = {
       maxSessions: opts.maxSessions ?? Number(process.env.DRUMS_MAX_SESSIONS ?? 128),
       startConcurrency: opts.startConcurrency ?? Number(process.env.DRUMS_START_CONCURRENCY ?? 4),
@@ -98,20 +114,76 @@ export class SessionManager {
 
   /** Sweeps what a previous daemon of this instance left, then installs the firewall table. */
   async init(): Promise<void> {
-    await sweepInstance(this.inst);
+    // Adopt the live sessions a previous daemon of this instance left; sweep everything else of it.
+    const plan = await planAdoption(this.inst, this.runtime);
+    await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
     mkdirSync(this.inst.sessionsDir, { recursive: true, mode: 0o700 });
     mkdirSync(this.inst.runcRoot, { recursive: true, mode: 0o700 });
     // Bound directories live on the instance's own tmpfs, so a session's
     // /proc/self/mountinfo shows `/<id>/run`, never a host path.
     mkdirSync(this.inst.rtDir, { recursive: true, mode: 0o711 });
     await mountRuntimeTmpfs(`drums-${this.inst.name}-rt`, this.inst.rtDir);
-    copyFileSync(SESSION_INIT, join(this.inst.rtDir, 'session-init'));
-    chmodSync(join(this.inst.rtDir, 'session-init'), 0o755);
+    // A new file, renamed into place: adopted sessions keep the inode they have bound.
+    copyFileSync(SESSION_INIT, join(this.inst.rtDir, '.session-init.new'));
+    chmodSync(join(this.inst.rtDir, '.session-init.new'), 0o755);
+    renameSync(join(this.inst.rtDir, '.session-init.new'), join(this.inst.rtDir, 'session-init'));
     await installTable(this.inst);
+    for (const rec of plan.adopt) await this._adopt(rec);
+    for (const { id, why } of plan.swept) {
+      log('warn', 'session swept at daemon start', { id, why });
+      this._recordTermination(id, `swept at daemon start: ${why}`);
+    }
+    if (plan.adopt.length) log('info', 'sessions adopted', { ids: plan.adopt.map((r) => r.id) });
+    // Liveness of adopted sessions: their init's PID and start time (no socket survives a daemon).
+    this._poller = setInterval(() => {
+      for (const s of this._sessions.values()) if (!s._liveness && s.init && s.state === 'ready' && !isAlive(s.init)) this._onSessionExit(s, s.generation);
+    }, 1000);
+    this._poller.unref();
+  }
+
+  /** Sessions adopted at start, for the `ready` hooks the daemon registers after init. */
+  async announceAdopted(): Promise<void> {
+    for (const s of this.list().filter((x) => x.adopted)) {
+      for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id: s.id, error: errorMessage(e) }));
+    }
+  }
+
+  private async _adopt(rec: SessionRecord): Promise<void> {
+    const s: Session = {
+      id: rec.id, state: 'ready', spec: rec.spec, generation: rec.generation, attempt: rec.attempt, createdAt: rec.createdAt,
+      subnet: rec.subnet, names: rec.names, dir: join(this.inst.sessionsDir, rec.id), runDir: join(this.inst.rtDir, rec.id, 'run'),
+      x11Socket: join(this.inst.rtDir, rec.id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, rec.id, 'run', 'bus'), imageDir: rec.imageDir,
+      initPid: rec.init!.pid, init: rec.init, adopted: true, timings: {},
+    };
+    this._sessions.set(s.id, s);
+    await addSessionRules(this.inst, { hostVeth: s.names.hostVeth, gateway: s.subnet.gateway, address: s.subnet.address, hostPorts: s.spec.hostPorts, egress: s.spec.egress });
+    if (s.spec.ttlSeconds > 0) this._armTtl(s, Date.parse(s.createdAt) + s.spec.ttlSeconds * 1000 - Date.now());
+  }
+
+  private _armTtl(s: Session, ms: number): void {
+    s._ttlTimer = setTimeout(() => {
+      log('info', 'session ttl expired', { id: s.id });
+      this.destroy(s.id, 'ttl_expired').catch(() => {});
+    }, Math.max(0, ms));
+    s._ttlTimer.unref();
+  }
+
+  /** How many more default sessions memory and disk admission would allow now, with the numbers behind it. */
+  capacity(): Capacity {
+    return this.admission.capacity(this._admissionView());
+  }
+
+  private _admissionView() {
+    return this.list().map((s) => ({ state: s.state, spec: s.spec, diskImage: diskImagePath(s.dir) }));
   }
 
   list(): Session[] {
     return [...this._sessions.values()];
+  }
+
+  /** The most sessions this daemon holds at once (DRUMS_MAX_SESSIONS). */
+  get maxSessions(): number {
+    return this._opts.maxSessions;
   }
 
   get(id: string): Session {
@@ -148,6 +220,7 @@ export class SessionManager {
     if (this._sessions.size >= this._opts.maxSessions) {
       throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
     }
+    this.admission.check(spec, this._admissionView());
     const id = 's' + randomBytes(5).toString('hex');
     const subnet = claimSubnet(this.inst, this.pool, id);
     const names = objectNames(this.inst, id, subnet.slot);
@@ -166,7 +239,7 @@ export class SessionManager {
       // The record comes first: the sweep finds every object below through it or its name.
       {
         name: 'record',
-        do: async () => this._record(s),
+        do: async () => this._record(s, 'creating'),
         undo: async () => {
           rmSync(dir, { recursive: true, force: true });
           rmSync(join(this.inst.rtDir, id), { recursive: true, force: true });
@@ -183,8 +256,11 @@ export class SessionManager {
       ],
       ...rest,
     ];
-    // Test hook (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure.
-    const failAt = this._opts.failAtStep ?? (process.env.DRUMS_TEST_HOOKS === '1' ? spec.labels['drums.test.failStep'] : undefined);
+    // Test hooks (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure,
+    // drums.test.killAtStep kills the daemon (SIGKILL) right after that step.
+    const hooks = process.env.DRUMS_TEST_HOOKS === '1';
+    const failAt = this._opts.failAtStep ?? (hooks ? spec.labels['drums.test.failStep'] : undefined);
+    const killAt = hooks ? spec.labels['drums.test.killAtStep'] : undefined;
     const done: Step[] = [];
     try {
       await this._admit(async () => {
@@ -198,6 +274,7 @@ export class SessionManager {
           }
           s.timings[`step.${step.name}Ms`] = performance.now() - ts;
           done.push(step);
+          if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
         };
         for (const stage of stages) {
           if (!Array.isArray(stage)) {
@@ -225,45 +302,44 @@ export class SessionManager {
     }
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
-    this.armTtl(s, spec.ttlSeconds);
+    this._record(s, 'ready');
+    if (spec.ttlSeconds > 0) this._armTtl(s, spec.ttlSeconds * 1000);
     for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
   }
 
-  /** (Re)starts a session's TTL from now (0 = none): a create, or a claim from a pool (src/session/pools.ts). */
+  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/session/pools.ts). */
   armTtl(s: Session, ttlSeconds: number): void {
     clearTimeout(s._ttlTimer);
     s._ttlTimer = undefined;
-    if (ttlSeconds <= 0) return;
-    s._ttlTimer = setTimeout(() => {
-      log('info', 'session ttl expired', { id: s.id });
-      this.destroy(s.id, 'ttl_expired').catch(() => {});
-    }, ttlSeconds * 1000);
-    s._ttlTimer.unref();
-  }
-
-  /** The most sessions this daemon holds (DRUMS_MAX_SESSIONS). */
-  get maxSessions(): number {
-    return this._opts.maxSessions;
+    if (ttlSeconds > 0) this._armTtl(s, ttlSeconds * 1000);
   }
 
   /** Steps shared by create and reset: fresh upper layer, bundle, container, readiness. */
   private _startSteps(s: Session): Step[] {
-    const upper = join(s.dir, 'upper');
-    const work = join(s.dir, 'work');
     const rootfs = join(s.dir, 'bundle', 'rootfs');
     return [
       {
         name: 'rootfs',
         do: async () => {
+          // The writable layer lives on the session's own filesystem (its disk quota), and
+          // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
+          await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes);
+          await unmountOverlay(join(this.inst.rtDir, s.id));
+          mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
+          await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
           this._prepareDirs(s);
           // A disk fork starts from a copy of its source's writable layer (identity files removed: written above).
-          if (s._seedUpper) await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, upper], { timeoutMs: 300_000 });
+          if (s._seedUpper) await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, join(s.dir, 'disk', 'upper')], { timeoutMs: 300_000 });
           s._seedUpper = undefined;
           // Relative layer paths: the session can read its root's mount options.
-          await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'upper', 'work', rootfs);
+          await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'disk/upper', 'disk/work', rootfs);
         },
-        undo: () => unmountOverlay(rootfs),
+        undo: async () => {
+          await unmountOverlay(rootfs);
+          await unmountOverlay(join(this.inst.rtDir, s.id));
+          await unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'));
+        },
       },
       { name: 'bundle', do: async () => this._writeBundle(s) },
       {
@@ -273,8 +349,9 @@ export class SessionManager {
           const watcher = new StatusWatcher(join(s.runDir, 'status'));
           s._watcher = watcher;
           const t = performance.now();
-          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), join(s.dir, 'session.log'));
+          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
           s.initPid = started.pid;
+          s.init = identify(started.pid);
           s.timings.runtimeStartMs = performance.now() - t;
           const generation = s.generation;
           s._liveness = started.liveness;
@@ -299,7 +376,7 @@ export class SessionManager {
           } catch (e) {
             // The session's own log says why (Xvfb, D-Bus and Chromium write there).
             let tail = '';
-            try { tail = readFileSync(join(s.dir, 'session.log'), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
+            try { tail = readFileSync(sessionLog(s), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
             throw new Error(`${errorMessage(e)}${tail ? `; session log: ${tail}` : ''}`);
           }
         },
@@ -307,22 +384,22 @@ export class SessionManager {
     ];
   }
 
-  private _record(s: Session): void {
+  /** The session's record: every object it names, and the phase a restarting daemon judges it by (src/session/adopt.ts). */
+  private _record(s: Session, phase: RecordPhase): void {
     mkdirSync(s.dir, { recursive: true, mode: 0o700 });
-    writeFileSync(join(s.dir, 'session.json'), JSON.stringify({
-      id: s.id, instance: this.inst.name, createdAt: s.createdAt, subnet: s.subnet, names: s.names,
-      mounts: [join(s.dir, 'bundle', 'rootfs')], spec: s.spec,
-    }, null, 2));
+    writeRecord(s.dir, {
+      id: s.id, instance: this.inst.name, phase, createdAt: s.createdAt, subnet: s.subnet, names: s.names,
+      mounts: [join(s.dir, 'bundle', 'rootfs'), join(s.dir, 'disk'), join(this.inst.rtDir, s.id)], spec: s.spec,
+      generation: s.generation, attempt: s.attempt, imageDir: s.imageDir, ...(s.init ? { init: s.init } : {}),
+    });
   }
 
   private _prepareDirs(s: Session): void {
-    const upper = join(s.dir, 'upper');
-    for (const d of ['upper', 'work']) rmSync(join(s.dir, d), { recursive: true, force: true });
-    rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
+    const upper = join(s.dir, 'disk', 'upper');
     rmSync(join(s.dir, 'lower'), { force: true });
     symlinkSync(s.imageDir, join(s.dir, 'lower'));
     mkdirSync(join(upper, 'etc'), { recursive: true });
-    mkdirSync(join(s.dir, 'work'), { recursive: true });
+    mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
     mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
     // Per-session identity: D-Bus and friends key on the machine id.
     writeFileSync(join(upper, 'etc', 'machine-id'), randomBytes(16).toString('hex') + '\n', { mode: 0o444 });
@@ -357,6 +434,8 @@ export class SessionManager {
       initPath: join(this.inst.rtDir, 'session-init'),
       allowMemoryMerge: benchEnv(s.spec.labels).DRUMS_KSM === '1',
       memoryBytes: s.spec.memoryBytes,
+      // No swap: a session at its limit is OOM-killed in its own cgroup instead of thrashing the host.
+      noSwap: swapLimitSupported(),
       pids: s.spec.pids,
       cpus: s.spec.cpus,
       shmBytes: 256 * 1024 ** 2,
@@ -388,10 +467,18 @@ export class SessionManager {
   }
 
   private _onSessionExit(s: Session, generation: number): void {
+    this.markBroken(s, generation, 'the session\'s processes exited (its X server or init died)');
+  }
+
+  /** A ready session of this generation lost its processes or its X server: it is `broken` until reset or destroyed. */
+  markBroken(s: Session, generation: number, reason: string): void {
     if (s.generation !== generation || s.state !== 'ready') return;
     s.state = 'broken';
-    s.brokenReason = 'the session\'s processes exited (its X server or init died); reset or destroy it';
-    log('warn', 'session broken', { id: s.id });
+    const ooms = oomKills(s.names.cgroup);
+    s.brokenReason = ooms > 0
+      ? `${reason}: the session hit its memory limit (${s.spec.memoryBytes / 1024 ** 2} MiB) and the kernel OOM-killed ${ooms} of its processes; reset or destroy it (or give it a larger memoryMb)`
+      : `${reason}; reset or destroy it`;
+    log('warn', 'session broken', { id: s.id, reason, oomKills: ooms });
   }
 
   private async _stopContainer(s: Session): Promise<void> {
@@ -408,12 +495,16 @@ export class SessionManager {
     s.state = 'resetting';
     s.generation += 1;
     s.attempt = { generation: s.generation, token: randomUUID() };
+    // Test hook (DRUMS_TEST_HOOKS=1): label drums.test.killAtResetStep kills the daemon right after that step.
+    const killAt = process.env.DRUMS_TEST_HOOKS === '1' ? s.spec.labels['drums.test.killAtResetStep'] : undefined;
     const t0 = performance.now();
     try {
+      this._record(s, 'resetting');
       await this._admit(async () => {
         let ts = performance.now();
         await this._stopContainer(s);
         s.timings['reset.stopMs'] = performance.now() - ts;
+        if (killAt === 'stop') process.kill(process.pid, 'SIGKILL');
         for (const step of this._startSteps(s)) {
           ts = performance.now();
           try {
@@ -422,6 +513,7 @@ export class SessionManager {
             throw Object.assign(e instanceof Error ? e : new Error(String(e)), { step: step.name });
           }
           s.timings[`reset.${step.name}Ms`] = performance.now() - ts;
+          if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
         }
       });
     } catch (e) {
@@ -431,6 +523,8 @@ export class SessionManager {
     }
     s.timings.resetMs = performance.now() - t0;
     s.state = 'ready';
+    s.adopted = false;
+    this._record(s, 'ready');
     return s;
   }
 
@@ -450,6 +544,8 @@ export class SessionManager {
     }));
     await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
+    await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
+    await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, s.id)));
     await attempt('files', () => {
       rmSync(s.dir, { recursive: true, force: true });
       rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
@@ -471,7 +567,17 @@ export class SessionManager {
     this.terminations.push({ id, reason, terminatedAt: new Date().toISOString() });
   }
 
+  /** Lets go of every session without touching it (the daemon stops and keeps them for the next one). */
+  detach(): void {
+    clearInterval(this._poller);
+    for (const s of this._sessions.values()) {
+      clearTimeout(s._ttlTimer);
+      this._closeGeneration(s);
+    }
+  }
+
   async shutdown(): Promise<void> {
+    clearInterval(this._poller);
     for (const s of this.list()) await this.destroy(s.id, 'daemon shutdown').catch(() => {});
   }
 

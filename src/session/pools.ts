@@ -110,7 +110,7 @@ export class PoolManager {
     this.mgr = mgr;
     const start = Number(process.env.DRUMS_START_CONCURRENCY ?? 4);
     this.refillConcurrency = opts.refillConcurrency ?? Number(process.env.DRUMS_POOL_REFILL_CONCURRENCY ?? Math.max(1, Math.floor(start / 2)));
-    mgr.hooks.destroyed.push((id) => this._forget(id));
+    mgr.hooks?.destroyed.push((id) => this._forget(id));
   }
 
   /**

@@ -1,4 +1,5 @@
 import { ValidationError } from '../common/errors.ts';
+import { defaultSessionCpus } from '../host/resources.ts';
 
 /** What a client asks for when it creates a session (validated before any side effect). */
 export interface SessionSpec {
@@ -6,6 +7,8 @@ export interface SessionSpec {
   url?: string;
   screen: { width: number; height: number; depth: number };
   memoryBytes: number;
+  /** Size of the session's own filesystem (its writable layer); writes past it fail with ENOSPC. */
+  diskBytes: number;
   cpus: number;
   pids: number;
   egress: boolean;
@@ -21,11 +24,13 @@ export const DEFAULTS = {
   image: 'default',
   screen: { width: 1280, height: 800, depth: 24 },
   memoryBytes: 2 * 1024 ** 3,
-  cpus: 0,
+  diskBytes: 512 * 1024 ** 2,
+  /** A CPU quota by default (half the host's cores, at least 1; DRUMS_DEFAULT_CPUS): a busy session cannot take the whole host. */
+  cpus: defaultSessionCpus(),
   pids: 1024,
 };
 
-const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels'];
+const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'diskMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels'];
 const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
 
 function int(v: unknown, field: string, min: number, max: number): number {
@@ -77,6 +82,7 @@ export function parseSpec(body: unknown): SessionSpec {
   }
   const screen = b.screen === undefined ? { ...DEFAULTS.screen } : parseScreen(b.screen);
   const memoryBytes = b.memoryMb === undefined ? DEFAULTS.memoryBytes : int(b.memoryMb, 'memoryMb', 128, 65536) * 1024 ** 2;
+  const diskBytes = b.diskMb === undefined ? DEFAULTS.diskBytes : int(b.diskMb, 'diskMb', 64, 1024 * 1024) * 1024 ** 2;
   let cpus = DEFAULTS.cpus;
   if (b.cpus !== undefined) {
     if (typeof b.cpus !== 'number' || !(b.cpus >= 0.05 && b.cpus <= 256)) throw bad('cpus', `must be a number within 0.05..256, got ${JSON.stringify(b.cpus)}`);
@@ -104,10 +110,10 @@ export function parseSpec(body: unknown): SessionSpec {
     const entries = Object.entries(b.labels as Record<string, unknown>);
     if (entries.length > 32) throw bad('labels', 'at most 32 labels');
     for (const [k, v] of entries) {
-      if (!/^[A-Za-z0-9_.\/-]{1,63}$/.test(k)) throw bad(`labels.${k}`, 'key must be 1-63 of A-Z a-z 0-9 _ . / -');
+      if (!/^[A-Za-z0-9_./-]{1,63}$/.test(k)) throw bad(`labels.${k}`, 'key must be 1-63 of A-Z a-z 0-9 _ . / -');
       if (typeof v !== 'string' || v.length > 256) throw bad(`labels.${k}`, 'value must be a string of at most 256 characters');
       labels[k] = v;
     }
   }
-  return { image, url, screen, memoryBytes, cpus, pids, egress: b.egress === true, hostPorts, browserFlags, ttlSeconds, labels };
+  return { image, url, screen, memoryBytes, diskBytes, cpus, pids, egress: b.egress === true, hostPorts, browserFlags, ttlSeconds, labels };
 }

@@ -7,12 +7,15 @@ import { listClaims, listNetns, listVeths } from '../host/network.ts';
 import { deleteTable, tableExists } from '../host/nftables.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountsUnder } from '../host/overlay.ts';
+import { detachLoops } from '../host/disk.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
+import { removeDaemonCgroup } from '../host/resources.ts';
 
 export interface SweepReport {
   containers: string[];
   mounts: string[];
+  loops: string[];
   netns: string[];
   veths: string[];
   nftTable: boolean;
@@ -21,6 +24,13 @@ export interface SweepReport {
   sessionDirs: string[];
   ipForwardRestored: boolean;
   errors: string[];
+}
+
+/** What the sweep must leave of a session a restarting daemon adopts. */
+export interface KeptSession {
+  id: string;
+  names: { container: string; netns: string; hostVeth: string };
+  egress: boolean;
 }
 
 export interface DaemonRecord {
@@ -53,21 +63,26 @@ function cgroupRoots(inst: Instance): string[] {
  * directories, and the ip_forward change. Refuses while another live daemon
  * owns the instance. Idempotent.
  */
-export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {}): Promise<SweepReport> {
+export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep?: KeptSession[] } = {}): Promise<SweepReport> {
   const live = liveDaemon(inst);
   if (live && !(opts.self && live.pid === process.pid)) {
     throw new DrumsError('daemon_running', `a live daemon (pid ${live.pid}, ${live.url}) owns ${inst.stateDir}; stop it first`);
   }
-  const report: SweepReport = { containers: [], mounts: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
+  const report: SweepReport = { containers: [], mounts: [], loops: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
   const attempt = async (what: string, fn: () => Promise<void> | void) => {
     try { await fn(); } catch (e) { report.errors.push(`${what}: ${errorMessage(e)}`); }
   };
   const prefix = `drums-${inst.name}-`;
+  // Sessions a restarting daemon adopts: their objects stay, everything else of the instance goes.
+  const keep = opts.keep ?? [];
+  const keptIds = new Set(keep.map((k) => k.id));
+  const keptNames = new Set(keep.flatMap((k) => [k.names.container, k.names.netns, k.names.hostVeth]));
+  const keptPath = (p: string) => keep.some((k) => [join(inst.sessionsDir, k.id), join(inst.rtDir, k.id)].some((d) => p === d || p.startsWith(d + '/')));
 
   // 1. Containers: killing each init tears down its PID namespace.
   const runtime = new OciRuntime(detectRuntime(), inst.runcRoot);
   for (const c of await runtime.list()) {
-    if (!c.id.startsWith(prefix)) continue;
+    if (!c.id.startsWith(prefix) || keptNames.has(c.id)) continue;
     await attempt(`container ${c.id}`, () => runtime.destroy(c.id));
     report.containers.push(c.id);
   }
@@ -75,7 +90,7 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
   for (const root of cgroupRoots(inst)) {
     if (!existsSync(root)) continue;
     for (const sub of readdirSync(root, { withFileTypes: true })) {
-      if (!sub.isDirectory()) continue;
+      if (!sub.isDirectory() || keptIds.has(sub.name)) continue;
       const procs = join(root, sub.name, 'cgroup.procs');
       if (!existsSync(procs)) continue;
       for (const pid of readFileSync(procs, 'utf8').split('\n').filter(Boolean).map(Number)) {
@@ -84,25 +99,33 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
       }
     }
   }
-  // 3. Mounts under the sessions directory (overlay roots), deepest first, then the instance's tmpfs.
-  for (const mp of [...mountsUnder(inst.sessionsDir), ...mountsUnder(inst.rtDir)]) {
+  // 3. Mounts under the sessions directory (overlay roots before the session disks they sit on),
+  // then the sessions' and the instance's tmpfs; then any loop device left on a session disk image.
+  const byDepth = mountsUnder(inst.sessionsDir).filter((m) => !keptPath(m));
+  const overlays = byDepth.filter((m) => m.endsWith('/bundle/rootfs'));
+  const rtMounts = mountsUnder(inst.rtDir).filter((m) => !keptPath(m) && !(keep.length && m === inst.rtDir));
+  for (const mp of [...overlays, ...byDepth.filter((m) => !overlays.includes(m)), ...rtMounts]) {
     await attempt(`umount ${mp}`, async () => {
       const r = await run(['umount', mp], { okCodes: [0, 32] });
       if (r.code !== 0) await run(['umount', '-l', mp]);
     });
     report.mounts.push(mp);
   }
+  if (!keep.length) await attempt('loop devices', async () => { report.loops.push(...await detachLoops(inst.sessionsDir)); });
+  else for (const d of existsSync(inst.sessionsDir) ? readdirSync(inst.sessionsDir) : []) {
+    if (!keptIds.has(d)) await attempt('loop devices', async () => { report.loops.push(...await detachLoops(join(inst.sessionsDir, d))); });
+  }
   // 4. Network namespaces and veths named with this instance.
-  for (const ns of await listNetns(prefix)) {
+  for (const ns of (await listNetns(prefix)).filter((n) => !keptNames.has(n))) {
     await attempt(`netns ${ns}`, async () => { await run(['ip', 'netns', 'del', ns]); });
     report.netns.push(ns);
   }
-  for (const v of await listVeths(inst)) {
+  for (const v of (await listVeths(inst)).filter((n) => !keptNames.has(n))) {
     await attempt(`veth ${v}`, async () => { await run(['ip', 'link', 'del', v], { okCodes: [0, 1] }); });
     report.veths.push(v);
   }
-  // 5. The firewall table.
-  if (await tableExists(inst)) {
+  // 5. The firewall table (a restarting daemon reinstalls it with its adopted sessions' elements).
+  if (!keep.length && await tableExists(inst)) {
     await attempt('nft table', () => deleteTable(inst));
     report.nftTable = true;
   }
@@ -110,28 +133,30 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean } = {
   for (const root of cgroupRoots(inst)) {
     if (!existsSync(root)) continue;
     for (const sub of readdirSync(root, { withFileTypes: true })) {
-      if (!sub.isDirectory()) continue;
+      if (!sub.isDirectory() || keptIds.has(sub.name)) continue;
       await attempt(`cgroup ${join(root, sub.name)}`, () => rmdirSync(join(root, sub.name)));
       report.cgroups.push(join(root, sub.name));
     }
-    await attempt(`cgroup ${root}`, () => rmdirSync(root));
+    if (!keep.length) await attempt(`cgroup ${root}`, () => rmdirSync(root));
   }
+  // The daemon's own CPU cgroup (empty once that daemon is gone; a live one moves itself out first).
+  report.cgroups.push(...removeDaemonCgroup(inst.name));
   // 7. Subnet claims, session directories and the runtime's state.
-  for (const c of listClaims(inst)) {
+  for (const c of listClaims(inst).filter((c) => !keptIds.has(c.sessionId))) {
     rmSync(c.file, { force: true });
     report.claims.push(c.file);
   }
   if (existsSync(inst.sessionsDir)) {
-    for (const d of readdirSync(inst.sessionsDir)) {
+    for (const d of readdirSync(inst.sessionsDir).filter((d) => !keptIds.has(d))) {
       await attempt(`dir ${d}`, () => rmSync(join(inst.sessionsDir, d), { recursive: true, force: true }));
       report.sessionDirs.push(d);
     }
   }
-  if (!report.containers.length) rmSync(inst.runcRoot, { recursive: true, force: true });
+  if (!report.containers.length && !keep.length) rmSync(inst.runcRoot, { recursive: true, force: true });
   if (!mountsUnder(inst.rtDir).length) rmSync(inst.rtDir, { recursive: true, force: true });
   // 8. Host settings changed for egress go back to what they were.
   const fwd = join(inst.stateDir, 'ip_forward.orig');
-  if (existsSync(fwd)) {
+  if (existsSync(fwd) && !keep.some((k) => k.egress)) {
     await attempt('ip_forward', () => {
       writeFileSync('/proc/sys/net/ipv4/ip_forward', readFileSync(fwd, 'utf8').trim() + '\n');
       rmSync(fwd);

@@ -16,7 +16,8 @@ const CSS = `body{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2e
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}
 .passed,.pass{background:#d9f2d9}.failed,.fail{background:#f8d7d7}.inconclusive,.na{background:#fff2cc}.badge{padding:.1em .5em;border-radius:.3em;font-weight:600}
 .warn{background:#fff2cc;border-left:4px solid #e0a800;padding:.5em 1em;margin:1em 0}.bad{background:#f8d7d7;border-left:4px solid #c00;padding:.5em 1em;margin:1em 0}
-code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.6em;overflow:auto}svg{background:#fff;border:1px solid #ddd;margin:.5em 0}`;
+code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.6em;overflow:auto}svg{background:#fff;border:1px solid #ddd;margin:.5em 0}
+.glance{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:1em}.glance figure{margin:0}.glance svg{width:100%;height:auto}`;
 
 const page = (title: string, body: string) => `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title><style>${CSS}</style></head><body>${body}</body></html>\n`;
 
@@ -125,9 +126,58 @@ export function latencyPlot(series: NonNullable<BenchRecord['plots']['latency']>
     const med = [...s.samples].sort((a, b) => a - b)[Math.floor((s.samples.length - 1) / 2)] ?? 0;
     g += `<text x="${L - 8}" y="${y + 4}" font-size="11" text-anchor="end">${esc(s.arm)} · ${esc(s.metric)} (n=${s.samples.length})</text>`;
     for (const v of s.samples) g += `<line class="tick" x1="${X(v).toFixed(1)}" x2="${X(v).toFixed(1)}" y1="${y - 7}" y2="${y + 7}" stroke="${c}" stroke-opacity=".6"/>`;
+    const sorted = [...s.samples].sort((a, b) => a - b);
+    const p99 = sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)] ?? 0;
     g += `<rect x="${(X(med) - 2).toFixed(1)}" y="${y - 10}" width="4" height="20" fill="#000"><title>p50 ${fmt(med)} ms</title></rect>`;
+    if (sorted.length >= 20) g += `<rect class="p99" x="${(X(p99) - 1).toFixed(1)}" y="${y - 10}" width="2" height="20" fill="#c00"><title>p99 ${fmt(p99)} ms</title></rect>`;
   });
   return `<svg class="plot latency" xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="latency distributions">${g}</svg>`;
+}
+
+/** Steps/s against N, one line per arm and trial. */
+export function throughputPlot(series: NonNullable<BenchRecord['plots']['throughput']>): string {
+  const withPts = series.filter((s) => s.points.length);
+  if (!withPts.length) return '<p>No throughput ladder in this record.</p>';
+  const W = 640, H = 360, L = 60, B = 40, T = 20, R = 140;
+  const pts = withPts.flatMap((s) => s.points);
+  const maxN = Math.max(...pts.map((p) => p.n), 1);
+  const y1 = Math.max(...pts.map((p) => p.stepsPerSec), 1) * 1.1;
+  const X = (n: number) => L + (n / maxN) * (W - L - R);
+  const Y = (v: number) => T + (1 - v / y1) * (H - T - B);
+  const arms = [...new Set(withPts.map((s) => s.arm))];
+  let g = `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#333"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#333"/>`;
+  for (let i = 0; i <= 4; i++) {
+    const v = (y1 * i) / 4;
+    g += `<text x="${L - 6}" y="${Y(v) + 4}" font-size="11" text-anchor="end">${Math.round(v)}</text><line x1="${L}" x2="${W - R}" y1="${Y(v)}" y2="${Y(v)}" stroke="#eee"/>`;
+  }
+  for (const n of [...new Set(pts.map((p) => p.n))]) g += `<text x="${X(n)}" y="${H - B + 16}" font-size="11" text-anchor="middle">${n}</text>`;
+  g += `<text x="${(L + W - R) / 2}" y="${H - 6}" font-size="12" text-anchor="middle">sessions (N)</text><text x="14" y="${(T + H - B) / 2}" font-size="12" transform="rotate(-90 14 ${(T + H - B) / 2})" text-anchor="middle">steps/s</text>`;
+  for (const s of withPts) {
+    const c = COLORS[arms.indexOf(s.arm) % COLORS.length];
+    const sorted = [...s.points].sort((a, b) => a.n - b.n);
+    g += `<polyline class="line" fill="none" stroke="${c}" stroke-width="2" points="${sorted.map((p) => `${X(p.n).toFixed(1)},${Y(p.stepsPerSec).toFixed(1)}`).join(' ')}"/>`;
+    for (const p of sorted) g += `<circle class="pt" cx="${X(p.n).toFixed(1)}" cy="${Y(p.stepsPerSec).toFixed(1)}" r="4" fill="${c}"><title>${esc(s.arm)} trial ${s.trial}: N=${p.n}, ${fmt(p.stepsPerSec)} steps/s</title></circle>`;
+  }
+  arms.forEach((a, i) => {
+    const last = withPts.filter((s) => s.arm === a).map((s) => { const p = [...s.points].sort((x, y) => y.n - x.n)[0]!; return `${fmt(p.stepsPerSec)} at N=${p.n}`; }).join(', ');
+    g += `<rect x="${W - R + 10}" y="${T + i * 34}" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${W - R + 28}" y="${T + 10 + i * 34}" font-size="12">${esc(a)}</text><text x="${W - R + 28}" y="${T + 24 + i * 34}" font-size="10">${last}</text>`;
+  });
+  return `<svg class="plot throughput" xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="steps per second vs N">${g}</svg>`;
+}
+
+type PlotKind = 'memory' | 'throughput' | 'latency';
+const PLOT_TITLES: Record<PlotKind, string> = { memory: 'Memory vs N (fitted lines per trial)', throughput: 'Steps/s vs N', latency: 'Latency distributions' };
+
+/** The one figure a reader sees first: memory vs N if the record has it, else steps/s vs N, else latencies. */
+export function headlineKind(r: BenchRecord): PlotKind | null {
+  if (r.plots.memory?.length) return 'memory';
+  if (r.plots.throughput?.some((s) => s.points.length)) return 'throughput';
+  if (r.plots.latency?.length) return 'latency';
+  return null;
+}
+
+function plotOf(r: BenchRecord, k: PlotKind): string {
+  return k === 'memory' ? memoryPlot(r.plots.memory ?? []) : k === 'throughput' ? throughputPlot(r.plots.throughput ?? []) : latencyPlot(r.plots.latency ?? []);
 }
 
 const badge = (status: string) => `<span class="badge ${esc(status)}">${esc(status)}</span>`;
@@ -141,6 +191,8 @@ function recordPage(l: LoadedRecord): string {
   if (!r.complete) b += `<div class="warn"><strong>Incomplete record</strong> (kept, not passed off as complete): ${r.incompleteReasons.map(esc).join('; ')}</div>`;
   if (r.mode === 'quick') b += `<div class="warn">Quick mode: a harness check with small N and one trial, not a measurement.</div>`;
   b += `<h2>Summary</h2><p>${esc(r.summary)}</p><p>${esc(r.description)}</p>`;
+  const head = headlineKind(r);
+  if (head) b += `<h2>Headline: ${esc(PLOT_TITLES[head])}</h2><div class="headline">${plotOf(r, head)}</div>`;
   b += r.bars ? `<p class="provenance">Bars fixed in <code>${esc(r.bars.fixedCommit.slice(0, 12))}</code> at ${esc(r.bars.fixedAt)}; measured in <code>${esc(r.commit.slice(0, 12))}</code>${r.dirty ? ' (uncommitted changes)' : ''} at ${esc(r.started)}. Bars file <code>${esc(r.bars.file)}</code> sha256 <code>${esc(r.bars.sha256.slice(0, 16))}</code>.</p>` : '<p>No pre-registered bars.</p>';
   b += `<h2>Reproduce</h2><pre>${esc(r.command)}</pre>`;
   b += `<h2>Pre-registered bars and verdicts</h2><table><tr><th>bar</th><th>arm</th><th>metric</th><th>bar</th><th>measured</th><th>95% interval</th><th>verdict</th></tr>`;
@@ -155,7 +207,11 @@ function recordPage(l: LoadedRecord): string {
   }
   b += `</table><h2>Results</h2><table><tr><th>arm</th><th>metric</th><th>value</th><th>95% interval</th><th>unit</th><th>n</th><th>note</th></tr>`;
   for (const x of r.results) b += `<tr><td>${esc(x.arm)}</td><td>${esc(x.metric)}</td><td>${fmt(x.value)}</td><td>${ci(x.ci)}</td><td>${esc(x.unit)}</td><td>${x.n}</td><td>${esc(x.note ?? '')}</td></tr>`;
-  b += `</table><h2>Plots</h2><h3>Memory vs N (fitted lines per trial)</h3>${memoryPlot(r.plots.memory ?? [])}<h3>Latency distributions</h3>${latencyPlot(r.plots.latency ?? [])}`;
+  b += `</table><h2>Plots</h2>`;
+  for (const k of ['memory', 'throughput', 'latency'] as PlotKind[]) {
+    if (k === head || (k === 'throughput' && !r.plots.throughput?.length)) continue;
+    b += `<h3>${esc(PLOT_TITLES[k])}</h3>${plotOf(r, k)}`;
+  }
   if (r.audit) b += auditSection(r.audit);
   b += `<h2>Failures and surprises</h2>${r.failures.length + r.surprises.length ? `<ul>${[...r.failures, ...r.surprises].map((x) => `<li>${esc(x)}</li>`).join('')}</ul>` : '<p>None.</p>'}`;
   b += `<h2>Limitations</h2><ul>${r.limitations.map((x) => `<li>${esc(x)}</li>`).join('')}</ul>`;
@@ -193,6 +249,15 @@ function indexPage(loaded: LoadedRecord[], bad: OtherRecord[]): string {
     b += '</table>';
   } else {
     b += '<p>No record yet has both the baseline and peer-vnc arms; run <code>bin/drums bench run vs-peer</code>.</p>';
+  }
+  // At a glance: each experiment's headline figure, from its newest record.
+  const newest = new Map<string, LoadedRecord>();
+  for (const l of loaded) if (!newest.has(l.record.experiment)) newest.set(l.record.experiment, l);
+  const glance = [...newest.values()].map((l) => ({ l, k: headlineKind(l.record) })).filter((x) => x.k);
+  if (glance.length) {
+    b += '<h2>At a glance</h2><div class="glance">';
+    for (const { l, k } of glance) b += `<figure><figcaption><a href="${esc(l.slug)}.html">${esc(l.record.experiment)}</a> · ${esc(PLOT_TITLES[k!])} · ${esc(l.record.mode)} ${badge(l.record.status)}</figcaption>${plotOf(l.record, k!)}</figure>`;
+    b += '</div>';
   }
   b += '<h2>Experiments</h2><table class="records"><tr><th>experiment</th><th>status</th><th>mode</th><th>measured</th><th>commit</th><th>summary</th></tr>';
   for (const l of loaded) {

@@ -29,10 +29,6 @@ function findApp(tree: A11yNode, name: string): A11yNode | undefined {
   return tree.children.find((a) => a.name === name);
 }
 
-function count(node: A11yNode): number {
-  return 1 + node.children.reduce((n, c) => n + count(c), 0);
-}
-
 function find(node: A11yNode, pred: (n: A11yNode) => boolean): A11yNode | undefined {
   if (pred(node)) return node;
   for (const c of node.children) {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
+import type { DrumsApiError, SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Session files through the API (confinement), streaming exec, and an X server crash → `broken`.
@@ -106,7 +106,7 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     await d.client.writeFile(s.id, '/etc/debian_version', 'changed\n', { root: true });
     assert.equal((await d.client.readFile(s.id, '/etc/debian_version')).toString(), 'changed\n');
     assert.deepEqual(readFileSync(join(lowerdir, 'etc', 'debian_version')), before, 'the image is unchanged');
-    assert.equal(readFileSync(join(d.stateDir, 'sessions', s.id, 'upper', 'etc', 'debian_version'), 'utf8'), 'changed\n');
+    assert.equal(readFileSync(join(d.stateDir, 'sessions', s.id, 'disk', 'upper', 'etc', 'debian_version'), 'utf8'), 'changed\n');
     assert.ok(statSync(join(lowerdir, 'etc', 'debian_version')).size > 2);
   });
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { randomInt } from 'node:crypto';
 import sharp from 'sharp';
-import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
+import type { DrumsApiError, SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Observe and act through the daemon's HTTP API on a real `default` session: every action type is
@@ -37,7 +37,7 @@ describe('observe and act through the API (default image, Chromium)', () => {
   let s: SessionInfo;
   let server: Server;
   const port = randomInt(20000, 60000);
-  let events: Ev[] = [];
+  const events: Ev[] = [];
   /** Screen offset of the page's viewport (learned from the first click). */
   let off = { x: 0, y: 0 };
 

@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import x11 from 'x11';
 import type { XClient, XEvent } from 'x11';
-import { startXvfb, waitExit, type XvfbHandle } from '../../src/display/xvfb-harness.ts';
+import { startXvfb, waitExit, type XvfbHandle } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
 import { runActions } from '../../src/display/actions.ts';
 import { isDisplayError } from '../../src/display/errors.ts';

@@ -1,7 +1,7 @@
 // Connection lifecycle: failures to connect, request timeouts, and an X server that dies mid-request.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startXvfb, waitExit } from '../../src/display/xvfb-harness.ts';
+import { startXvfb, waitExit } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
 import { isDisplayError } from '../../src/display/errors.ts';
 

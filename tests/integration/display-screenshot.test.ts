@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import sharp from 'sharp';
-import { startXvfb, waitExit, type XvfbHandle } from '../../src/display/xvfb-harness.ts';
+import { startXvfb, waitExit, type XvfbHandle } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
 import { isDisplayError } from '../../src/display/errors.ts';
 

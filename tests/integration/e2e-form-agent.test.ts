@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { randomInt } from 'node:crypto';
-import { DrumsApiError, type SessionInfo } from '../../src/client/client.ts';
+import type { DrumsApiError, SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // End to end: a scripted agent completes a web form in the session's Chromium using ONLY

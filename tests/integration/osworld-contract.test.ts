@@ -121,16 +121,29 @@ describe('osworld guest contract (osworld image)', () => {
   });
 
   it('open_file is bounded and stops when the client goes away', async () => {
-    await post('/execute', { command: 'touch ~/never-a-window.zzz', shell: true });
-    const ac = new AbortController();
-    const t0 = Date.now();
-    const p = fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.zzz', timeout: 60 }), signal: ac.signal });
-    void p.catch(() => {});
-    const r = await fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.zzz', timeout: 2 }) });
-    assert.equal(r.status, 500);
-    assert.match(await r.text(), /within 2 seconds/);
-    ac.abort();
-    assert.ok(Date.now() - t0 < 20_000);
+    // The premise: xdg-open succeeds but no window ever appears. So the file's type gets a handler
+    // of the test's own that opens nothing (the user's mimeapps.list wins over the image's), instead
+    // of depending on which handlers or browser fallbacks the image happens to have.
+    const handler = '[Desktop Entry]\\nType=Application\\nName=No window\\nExec=true %%f\\nMimeType=text/plain;\\n';
+    const setup = await post('/execute', { command: 'mkdir -p ~/.local/share/applications ~/.config'
+      + ` && printf '${handler}' > ~/.local/share/applications/drums-no-window.desktop`
+      + ' && cp -f ~/.config/mimeapps.list ~/.config/mimeapps.list.drums-test 2>/dev/null; xdg-mime default drums-no-window.desktop text/plain'
+      + ' && echo text > ~/never-a-window.txt && xdg-mime query filetype ~/never-a-window.txt && xdg-mime query default text/plain', shell: true });
+    assert.equal(((await setup.json()) as { output: string }).output, 'text/plain\ndrums-no-window.desktop\n');
+    try {
+      const ac = new AbortController();
+      const t0 = Date.now();
+      const p = fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 60 }), signal: ac.signal });
+      void p.catch(() => {});
+      const r = await fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 2 }) });
+      assert.equal(r.status, 500);
+      assert.match(await r.text(), /within 2 seconds/);
+      ac.abort();
+      assert.ok(Date.now() - t0 < 20_000);
+    } finally {
+      await post('/execute', { command: 'rm -f ~/.local/share/applications/drums-no-window.desktop ~/never-a-window.txt ~/.config/mimeapps.list'
+        + ' && { mv -f ~/.config/mimeapps.list.drums-test ~/.config/mimeapps.list 2>/dev/null || true; }', shell: true });
+    }
   });
 
   it('forwards the DevTools port into the session (socat 9222 -> 1337, as tasks do)', async () => {

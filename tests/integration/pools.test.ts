@@ -56,7 +56,7 @@ describe('warm pools', () => {
       // Released: invisible again, and when claimed anew nothing of the first user survives.
       assert.ok(!(await d.client.listSessions()).some((x) => x.id === s.id));
       const seen = new Set<string>();
-      let again;
+      let again: Awaited<ReturnType<typeof d.client.claimSession>> | undefined;
       for (let i = 0; i < 3 && !again; i++) {
         const c = await d.client.claimSession({ pool: 'mini' });
         seen.add(c.id);

@@ -58,7 +58,7 @@ describe('isolation between two sessions', () => {
     for (const leak of [d.stateDir, '/var/lib/drums', '/work/', '/var/tmp', '/root']) {
       assert.ok(!r.stdout.includes(leak), `'${leak}' visible in the session:\n${r.stdout.split('\n').filter((l) => l.includes(leak)).join('\n')}`);
     }
-    assert.match(r.stdout, /lowerdir=lower,upperdir=upper,workdir=work/);
+    assert.match(r.stdout, /lowerdir=lower,upperdir=disk\/upper,workdir=disk\/work/);
   });
 
   it('X servers and D-Bus buses are private', async () => {

@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { DrumsApiError } from '../../src/client/client.ts';
+import type { DrumsApiError } from '../../src/client/client.ts';
 import { assertClean, removeStateDir, residue, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Lifecycle, bad input and failure injection on the `minimal` image (fast).

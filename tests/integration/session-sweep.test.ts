@@ -15,7 +15,9 @@ describe('sweep after a killed daemon', () => {
       ]);
       const before = residue(d.instance, d.stateDir);
       assert.equal(before.netns.length, 2);
-      assert.equal(before.mounts.length, 2);
+      // Per session: the overlay root, its disk (the writable layer's filesystem) and its runtime tmpfs.
+      assert.equal(before.mounts.length, 6);
+      assert.equal(before.loops.length, 2);
       assert.ok(before.procs.length > 4, 'session processes are running');
       // SIGKILL the daemon process itself (bin/drums runs it under tini, which then exits too).
       const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };

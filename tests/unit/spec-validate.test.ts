@@ -24,7 +24,7 @@ function refuses(op: string, body: unknown, field: string, code: string, message
 
 describe('spec body validation', () => {
   it('covers every operation with a JSON body, each with an error code', () => {
-    assert.deepEqual([...v.operations].sort(), ['createSession', 'execInSession', 'forkSession', 'putPool', 'releaseSession', 'resetSession', 'runActions']);
+    assert.deepEqual([...v.operations].sort(), ['createSession', 'execInSession', 'forkSession', 'putPool', 'releaseSession', 'resetSession', 'runActions', 'takeOver']);
     for (const op of v.operations) assert.ok(BODY_CODES[op], op);
   });
 

@@ -41,6 +41,15 @@ __all__ = [
     "ForkResult",
     "ForkResultTimings",
     "Generation",
+    "HostDisk",
+    "HostReport",
+    "HostReportCapacity",
+    "HostReportImagesItem",
+    "HostReportResources",
+    "HostReportResourcesCpu",
+    "HostReportResourcesDisk",
+    "HostReportResourcesMemory",
+    "HostReportSessions",
     "OsworldEndpoint",
     "Point",
     "Pool",
@@ -56,11 +65,13 @@ __all__ = [
     "ScreenshotOptions",
     "Session",
     "SessionLimits",
+    "SessionMemory",
     "SessionNetwork",
     "SessionScreen",
     "SessionSpec",
     "SessionState",
     "Size",
+    "TakeoverView",
     "TerminalText",
     "Termination",
     "Window",
@@ -104,6 +115,7 @@ class SessionSpec(TypedDict, total=False):
     url: str | None  # http, https, about, data, file or chrome URL to open in Chromium
     screen: Screen
     memoryMb: int
+    diskMb: int  # Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free.
     cpus: float
     pids: int
     egress: bool
@@ -198,10 +210,20 @@ class SessionNetwork(TypedDict):
     hostPorts: list[int]
 
 
-class SessionLimits(TypedDict):
+class _SessionLimitsRequired(TypedDict):
     memoryMb: float
     cpus: float
     pids: int
+
+
+class SessionLimits(_SessionLimitsRequired, total=False):
+    diskMb: float
+
+
+class SessionMemory(TypedDict):
+    """The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked)."""
+    usageBytes: int
+    oomKills: int
 
 
 class _SessionRequired(TypedDict):
@@ -220,6 +242,7 @@ class _SessionRequired(TypedDict):
 
 
 class Session(_SessionRequired, total=False):
+    memory: SessionMemory  # The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked).
     brokenReason: str
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).
 
@@ -243,6 +266,74 @@ class Termination(TypedDict):
     id: str
     reason: str  # ttl_expired, requested, daemon shutdown
     terminatedAt: str
+
+
+class HostReportSessions(TypedDict):
+    held: int
+    max: int  # DRUMS_MAX_SESSIONS
+    byState: dict[str, int]
+
+
+class HostReportCapacity(TypedDict):
+    """What placement reads."""
+    sessions: int  # The most new sessions it takes now: the lowest of its limits, 0 while draining.
+    bySessionCap: int  # max - held
+
+
+class HostReportResourcesMemory(TypedDict):
+    totalBytes: int
+    availableBytes: int  # MemAvailable
+
+
+class HostReportResourcesCpu(TypedDict):
+    cores: int
+    load1: float
+    load5: float
+    load15: float
+
+
+class HostReportResourcesDisk(TypedDict):
+    state: HostDisk
+    images: HostDisk
+
+
+class HostReportResources(TypedDict):
+    """As the host measures them now."""
+    memory: HostReportResourcesMemory
+    cpu: HostReportResourcesCpu
+    disk: HostReportResourcesDisk
+
+
+class HostReportImagesItem(TypedDict):
+    name: str
+    hash: str
+    current: bool  # Built from the current recipe.
+    builtAt: str
+
+
+class _HostReportRequired(TypedDict):
+    hostId: str  # Stable across restarts (DRUMS_HOST_ID
+    instanceId: str  # New on every daemon start.
+    instance: str  # The instance name (objects on the host carry it).
+    version: str
+    startedAt: str
+    draining: bool
+    sessions: HostReportSessions
+    capacity: HostReportCapacity  # What placement reads.
+    resources: HostReportResources  # As the host measures them now.
+    admission: dict[str, Any] | None  # Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise.
+    pools: list[dict[str, Any]]  # Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md).
+    images: list[HostReportImagesItem]
+
+
+class HostReport(_HostReportRequired, total=False):
+    drainingSince: str
+
+
+class HostDisk(TypedDict):
+    path: str
+    totalBytes: int
+    availableBytes: int
 
 
 class ExecRequest(TypedDict, total=False):
@@ -317,6 +408,11 @@ class ActionObject(TypedDict, total=False):
 # `FAIL` may also be given as plain strings (any case). Coordinates are integers in agent space (the
 # request's `scale`, else the screen).
 Action = Union[ActionObject, str]
+
+
+class TakeoverView(TypedDict):
+    holder: str
+    since: str
 
 
 class _ActionsRequestRequired(TypedDict):

@@ -19,6 +19,7 @@ the TypedDicts generated from the API spec into ``drums._models`` (``drums.model
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import uuid
@@ -61,6 +62,34 @@ def _check(r: httpx.Response) -> httpx.Response:
     return r
 
 
+_MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "raw": "application/octet-stream"}
+
+
+def _accept(screenshot: Any) -> str:
+    fmt = screenshot.get("format", "png") if isinstance(screenshot, dict) else "png"
+    return f"{_MIME.get(fmt, 'image/png')}, application/json"
+
+
+def _image_response(r: httpx.Response) -> tuple[m.ActionsResponse, bytes | None]:
+    """(response, image bytes) from a binary or a JSON answer of POST /actions."""
+    meta = r.headers.get("x-drums-actions")
+    if meta is None:
+        j = r.json()
+        shot = j.get("screenshot")
+        if not shot:
+            return j, None
+        data = base64.b64decode(shot.pop("data"))
+        return j, data
+    j = json.loads(meta)
+    h = r.headers
+    mime = h.get("content-type", "")
+    shot: dict[str, Any] = {"format": next((k for k, v in _MIME.items() if v == mime), "raw"), "width": int(h["x-drums-width"]), "height": int(h["x-drums-height"]), "mimeType": mime}
+    if "x-drums-scale-x" in h:
+        shot["scaleX"], shot["scaleY"] = float(h["x-drums-scale-x"]), float(h["x-drums-scale-y"])
+    j["screenshot"] = shot
+    return j, r.content
+
+
 def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
     body: dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
     names = {"root": "root", "cwd": "cwd", "env": "env", "stdin": "stdin", "timeout_ms": "timeoutMs", "max_output_bytes": "maxOutputBytes"}
@@ -73,7 +102,7 @@ def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
 
 
 def _spec(kw: dict[str, Any]) -> m.SessionSpec:
-    names = {"memory_mb": "memoryMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
+    names = {"memory_mb": "memoryMb", "disk_mb": "diskMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
     return {names.get(k, k): v for k, v in kw.items() if v is not None}  # type: ignore[return-value]
 
 
@@ -132,6 +161,14 @@ class Client:
 
     def openapi(self) -> dict[str, Any]:
         return self.request("GET", "/openapi.json").json()
+
+    def host(self) -> m.HostReport:
+        """``GET /v1/host``: sessions held and max, capacity, resources, images, host and instance ids."""
+        return self.request("GET", "/v1/host").json()
+
+    def drain(self) -> m.HostReport:
+        """``POST /v1/host/drain``: new creates get 503 ``host_draining``; held sessions go on."""
+        return self.request("POST", "/v1/host/drain").json()
 
     def close(self) -> None:
         self._http.close()
@@ -268,6 +305,18 @@ class Session(_SessionBase):
             body["scale"] = scale
         return self._req("POST", "/actions", json=body).json()
 
+    def act_image(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool = True, scale: m.Size | None = None) -> tuple[m.ActionsResponse, bytes | None]:
+        """Like act, with the screenshot as bytes (no base64): returns (response, image).
+
+        Asks for the binary response (image body, JSON in the x-drums-actions header); a JSON
+        answer (an older daemon, or results too big for a header) is decoded the same way.
+        ``response["screenshot"]`` keeps the geometry (format, width, height, mimeType, scaleX/Y).
+        """
+        body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation, "screenshot": screenshot}
+        if scale is not None:
+            body["scale"] = scale
+        return _image_response(self._req("POST", "/actions", json=body, headers={"accept": _accept(screenshot)}))
+
     def exec(self, cmd: str | Sequence[str], **kw: Any) -> m.ExecResult:
         """Runs a command (argv list, or a shell string) in the session: {exitCode, stdout, stderr, ...}."""
         return self._req("POST", "/exec", json=_exec_body(cmd, kw)).json()
@@ -369,6 +418,12 @@ class AsyncClient:
     async def health(self) -> bool:
         return (await self.request("GET", "/healthz")).json().get("ok") is True
 
+    async def host(self) -> m.HostReport:
+        return (await self.request("GET", "/v1/host")).json()
+
+    async def drain(self) -> m.HostReport:
+        return (await self.request("POST", "/v1/host/drain")).json()
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -464,6 +519,13 @@ class AsyncSession(_SessionBase):
         if screenshot is not None:
             body["screenshot"] = screenshot
         return (await self._req("POST", "/actions", json=body)).json()
+
+    async def act_image(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool = True, scale: m.Size | None = None) -> tuple[m.ActionsResponse, bytes | None]:
+        """Like act, with the screenshot as bytes: returns (response, image). See Session.act_image."""
+        body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation, "screenshot": screenshot}
+        if scale is not None:
+            body["scale"] = scale
+        return _image_response(await self._req("POST", "/actions", json=body, headers={"accept": _accept(screenshot)}))
 
     async def exec(self, cmd: str | Sequence[str], **kw: Any) -> m.ExecResult:
         return (await self._req("POST", "/exec", json=_exec_body(cmd, kw))).json()

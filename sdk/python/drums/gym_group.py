@@ -58,7 +58,7 @@ class GroupVectorEnv(VectorEnv):
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
         self._drop_copies()
         copies = self.source.fork(self.num_envs, mode=self._mode)
-        for e, c in zip(self.envs, copies):
+        for e, c in zip(self.envs, copies, strict=True):
             e.session = c
             e._steps = 0
         obs = list(self._pool.map(lambda e: e._observe(), self.envs))
@@ -67,7 +67,7 @@ class GroupVectorEnv(VectorEnv):
     def step(self, actions: Sequence[Any]):
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
-        results = list(self._pool.map(lambda ea: ea[0].step(ea[1]), zip(self.envs, actions)))
+        results = list(self._pool.map(lambda ea: ea[0].step(ea[1]), zip(self.envs, actions, strict=True)))
         obs = self._batch([r[0] for r in results])
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminated = np.array([r[2] for r in results], dtype=np.bool_)

@@ -24,13 +24,13 @@ DRUMS = ROOT / "bin" / "drums"
 
 
 class Daemon:
-    def __init__(self) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
         self.instance = "p" + secrets.token_hex(2)
         self.state_dir = tempfile.mkdtemp(prefix=f"drums-test-{self.instance}-", dir="/var/tmp")
         self.token = secrets.token_hex(16)
-        env = {**os.environ, "DRUMS_STATE_DIR": self.state_dir, "DRUMS_INSTANCE": self.instance, "DRUMS_TOKEN": self.token, "DRUMS_PORT": "0"}
+        env = {**os.environ, "DRUMS_STATE_DIR": self.state_dir, "DRUMS_INSTANCE": self.instance, "DRUMS_TOKEN": self.token, "DRUMS_PORT": "0", **(extra_env or {})}
         env.pop("DRUMS_URL", None)
-        self.proc = subprocess.Popen([str(DRUMS), "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([str(DRUMS), "serve", *(args or [])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()  # type: ignore[arg-type]
         deadline = time.monotonic() + 30

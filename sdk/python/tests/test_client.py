@@ -10,6 +10,14 @@ def test_health_and_openapi(client):
     assert client.openapi()["openapi"].startswith("3.1.")
 
 
+def test_host_report(client, daemon):
+    r = client.host()
+    assert r["instance"] == daemon.instance and r["draining"] is False
+    assert r["sessions"]["held"] <= r["sessions"]["max"] and r["capacity"]["sessions"] >= 0
+    assert any(i["name"] == "minimal" for i in r["images"])
+    assert client.host()["instanceId"] == r["instanceId"]
+
+
 def test_session_context_manager_exec_screenshot_files_reset(client):
     with client.sessions.create(image="minimal", screen="800x600") as s:
         assert s.state == "ready" and s.generation == 1 and s.screen == (800, 600)
@@ -103,3 +111,18 @@ async def _first(agen, n):
         if i >= n:
             await agen.aclose()
             return
+
+
+def test_act_image_binary_response_matches_json(client):
+    with client.sessions.create(image="minimal", screen="640x480") as s:
+        s.act({"type": "move", "x": 10, "y": 10})
+        resp, png = s.act_image({"type": "move", "x": 50, "y": 60})
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert resp["generation"] == 1 and resp["results"][0]["type"] == "move"
+        assert resp["screenshot"]["width"] == 640 and resp["screenshot"]["mimeType"] == "image/png"
+        # Same screen, same cursor: the JSON answer carries the same bytes (the frame cache).
+        j = s.act({"type": "move", "x": 50, "y": 60}, screenshot=True)
+        import base64
+        assert base64.b64decode(j["screenshot"]["data"]) == png
+        resp2, jpg = s.act_image({"type": "move", "x": 51, "y": 60}, screenshot={"format": "jpeg", "quality": 70, "scale": {"width": 320, "height": 240}})
+        assert jpg[:2] == b"\xff\xd8" and resp2["screenshot"]["width"] == 320 and resp2["screenshot"]["scaleX"] == 2.0

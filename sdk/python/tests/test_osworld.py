@@ -1,8 +1,6 @@
 """drums.osworld: the desktop_env provider hook and the task runner's checks.
 The live test needs a daemon (DRUMS_URL/DRUMS_TOKEN or the state dir) with the osworld image built."""
 import json
-import os
-import time
 
 import pytest
 

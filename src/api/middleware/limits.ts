@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import type { MiddlewareHandler } from 'hono';
 import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
 import { DrumsError } from '../../common/errors.ts';
@@ -11,13 +12,31 @@ export function bodyLimit(maxBytes: number): MiddlewareHandler {
   return async (c, next) => {
     const len = c.req.header('content-length');
     if (len !== undefined && Number(len) > maxBytes) {
-      // Note: read and discard the refused body rather than leave it unread: a client still
-      // writing it would otherwise hit EPIPE on a closed socket and never see the 413.
-      (c.env as { incoming?: { resume(): void } } | undefined)?.incoming?.resume();
+      // Note: read and discard the refused body before answering. A client still writing it
+      // would otherwise hit EPIPE and never see the 413: the server gives an unread body only
+      // 500 ms after the response before it closes the socket, too little on a loaded host.
+      const incoming = (c.env as { incoming?: Readable } | undefined)?.incoming;
+      if (incoming) await discard(incoming, Number(len) <= DRAIN_MAX_BYTES ? DRAIN_TIMEOUT_MS : 0);
       throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
     }
     return limit(c, next);
   };
+}
+
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+const DRAIN_TIMEOUT_MS = 15_000;
+
+/** Reads and drops a request body; resolves when it ended, failed, or after `waitMs`. */
+function discard(body: Readable, waitMs: number): Promise<void> {
+  body.resume();
+  if (body.readableEnded || body.destroyed || waitMs <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => { clearTimeout(timer); body.off('end', done); body.off('error', done); body.off('close', done); resolve(); };
+    const timer = setTimeout(done, waitMs);
+    body.on('end', done);
+    body.on('error', done);
+    body.on('close', done);
+  });
 }
 
 export interface RateLimitOptions {

@@ -4,7 +4,6 @@ import { DrumsError } from '../../common/errors.ts';
 import type { SessionManager } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
-import { sessionView } from '../routes/sessions.ts';
 
 const ID_RE = /^s[0-9a-f]{10}$/;
 const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/.*)?$/;
@@ -100,7 +99,7 @@ export function idempotency(ctx: RouteContext): MiddlewareHandler {
         if (!s) mgr.get(id); // 410 session_expired or 404 session_not_found
         c.header('idempotency-replayed', 'true');
         c.header('x-drums-generation', String(s!.generation));
-        return c.json(sessionView(s!), 200);
+        return c.json(ctx.view(s!), 200);
       }
       if (entries.get(key) === prev) entries.delete(key);
     }

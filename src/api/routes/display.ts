@@ -1,5 +1,5 @@
 import { Hono, type Context } from 'hono';
-import { DrumsError, ValidationError } from '../../common/errors.ts';
+import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
 import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
 import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
@@ -8,6 +8,8 @@ import { parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import { deleteFile, execStream, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
+import { TAKEOVER_HEADER, takeovers } from '../frames/takeover.ts';
+import { ACTIONS_HEADER, MAX_HEADER_JSON, asciiJson, imageHeaders, wantsBinary } from '../frames/binary.ts';
 import { checkBody } from '../spec-validate.ts';
 
 /**
@@ -19,7 +21,7 @@ import { checkBody } from '../spec-validate.ts';
 const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
 type Format = (typeof FORMATS)[number];
 
-function bad(field: string, message: string, code = 'invalid_request'): DrumsError {
+function bad(field: string, message: string, code: ErrorCode = 'invalid_request'): DrumsError {
   return new ValidationError(field, message, code);
 }
 
@@ -105,7 +107,10 @@ function resultJson(r: ActionResult) {
 function cleanDisplayError(e: unknown): unknown {
   if (!(e instanceof DisplayError)) return e;
   const d = { ...(e.details ?? {}) } as Record<string, unknown>;
-  if (Array.isArray(d.results)) d.completed = (d.results as ActionResult[]).length, delete d.results;
+  if (Array.isArray(d.results)) {
+    d.completed = (d.results as ActionResult[]).length;
+    delete d.results;
+  }
   delete d.socketPath;
   return new DrumsError(e.code, e.message, { details: d, cause: e });
 }
@@ -177,6 +182,7 @@ export function displayRoutes(ctx: RouteContext) {
     const b = body as Record<string, unknown>;
     for (const k of Object.keys(b)) if (!['actions', 'generation', 'scale', 'screenshot'].includes(k)) throw bad(k, 'unknown field; allowed: actions, generation, scale, screenshot', 'invalid_action');
     const s = ready(c, b.generation);
+    takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
     if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
     if (b.actions.length > 1000) throw bad('actions', 'at most 1000 actions per batch', 'invalid_action');
     const scale = parseScaleBody(b.scale, 'scale');
@@ -202,6 +208,11 @@ export function displayRoutes(ctx: RouteContext) {
     const d = await display.connection(s);
     const results = await guard(() => runActions(d, b.actions as unknown[], { scale }));
     const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
+    if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
+      // Image bytes as the body, the JSON in a header (src/api/frames/binary.ts).
+      const meta = asciiJson({ generation, results: results.map(resultJson) });
+      if (meta.length <= MAX_HEADER_JSON) return c.body(new Uint8Array(shot.data), 200, { ...imageHeaders(shot, generation), [ACTIONS_HEADER]: meta });
+    }
     return c.json({ generation, results: results.map(resultJson), ...(shot ? { screenshot: shotJson(shot) } : {}) });
   });
 
@@ -248,6 +259,7 @@ export function displayRoutes(ctx: RouteContext) {
     app.post(`/v1/sessions/:id/windows/:wid/${op}`, async (c) => {
       const wid = parseWid(c.req.param('wid'));
       const s = ready(c);
+      takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
       const d = await display.connection(s);
       const list = await guard(() => d.listWindows());
       if (!list.some((w) => w.id === wid)) throw new DrumsError('window_not_found', `no managed window ${wid} in session ${s.id}; list them with GET /v1/sessions/${s.id}/windows`, { details: { wid } });

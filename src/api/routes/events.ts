@@ -2,7 +2,6 @@ import { Hono } from 'hono';
 import { streamSSE } from 'hono/streaming';
 import { DrumsError } from '../../common/errors.ts';
 import type { RouteContext } from '../context.ts';
-import { sessionView } from './sessions.ts';
 
 const POLL_MS = 50;
 const KEEPALIVE_MS = 15_000;
@@ -39,7 +38,7 @@ export function eventRoutes(ctx: RouteContext) {
         const sig = `${s.state}/${s.generation}`;
         if (sig !== last) {
           last = sig;
-          await stream.writeSSE({ event: 'state', id: String(++id), data: JSON.stringify(sessionView(s)) });
+          await stream.writeSSE({ event: 'state', id: String(++id), data: JSON.stringify(ctx.view(s)) });
           lastSent = Date.now();
         }
         if (fps > 0 && s.state === 'ready' && Date.now() - lastFrame >= 1000 / fps) {

@@ -2,7 +2,6 @@ import { Hono } from 'hono';
 import { forkSession, parseFork } from '../../session/fork.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
-import { sessionView } from './sessions.ts';
 
 /** POST /v1/sessions/{id}/fork: N copies of a live session (src/session/fork.ts). */
 export function forkRoutes(ctx: RouteContext) {
@@ -15,7 +14,7 @@ export function forkRoutes(ctx: RouteContext) {
     const t0 = performance.now();
     const r = await forkSession(ctx.mgr, s, req);
     return c.json({
-      source: s.id, mode: r.mode, copies: r.copies.map(sessionView),
+      source: s.id, mode: r.mode, copies: r.copies.map((x) => ctx.view(x)),
       timings: { snapshotMs: Math.round(r.snapshotMs), pausedMs: Math.round(r.pausedMs), totalMs: Math.round(performance.now() - t0) },
     }, 201);
   });

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { readFileSync } from 'node:fs';
 import type { RouteContext } from '../context.ts';
 import { metrics } from '../metrics.ts';
+import { resourceGauges } from '../resource-metrics.ts';
 import { poolsOf } from '../../session/pools.ts';
 
 type Json = Record<string, any>;
@@ -123,6 +124,7 @@ export function metaRoutes(ctx: RouteContext) {
     const text = metrics.render([
       { name: 'drums_sessions', help: 'Sessions by state.', values: [...byState].map(([state, n]) => [{ state }, n]) },
       { name: 'drums_terminations_recent', help: 'Sessions destroyed in the last 15 minutes.', values: [[{}, ctx.mgr.terminations.length]] },
+      ...resourceGauges(ctx.mgr),
       ...poolGauges(ctx),
     ]);
     return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });

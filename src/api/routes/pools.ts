@@ -4,7 +4,6 @@ import { poolsOf, type ReleaseMode } from '../../session/pools.ts';
 import type { RouteContext } from '../context.ts';
 import { metrics } from '../metrics.ts';
 import { checkBody } from '../spec-validate.ts';
-import { sessionView } from './sessions.ts';
 
 /** Warm pools: GET/PUT/DELETE /v1/pools[/{name}] and POST /v1/sessions/{id}/release (claims are POST /v1/sessions). */
 export function poolRoutes(ctx: RouteContext) {

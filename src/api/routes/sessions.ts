@@ -1,15 +1,18 @@
 import { Hono } from 'hono';
-import { DrumsError } from '../../common/errors.ts';
 import { execInSession, parseExec } from '../../session/exec.ts';
 import { parseSpec } from '../../session/spec.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
-import { osworldEndpoint } from '../../osworld/service.ts';
+import type { Session as SessionView } from '../../protocol/generated/types.ts';
+import { memoryUsage, oomKills } from '../../host/resources.ts';
 import { parseClaim, poolsOf } from '../../session/pools.ts';
 
-/** The public view of a session (no host paths). */
-export function sessionView(s: Session) {
+/** Fields a feature above the API adds to a session's view (the daemon wires OSWorld's endpoint in). */
+export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld'>>;
+
+/** The public view of a session (no host paths), in the spec's shape. */
+export function sessionView(s: Session, extras?: ViewExtras): SessionView {
   return {
     id: s.id,
     state: s.state,
@@ -20,12 +23,14 @@ export function sessionView(s: Session) {
     attempt: s.attempt,
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
-    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    // What the session's memory cgroup says now: a process killed at the limit shows here, the session lives on.
+    memory: { usageBytes: memoryUsage(s.names.cgroup), oomKills: oomKills(s.names.cgroup) },
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
-    ...(osworldEndpoint(s.id) ? { osworld: osworldEndpoint(s.id) } : {}),
-  };
+    ...extras?.(s),
+  } satisfies SessionView;
 }
 
 /** Session lifecycle, exec and the simple screenshot. */
@@ -33,7 +38,7 @@ export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
   const pools = poolsOf(mgr);
-  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().filter((s) => !pools.isHidden(s)).map(sessionView) }));
+  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().filter((s) => !pools.isHidden(s)).map(ctx.view) }));
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
     // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/session/pools.ts).
@@ -42,7 +47,7 @@ export function sessionRoutes(ctx: RouteContext) {
       checkBody('createSession', body);
       const { session, hit } = await pools.claim(claim);
       c.header('x-drums-pool', `${claim.pool}; ${hit ? 'hit' : 'miss'}`);
-      return c.json(sessionView(session), 201);
+      return c.json(ctx.view(session), 201);
     }
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
@@ -53,11 +58,11 @@ export function sessionRoutes(ctx: RouteContext) {
     if (pool) {
       const { session, hit } = await pools.claim({ pool, onEmpty: 'create', labels: {}, ttlSeconds: spec.ttlSeconds });
       c.header('x-drums-pool', `${pool}; ${hit ? 'hit' : 'miss'}`);
-      return c.json(sessionView(session), 201);
+      return c.json(ctx.view(session), 201);
     }
-    return c.json(sessionView(await mgr.create(body)), 201);
+    return c.json(ctx.view(await mgr.create(body)), 201);
   });
-  app.get('/v1/sessions/:id', (c) => c.json(sessionView(ctx.session(c))));
+  app.get('/v1/sessions/:id', (c) => c.json(ctx.view(ctx.session(c))));
   app.delete('/v1/sessions/:id', async (c) => {
     const s = ctx.session(c);
     display.drop(s.id);
@@ -67,7 +72,7 @@ export function sessionRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
     display.drop(s.id);
-    return c.json(sessionView(await mgr.reset(s.id)));
+    return c.json(ctx.view(await mgr.reset(s.id)));
   });
   app.post('/v1/sessions/:id/exec', async (c) => {
     const s = ctx.session(c);

@@ -23,6 +23,8 @@ export type SessionSpec = {
   url?: string | null;
   screen?: Screen;
   memoryMb?: number;
+  /** Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free. */
+  diskMb?: number;
   cpus?: number;
   pids?: number;
   egress?: boolean;
@@ -125,8 +127,14 @@ export type Session = {
   };
   limits: {
     memoryMb: number;
+    diskMb?: number;
     cpus: number;
     pids: number;
+  };
+  /** The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked). */
+  memory?: {
+    usageBytes: number;
+    oomKills: number;
   };
   labels: Record<string, string>;
   timings: Record<string, number>;
@@ -157,6 +165,67 @@ export type Termination = {
   /** ttl_expired, requested, daemon shutdown */
   reason: string;
   terminatedAt: string;
+};
+
+export type HostReport = {
+  /** Stable across restarts (DRUMS_HOST_ID */
+  hostId: string;
+  /** New on every daemon start. */
+  instanceId: string;
+  /** The instance name (objects on the host carry it). */
+  instance: string;
+  version: string;
+  startedAt: string;
+  draining: boolean;
+  drainingSince?: string;
+  sessions: {
+    held: number;
+    /** DRUMS_MAX_SESSIONS */
+    max: number;
+    byState: Record<string, number>;
+  };
+  /** What placement reads. */
+  capacity: {
+    /** The most new sessions it takes now: the lowest of its limits, 0 while draining. */
+    sessions: number;
+    /** max - held */
+    bySessionCap: number;
+  };
+  /** As the host measures them now. */
+  resources: {
+    memory: {
+      totalBytes: number;
+      /** MemAvailable */
+      availableBytes: number;
+    };
+    cpu: {
+      cores: number;
+      load1: number;
+      load5: number;
+      load15: number;
+    };
+    disk: {
+      state: HostDisk;
+      images: HostDisk;
+    };
+  };
+  /** Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise. */
+  admission: Record<string, unknown> | null;
+  /** Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md). */
+  pools: Record<string, unknown>[];
+  images: {
+    name: string;
+    hash: string;
+    /** Built from the current recipe. */
+    current: boolean;
+    builtAt: string;
+  }[];
+};
+
+export type HostDisk = {
+  path: string;
+  totalBytes: number;
+  availableBytes: number;
 };
 
 /** Exactly one of `argv` and `shell`. */
@@ -232,6 +301,11 @@ export type Action = {
   command?: string;
   [field: string]: unknown;
 } | string;
+
+export type TakeoverView = {
+  holder: string;
+  since: string;
+};
 
 /** Unknown fields are 400 `invalid_action`. */
 export type ActionsRequest = {
@@ -426,4 +500,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_not_pooled" | "session_forking" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});

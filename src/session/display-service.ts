@@ -1,7 +1,6 @@
 import { join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
-import { log } from '../common/log.ts';
-import type { Session } from '../session/manager.ts';
+import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
@@ -22,13 +21,18 @@ interface A11yConn {
  * One persistent X connection and one AT-SPI client per session generation,
  * opened on first use through the session's host-side socket paths and
  * dropped on reset/destroy. An X connection that closes while the daemon did
- * not ask for it means the session's X server died: the session is marked
- * `broken` (the liveness socket would say so a moment later too); nothing
- * throws out of an event handler.
+ * not ask for it means the session's X server died: `onLost` is told (the
+ * daemon wires it to `SessionManager.markBroken`; the liveness socket would say
+ * so a moment later too); nothing throws out of an event handler.
  */
 export class DisplayService {
   private readonly _conns = new Map<string, Conn>();
   private readonly _a11y = new Map<string, A11yConn>();
+  private readonly _onLost: (s: Session, generation: number, reason: string) => void;
+
+  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void } = {}) {
+    this._onLost = opts.onLost ?? (() => {});
+  }
 
   async connection(s: Session): Promise<XDisplay> {
     const cur = this._conns.get(s.id);
@@ -42,7 +46,9 @@ export class DisplayService {
       d.once('closed', (reason: string) => {
         if (this._conns.get(s.id) === conn) this._conns.delete(s.id);
         if (conn.dropping) return;
-        this._markBroken(s, generation, `the session's X server went away (${reason})`);
+        try {
+          this._onLost(s, generation, `the session's X server went away (${reason})`);
+        } catch { /* never from an event handler */ }
       });
     }, () => { if (this._conns.get(s.id) === conn) this._conns.delete(s.id); });
     return this._await(s, display);
@@ -54,15 +60,6 @@ export class DisplayService {
     } catch (e) {
       throw new DrumsError('display_unavailable', `cannot connect to the X server of session ${s.id}: ${(e as Error).message}`, { cause: e });
     }
-  }
-
-  private _markBroken(s: Session, generation: number, reason: string): void {
-    try {
-      if (s.generation !== generation || s.state !== 'ready') return;
-      s.state = 'broken';
-      s.brokenReason = `${reason}; reset or destroy it`;
-      log('warn', 'session broken', { id: s.id, reason });
-    } catch { /* never from an event handler */ }
   }
 
   async screenshot(s: Session, opts: ScreenshotOptions): Promise<ScreenshotResult> {

@@ -1,0 +1,93 @@
+/**
+ * Take-over: a person (usually from the dashboard) holds a session's input for a while. During
+ * it, agent input (POST /actions, window activate/close, stream input) gets 409
+ * `session_taken_over` unless it carries the take-over's id (`x-drums-takeover` header, or the
+ * stream opened with `?takeover=<id>`). A second take-over while one is held: 409
+ * `takeover_held`. A take-over belongs to one generation: a reset or destroy ends it.
+ */
+import { randomBytes } from 'node:crypto';
+import { Hono } from 'hono';
+import { DrumsError } from '../../common/errors.ts';
+import type { Session, SessionManager } from '../../session/manager.ts';
+import type { RouteContext } from '../context.ts';
+import { checkBody } from '../spec-validate.ts';
+
+export interface Takeover { id: string; holder: string; since: string; generation: number }
+
+export const TAKEOVER_HEADER = 'x-drums-takeover';
+const HOLDER_RE = /^[\w .@:-]{1,64}$/;
+
+export class Takeovers {
+  private readonly _held = new Map<string, Takeover>();
+
+  /** The live take-over of a session (none once its generation moved on). */
+  get(s: Session): Takeover | undefined {
+    const t = this._held.get(s.id);
+    if (t && t.generation !== s.generation) { this._held.delete(s.id); return undefined; }
+    return t;
+  }
+
+  take(s: Session, holder: string): Takeover {
+    const cur = this.get(s);
+    if (cur) throw new DrumsError('takeover_held', `session ${s.id} is already taken over by '${cur.holder}' since ${cur.since}; release it first (DELETE /v1/sessions/${s.id}/takeover)`, { details: { holder: cur.holder, since: cur.since } });
+    const t: Takeover = { id: randomBytes(12).toString('hex'), holder, since: new Date().toISOString(), generation: s.generation };
+    this._held.set(s.id, t);
+    return t;
+  }
+
+  release(s: Session, id?: string): Takeover {
+    const cur = this.get(s);
+    if (!cur) throw new DrumsError('takeover_not_found', `session ${s.id} is not taken over`);
+    if (id !== undefined && id !== cur.id) throw new DrumsError('takeover_held', `take-over ${id.slice(0, 32)} is not the one held on session ${s.id} (held by '${cur.holder}')`, { details: { holder: cur.holder, since: cur.since } });
+    this._held.delete(s.id);
+    return cur;
+  }
+
+  /** Throws 409 session_taken_over unless the session is free or `id` is its take-over. */
+  checkInput(s: Session, id: string | undefined): void {
+    const cur = this.get(s);
+    if (!cur || cur.id === id) return;
+    throw new DrumsError('session_taken_over', `session ${s.id} is taken over by '${cur.holder}' since ${cur.since}; agent input resumes when it is released`, { details: { holder: cur.holder, since: cur.since } });
+  }
+}
+
+const registries = new WeakMap<SessionManager, Takeovers>();
+/** One registry per daemon (per session manager). */
+export function takeovers(mgr: SessionManager): Takeovers {
+  let t = registries.get(mgr);
+  if (!t) { t = new Takeovers(); registries.set(mgr, t); }
+  return t;
+}
+
+/** The public view: who holds it, since when (never the id, which is the holder's capability). */
+export function takeoverView(t: Takeover | undefined): { holder: string; since: string } | null {
+  return t ? { holder: t.holder, since: t.since } : null;
+}
+
+export function takeoverRoutes(ctx: RouteContext) {
+  const app = new Hono();
+  const reg = takeovers(ctx.mgr);
+  app.get('/v1/sessions/:id/takeover', (c) => {
+    const s = ctx.session(c);
+    return c.json({ generation: s.generation, takeover: takeoverView(reg.get(s)) });
+  });
+  app.post('/v1/sessions/:id/takeover', async (c) => {
+    const s = ctx.session(c);
+    const body = (await ctx.body(c)) as Record<string, unknown>;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new DrumsError('invalid_request', 'body: must be an object {holder?}', { details: { field: 'body' } });
+    for (const k of Object.keys(body)) if (k !== 'holder') throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown field; allowed: holder`, { details: { field: k.slice(0, 40) } });
+    const holder = body.holder ?? 'dashboard';
+    if (typeof holder !== 'string' || !HOLDER_RE.test(holder)) throw new DrumsError('invalid_request', 'holder: must be 1..64 characters of letters, digits, space and ._@:-', { details: { field: 'holder' } });
+    checkBody('takeOver', body);
+    ctx.checkGeneration(c, s);
+    ctx.usable(s);
+    const t = reg.take(s, holder);
+    return c.json({ id: t.id, holder: t.holder, since: t.since, generation: t.generation }, 201);
+  });
+  app.delete('/v1/sessions/:id/takeover', (c) => {
+    const s = ctx.session(c);
+    reg.release(s, c.req.header(TAKEOVER_HEADER) ?? c.req.query('takeover'));
+    return c.body(null, 204);
+  });
+  return app;
+}

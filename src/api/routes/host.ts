@@ -1,0 +1,108 @@
+import { Hono } from 'hono';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { availableParallelism, hostname, loadavg } from 'node:os';
+import { join } from 'node:path';
+import { DrumsError } from '../../common/errors.ts';
+import { listImages } from '../../image/build.ts';
+import type { Instance } from '../../host/instance.ts';
+import type { SessionManager } from '../../session/manager.ts';
+import { listPools } from '../../session/pools.ts';
+import type { RouteContext } from '../context.ts';
+
+const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const STATES = ['creating', 'ready', 'resetting', 'broken', 'destroying'] as const;
+
+/**
+ * The stable host id: DRUMS_HOST_ID (e.g. the Kubernetes node name), else an id
+ * generated on first start and kept in the state dir, so it survives restarts.
+ */
+export function hostId(inst: Instance, env = process.env): string {
+  if (env.DRUMS_HOST_ID) return env.DRUMS_HOST_ID;
+  const path = join(inst.stateDir, 'host-id');
+  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  const id = `${hostname()}-${randomUUID().slice(0, 8)}`;
+  writeFileSync(path, id + '\n', { mode: 0o644 });
+  return id;
+}
+
+/** Whether this daemon takes new sessions; one per manager (set by POST /v1/host/drain). */
+const DRAINING = new WeakMap<SessionManager, { since: string }>();
+
+/** Throws 503 host_draining while the host drains (creates call it; pools and claims should too). */
+export function refuseIfDraining(mgr: SessionManager): void {
+  const d = DRAINING.get(mgr);
+  if (d) throw new DrumsError('host_draining', `this host has been draining since ${d.since} and takes no new sessions; place the session on another host`, { details: { since: d.since } });
+}
+
+function memory() {
+  const info = readFileSync('/proc/meminfo', 'utf8');
+  const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(info)?.[1] ?? 0) * 1024;
+  return { totalBytes: kb('MemTotal'), availableBytes: kb('MemAvailable') };
+}
+
+function disk(path: string) {
+  try {
+    const s = statfsSync(path);
+    return { path, totalBytes: s.blocks * s.bsize, availableBytes: s.bavail * s.bsize };
+  } catch {
+    return { path, totalBytes: 0, availableBytes: 0 };
+  }
+}
+
+/**
+ * `GET /v1/host`: what this host says about itself, for cluster placement.
+ * `admission` and `pools` are null / empty until admission control and warm
+ * pools report here; `capacity.sessions` is the placement figure clients use.
+ */
+export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceId: string; startedAt: string }) {
+  const sessions = mgr.list();
+  const byState = Object.fromEntries(STATES.map((s) => [s, 0])) as Record<(typeof STATES)[number], number>;
+  for (const s of sessions) byState[s.state]++;
+  const draining = DRAINING.get(mgr);
+  const bySessionCap = Math.max(0, mgr.maxSessions - sessions.length);
+  const [load1, load5, load15] = loadavg();
+  return {
+    hostId: ids.hostId,
+    instanceId: ids.instanceId,
+    instance: mgr.inst.name,
+    version: VERSION,
+    startedAt: ids.startedAt,
+    draining: draining !== undefined,
+    ...(draining ? { drainingSince: draining.since } : {}),
+    sessions: { held: sessions.length, max: mgr.maxSessions, byState },
+    capacity: {
+      // The most sessions it can take now: the session cap, zero while draining
+      // (admission control, once it reports, lowers this to its own figure).
+      sessions: draining ? 0 : bySessionCap,
+      bySessionCap,
+    },
+    resources: {
+      memory: memory(),
+      cpu: { cores: availableParallelism(), load1, load5, load15 },
+      disk: { state: disk(mgr.inst.stateDir), images: disk(mgr.inst.imagesDir) },
+    },
+    admission: null,
+    pools: listPools(mgr),
+    images: listImages({ imagesDir: mgr.inst.imagesDir }).map((i) => ({ name: i.name, hash: i.hash, current: i.current, builtAt: i.manifest.builtAt })),
+  };
+}
+
+/** GET /v1/host, POST /v1/host/drain, and the draining check in front of POST /v1/sessions. */
+export function hostRoutes(ctx: RouteContext) {
+  const { mgr } = ctx;
+  // The host id is read (or made) on first use, so building the app touches no state dir.
+  let id: string | undefined;
+  const ids = { get hostId() { return (id ??= hostId(mgr.inst)); }, instanceId: randomUUID(), startedAt: new Date().toISOString() };
+  const app = new Hono();
+  app.use('/v1/sessions', async (c, next) => {
+    if (c.req.method === 'POST') refuseIfDraining(mgr);
+    return next();
+  });
+  app.get('/v1/host', (c) => c.json(hostReport(mgr, ids)));
+  app.post('/v1/host/drain', (c) => {
+    if (!DRAINING.has(mgr)) DRAINING.set(mgr, { since: new Date().toISOString() });
+    return c.json(hostReport(mgr, ids));
+  });
+  return app;
+}

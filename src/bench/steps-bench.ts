@@ -1,0 +1,339 @@
+/**
+ * `drums bench steps`: the step hot path (act + screenshot) of this checkout against another
+ * checkout (today's code, e.g. a git worktree of 4c106a9) in the same run, side by side.
+ *
+ * Per arm (a private daemon of that checkout; arms alternate, order rotated per trial):
+ * - N Chromium sessions (default image, 1280x800) on a page whose clock ticks every second;
+ * - closed loop: `clients` clients, each stepping its share of the sessions round robin; a step
+ *   is one POST /actions {click at a new place, screenshot PNG}, asked as the binary response
+ *   (the old daemon answers JSON; the same client decodes either) → steps/s and latency, at
+ *   each N of the ladder;
+ * - open loop at `offered` steps/s (requests sent on schedule, latency from the scheduled time)
+ *   → p50/p99;
+ * - daemon CPU per step by format (png, jpeg, webp, raw, and "unchanged": GET /screenshot of an
+ *   unchanged screen and cursor) from the daemon process' utime+stime;
+ * - streaming (arms that have it): every session streamed as 2 fps quarter-size JPEG thumbnails
+ *   and one watched at full size up to 30 fps while being driven → frames/s and daemon CPU.
+ */
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import WebSocket from 'ws';
+import { DrumsClient, type SessionInfo } from '../client/client.ts';
+import { gitState, hostFacts } from './host-facts.ts';
+import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
+import type { BenchRecord, ResultRow, TrialRecord, Verdict } from './record.ts';
+import { quantile, summary } from './stats.ts';
+import { judge, loadBars } from './bars.ts';
+
+/** summary() plus p99 (tail latency is the point here). */
+const dist = (xs: number[]) => ({ ...summary(xs), ...(xs.length ? { p99: quantile(xs, 0.99) } : {}) });
+
+export interface StepsOptions {
+  /** Arms: name → bin/drums of a checkout. */
+  arms: { name: string; bin: string; description: string }[];
+  sessions: number[];
+  clients: number;
+  seconds: number;
+  offered: number;
+  trials: number;
+  quick: boolean;
+  outDir: string;
+  command: string;
+  progress: (m: string) => void;
+}
+
+const PAGE = 'data:text/html,' + encodeURIComponent('<!doctype html><title>tick</title><body style="margin:0;font:48px sans-serif;background:#fafafa"><div id=t style="padding:40px"></div><p style="padding:40px;font-size:20px">Drums steps bench: a page whose clock ticks once a second.</p><script>setInterval(()=>t.textContent=new Date().toISOString(),1000)</script>');
+const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
+
+/** The daemon's own node process (bin/drums serve runs it under tini, which also adopts session processes). */
+function daemonNodePid(pid: number): number {
+  const look = (p: number): number | null => {
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      if (cmd.includes('src/cli/main.ts') && !cmd.startsWith('tini')) return p;
+      for (const t of readdirSync(`/proc/${p}/task`)) {
+        for (const c of readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
+          const cc = Number(c);
+          const cm = readFileSync(`/proc/${cc}/cmdline`, 'utf8');
+          if (cm.includes('src/cli/main.ts')) return cc;
+        }
+      }
+    } catch { /* gone */ }
+    return null;
+  };
+  return look(pid) ?? pid;
+}
+
+function cpuMs(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+function hostBusy(): { loadavg1: number } {
+  return { loadavg1: Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]) };
+}
+
+const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+
+async function closedLoop(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
+  const lat: number[] = [];
+  let steps = 0, errors = 0, k = 0;
+  const cpu0 = cpuMs(pid);
+  const t0 = performance.now();
+  const end = t0 + seconds * 1000;
+  await Promise.all(Array.from({ length: clients }, async (_, i) => {
+    const mine = ids.filter((_, j) => j % clients === i);
+    let m = 0;
+    while (performance.now() < end && mine.length) {
+      const id = mine[m++ % mine.length]!;
+      const n = k++;
+      const t = performance.now();
+      try {
+        const r = await c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } });
+        if (!r.image || r.image.data.length < 100) throw new Error('no image');
+        steps++;
+        lat.push(performance.now() - t);
+      } catch { errors++; }
+    }
+  }));
+  const wall = (performance.now() - t0) / 1000;
+  return { steps, errors, seconds: round(wall, 2), stepsPerSec: round(steps / wall), daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2), latency: dist(lat), samples: lat };
+}
+
+async function openLoop(c: DrumsClient, ids: string[], rate: number, seconds: number) {
+  const lat: number[] = [];
+  let errors = 0;
+  const t0 = performance.now();
+  const total = Math.round(rate * seconds);
+  const inflight: Promise<void>[] = [];
+  for (let n = 0; n < total; n++) {
+    const at = t0 + (n * 1000) / rate;
+    const wait = at - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    const id = ids[n % ids.length]!;
+    inflight.push(c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } })
+      .then(() => { lat.push(performance.now() - at); }, () => { errors++; }));
+  }
+  await Promise.all(inflight);
+  return { offered: rate, sent: total, errors, latency: dist(lat), samples: lat };
+}
+
+async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
+  const out: Record<string, { steps: number; daemonCpuMsPerStep: number; stepsPerSec: number }> = {};
+  const run = async (name: string, step: (id: string, n: number) => Promise<unknown>) => {
+    let steps = 0, k = 0;
+    const cpu0 = cpuMs(pid);
+    const t0 = performance.now();
+    const end = t0 + seconds * 1000;
+    await Promise.all(Array.from({ length: clients }, async (_, i) => {
+      const mine = ids.filter((_, j) => j % clients === i);
+      let m = 0;
+      while (performance.now() < end && mine.length) {
+        try { await step(mine[m++ % mine.length]!, k++); steps++; } catch { /* counted out */ }
+      }
+    }));
+    const wall = (performance.now() - t0) / 1000;
+    out[name] = { steps, daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2), stepsPerSec: round(steps / wall) };
+  };
+  for (const f of FORMATS) {
+    await run(f, (id, n) => c.actImage(id, { actions: [{ type: 'move', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: f, ...(f === 'jpeg' || f === 'webp' ? { quality: 80 } : {}) } }));
+  }
+  // Unchanged: the same screen and cursor asked again (GET /screenshot, nothing moves): each
+  // client asks its own session back to back, so only the page's once-a-second tick changes it.
+  let hits = 0, asked = 0;
+  const last = new Map<string, Buffer>();
+  await run('unchanged', async (id) => {
+    const own = ids[ids.indexOf(id) % clients]!;
+    const r = await c.screenshotEx(own, { format: 'png' });
+    asked++;
+    const prev = last.get(own);
+    if (prev && prev.equals(r.data)) hits++;
+    last.set(own, r.data);
+  });
+  out.unchanged = { ...out.unchanged!, sameAsPrevious: round(hits / Math.max(1, asked), 3) } as (typeof out)['unchanged'];
+  return out;
+}
+
+async function streaming(d: PrivateDaemon, url: string, ids: string[], seconds: number, pid: number) {
+  const ws = url.replace(/^http/, 'ws');
+  let frames = 0, watchedFrames = 0, bytes = 0;
+  const socks: WebSocket[] = [];
+  const open = (id: string, q: string, onFrame: (n: number) => void) => new Promise<WebSocket>((res, rej) => {
+    const s = new WebSocket(`${ws}/v1/sessions/${id}/stream?${q}`, ['drums'], { headers: { authorization: `Bearer ${d.token}` } });
+    s.on('message', (data, bin) => { if (bin) onFrame((data as Buffer).length); });
+    s.once('open', () => res(s));
+    s.once('error', rej);
+    s.once('unexpected-response', (_q, r) => rej(new Error(`stream refused: ${r.statusCode}`)));
+  });
+  try {
+    for (const id of ids) socks.push(await open(id, 'fps=2&scale=0.25&format=jpeg&quality=60', (n) => { frames++; bytes += n; }));
+    socks.push(await open(ids[0]!, 'fps=30&format=jpeg&quality=80', (n) => { watchedFrames++; bytes += n; }));
+    await new Promise((r) => setTimeout(r, 2000));
+    frames = 0; watchedFrames = 0; bytes = 0;
+    const cpu0 = cpuMs(pid);
+    const t0 = performance.now();
+    const end = t0 + seconds * 1000;
+    // The watched session is being driven (an agent or a person): ~30 moves/s.
+    let k = 0;
+    while (performance.now() < end) {
+      await d.client.act(ids[0]!, { actions: [{ type: 'move', x: 100 + ((k * 29) % 1000), y: 100 + ((k * 17) % 600) }] }).catch(() => {});
+      k++;
+      await new Promise((r) => setTimeout(r, 33));
+    }
+    const wall = (performance.now() - t0) / 1000;
+    const cpu = cpuMs(pid) - cpu0;
+    return {
+      streams: ids.length + 1, seconds: round(wall, 2),
+      thumbnailFramesPerSec: round(frames / wall), watchedFramesPerSec: round(watchedFrames / wall),
+      megabytesPerSec: round(bytes / wall / 1e6, 2), daemonCpuPercent: round((cpu / 1000 / wall) * 100), drivenMovesPerSec: round(k / wall),
+    };
+  } finally {
+    for (const s of socks) s.terminate();
+  }
+}
+
+export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRecord; file: string }> {
+  const started = new Date().toISOString();
+  const trials: TrialRecord[] = [];
+  const results: ResultRow[] = [];
+  const latencyPlot: NonNullable<BenchRecord['plots']['latency']> = [];
+  const throughput: { arm: string; trial: number; points: { n: number; stepsPerSec: number }[] }[] = [];
+  const failures: string[] = [];
+  const maxN = Math.max(...o.sessions);
+  const perArm: Record<string, Record<string, unknown>[]> = {};
+  for (let t = 0; t < o.trials; t++) {
+    const order = t % 2 === 0 ? o.arms : [...o.arms].reverse();
+    for (const arm of order) {
+      const t0 = performance.now();
+      const startedAt = new Date().toISOString();
+      const data: Record<string, unknown> = { busyBefore: hostBusy() };
+      let valid = true, reason: string | undefined;
+      o.progress(`${arm.name} trial ${t}: starting the daemon`);
+      const d = await startPrivateDaemon({}, { bin: arm.bin });
+      const pid = daemonNodePid(d.pid);
+      const made: SessionInfo[] = [];
+      try {
+        o.progress(`${arm.name} trial ${t}: creating ${maxN} Chromium sessions`);
+        const c0 = performance.now();
+        for (let i = 0; i < maxN; i += 4) {
+          // One retry per session: on a loaded shared host a browser can miss the 60 s readiness deadline.
+          const create = () => d.client.createSession({ image: 'default', url: PAGE, screen: '1280x800' });
+          const batch = await Promise.allSettled(Array.from({ length: Math.min(4, maxN - i) }, () => create().catch((e) => { failures.push(`${arm.name} trial ${t}: create retried: ${String((e as Error).message).slice(0, 160)}`); return create(); })));
+          for (const b of batch) if (b.status === 'fulfilled') made.push(b.value);
+          else failures.push(`${arm.name} trial ${t}: create failed: ${String((b.reason as Error)?.message ?? b.reason).slice(0, 200)}`);
+          o.progress(`${arm.name} trial ${t}: ${made.length}/${maxN} sessions`);
+        }
+        data.createAllSeconds = round((performance.now() - c0) / 1000);
+        data.sessions = made.length;
+        if (made.length < maxN) { valid = false; reason = `only ${made.length} of ${maxN} sessions created`; }
+        const ids = made.map((s) => s.id);
+        // Warm-up: one step per session.
+        for (const id of ids) await d.client.actImage(id, { actions: [{ type: 'move', x: 10, y: 10 }], screenshot: { format: 'png' } }).catch(() => {});
+        const ladder: Record<string, unknown> = {};
+        const pts: { n: number; stepsPerSec: number }[] = [];
+        for (const n of o.sessions.filter((x) => x <= ids.length)) {
+          o.progress(`${arm.name} trial ${t}: closed loop, ${o.clients} clients, N=${n}`);
+          const r = await closedLoop(d.client, ids.slice(0, n), o.clients, o.seconds, pid);
+          const { samples, ...rest } = r;
+          ladder[String(n)] = rest;
+          pts.push({ n, stepsPerSec: r.stepsPerSec });
+          if (n === maxN) latencyPlot.push({ arm: arm.name, metric: `step closed loop N=${n}`, samples: samples.slice(0, 4000).map((x) => round(x)) });
+        }
+        throughput.push({ arm: arm.name, trial: t, points: pts });
+        data.closedLoop = ladder;
+        o.progress(`${arm.name} trial ${t}: open loop at ${o.offered} steps/s`);
+        const ol = await openLoop(d.client, ids, o.offered, o.seconds);
+        const { samples: olSamples, ...olRest } = ol;
+        data.openLoop = olRest;
+        latencyPlot.push({ arm: arm.name, metric: `step at ${o.offered}/s offered`, samples: olSamples.slice(0, 4000).map((x) => round(x)) });
+        o.progress(`${arm.name} trial ${t}: daemon CPU per step by format`);
+        data.cpuPerFormat = await cpuPerFormat(d.client, ids, Math.min(4, o.clients), Math.max(3, o.seconds / 2), pid);
+        o.progress(`${arm.name} trial ${t}: streaming`);
+        const probe = await fetch(`${d.client.url}/v1/streams`, { headers: { authorization: `Bearer ${d.token}` } });
+        data.streaming = probe.ok ? await streaming(d, d.client.url, ids, o.seconds, pid) : { skipped: 'this checkout has no frame stream' };
+      } catch (e) {
+        valid = false;
+        reason = `failed: ${(e as Error).message}`;
+        failures.push(`${arm.name} trial ${t}: ${(e as Error).message}`);
+      } finally {
+        o.progress(`${arm.name} trial ${t}: destroying`);
+        for (const s of made) await d.client.destroySession(s.id).catch(() => {});
+        await d.stop();
+      }
+      data.busyAfter = hostBusy();
+      trials.push({ arm: arm.name, trial: t, warmup: false, valid, ...(reason ? { reason } : {}), startedAt, durationMs: Math.round(performance.now() - t0), data });
+      (perArm[arm.name] ??= []).push(data);
+    }
+  }
+
+  // Results: medians over valid trials.
+  const med = (xs: number[]) => (xs.length ? quantile(xs, 0.5) : null);
+  const val = (arm: string, f: (d: Record<string, any>) => number | undefined) =>
+    med(trials.filter((t) => t.arm === arm && t.valid).map((t) => f(t.data as Record<string, any>)).filter((x): x is number => typeof x === 'number'));
+  const row = (arm: string, metric: string, value: number | null, unit: string, note?: string): ResultRow =>
+    ({ arm, metric, value: value === null ? null : round(value, 2), ci: null, unit, n: trials.filter((t) => t.arm === arm && t.valid).length, ...(note ? { note } : {}) });
+  for (const a of o.arms) {
+    for (const n of o.sessions) results.push(row(a.name, `steps_per_sec.N${n}`, val(a.name, (d) => d.closedLoop?.[String(n)]?.stepsPerSec), 'steps/s', `${o.clients} closed-loop clients, click + PNG 1280x800`));
+    results.push(row(a.name, `step_ms.p50.N${maxN}`, val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p50), 'ms'));
+    results.push(row(a.name, `step_ms.p99.N${maxN}`, val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p99), 'ms'));
+    results.push(row(a.name, 'daemon_cpu_ms_per_step.closed_loop', val(a.name, (d) => d.closedLoop?.[String(maxN)]?.daemonCpuMsPerStep), 'ms'));
+    results.push(row(a.name, `open_loop_step_ms.p50@${o.offered}`, val(a.name, (d) => d.openLoop?.latency?.p50), 'ms'));
+    results.push(row(a.name, `open_loop_step_ms.p99@${o.offered}`, val(a.name, (d) => d.openLoop?.latency?.p99), 'ms'));
+    for (const f of [...FORMATS, 'unchanged']) results.push(row(a.name, `daemon_cpu_ms_per_step.${f}`, val(a.name, (d) => d.cpuPerFormat?.[f]?.daemonCpuMsPerStep), 'ms'));
+    for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent']) results.push(row(a.name, `streaming.${k}`, val(a.name, (d) => d.streaming?.[k]), k.endsWith('Percent') ? '% of a core' : 'frames/s'));
+  }
+  const [head, base] = o.arms;
+  if (head && base) {
+    for (const m of [`steps_per_sec.N${maxN}`, 'daemon_cpu_ms_per_step.png', `open_loop_step_ms.p99@${o.offered}`]) {
+      const h = results.find((x) => x.arm === head.name && x.metric === m)?.value;
+      const b = results.find((x) => x.arm === base.name && x.metric === m)?.value;
+      results.push(row(head.name, `ratio.${m}`, h && b ? h / b : null, '×', `${head.name} ÷ ${base.name}, same run`));
+    }
+  }
+  const get = (arm: string, m: string) => results.find((x) => x.arm === arm && x.metric === m)?.value ?? null;
+  // Judged against the bars frozen in bench/bars/steps.json (issue 13's goals) before measuring.
+  const { bars, sha256: barsSha } = loadBars('steps');
+  const full = maxN >= 100;
+  const verdicts: Verdict[] = bars.bars.map((b) => {
+    const value = get(b.arm === 'frames' ? (head?.name ?? b.arm) : b.arm, b.metric);
+    const pass = judge(b, value);
+    return { barId: b.id, arm: b.arm, metric: b.metric, op: b.op, bar: b.value, unit: b.unit, value, ci: null, pass, ...(pass === null ? { note: results.some((x) => x.metric === b.metric) ? 'no value' : `not measured in this run (largest N here: ${maxN})` } : {}) };
+  });
+  const allValid = trials.every((t) => t.valid);
+  const g = gitState();
+  const busy = trials.map((t) => [(t.data.busyBefore as { loadavg1: number }).loadavg1, (t.data.busyAfter as { loadavg1: number } | undefined)?.loadavg1 ?? NaN]);
+  const record: BenchRecord = {
+    schemaVersion: 1, kind: 'drums-bench-record', experiment: 'steps',
+    description: 'The step hot path (click + PNG screenshot through POST /actions) of this checkout against another checkout in the same run, plus daemon CPU per step by format and frame streaming.',
+    mode: o.quick ? 'quick' : 'full',
+    status: !allValid || verdicts.some((v) => v.pass === null) ? (verdicts.some((v) => v.pass === false) ? 'failed' : 'inconclusive') : verdicts.every((v) => v.pass) ? 'passed' : 'failed',
+    complete: allValid, incompleteReasons: trials.filter((t) => !t.valid).map((t) => `${t.arm} trial ${t.trial}: ${t.reason}`),
+    command: o.command, commit: g.commit, dirty: g.dirty, started, finished: new Date().toISOString(),
+    bars: { file: 'bench/bars/steps.json', sha256: barsSha, fixedAt: bars.fixedAt, fixedCommit: bars.fixedCommit },
+    host: { ...hostFacts(), loadavg1BeforeAfterPerTrial: busy },
+    method: {
+      arms: o.arms.map((a) => `${a.name}: ${a.description}`).join('; '),
+      sessions: `default image (Chromium), 1280x800, a page with a clock ticking once a second; created 4 at a time`,
+      closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: png} with Accept: image/png (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64)`,
+      openLoop: `${o.offered} steps/s sent on schedule over all sessions for ${o.seconds} s; latency from the scheduled send time (no coordinated omission)`,
+      cpu: 'utime+stime of the daemon node process (/proc/PID/stat) over the run ÷ steps; formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor',
+      streaming: 'every session streamed at fps=2 scale=0.25 jpeg q60, one more stream at fps=30 full size jpeg q80 on session 0 while it is driven with ~30 moves/s',
+      noise: 'the host is shared (7 engineers on 2 cores): load averages before/after each trial are in host.loadavg1BeforeAfterPerTrial; arms alternate and the order rotates per trial, so both arms see the same noise',
+    },
+    config: { sessions: o.sessions, clients: o.clients, seconds: o.seconds, offered: o.offered, trials: o.trials },
+    arms: o.arms.map((a) => ({ name: a.name, description: a.description, image: 'default', status: trials.some((t) => t.arm === a.name && t.valid) ? 'measured' : 'invalid', ...(trials.some((t) => t.arm === a.name && t.valid) ? {} : { reason: trials.find((t) => t.arm === a.name)?.reason ?? 'not run' }), isolation: { verdict: 'not-audited', failedProbes: [] } })),
+    trials, results, verdicts,
+    summary: head && base
+      ? `${head.name}: ${get(head.name, `steps_per_sec.N${maxN}`) ?? '–'} steps/s at N=${maxN} (${base.name}: ${get(base.name, `steps_per_sec.N${maxN}`) ?? '–'}, ratio ${get(head.name, `ratio.steps_per_sec.N${maxN}`) ?? '–'}); daemon CPU per PNG step ${get(head.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms vs ${get(base.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms; p99 at ${o.offered}/s offered ${get(head.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms vs ${get(base.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms.`
+      : 'one arm only',
+    surprises: [], limitations: [
+      ...(full ? [] : [`N=${maxN}, not the issue's N=100: the shared host could not hold 2 × 100 Chromium sessions' worth of runs cleanly in the time available`]),
+    ],
+    failures,
+    plots: { latency: latencyPlot, throughput },
+  };
+  mkdirSync(o.outDir, { recursive: true });
+  const file = join(o.outDir, `steps-${o.quick ? 'quick-' : ''}${started.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, JSON.stringify(record, null, 2) + '\n');
+  return { record, file };
+}

@@ -1,0 +1,146 @@
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { log } from '../common/log.ts';
+import { cgroupMode } from './oci-runtime.ts';
+
+/**
+ * CPU and memory fairness on the host, for cgroup v1 (and the hybrid layout)
+ * and v2:
+ *  - the daemon gets a CPU cgroup of its own, `drums-<inst>-daemon`, a sibling
+ *    of the sessions' parent `drums-<inst>` with twice its weight, so however
+ *    many sessions spin, the daemon keeps at least 2/3 of a contended CPU for
+ *    itself (weights are work-conserving: it takes only what it uses);
+ *  - per-session OOM kills are read from the session's memory cgroup;
+ *  - host and cgroup pressure (PSI) for /metrics.
+ * Only the CPU controllers are touched for the daemon: its memory cgroup is
+ * whatever the service manager gave it.
+ */
+export const DAEMON_CPU_SHARES = 2048; // v1; sessions' parent keeps the default 1024
+export const DAEMON_CPU_WEIGHT = 200; // v2; default 100
+
+const V1_CPU_CONTROLLERS = ['cpu', 'cpuacct'];
+
+export function daemonCgroupName(instName: string): string {
+  return `drums-${instName}-daemon`;
+}
+
+/** The daemon's own CPU cgroup directories (v1: cpu and cpuacct; v2: one unified directory). */
+function daemonCgroupDirs(instName: string): string[] {
+  const name = daemonCgroupName(instName);
+  if (cgroupMode() === 'v2') return [join('/sys/fs/cgroup', name)];
+  return V1_CPU_CONTROLLERS.map((c) => join('/sys/fs/cgroup', c, name)).filter((d) => existsSync(join(d, '..')));
+}
+
+/**
+ * Moves this process into its own CPU cgroup with a guaranteed share. On a
+ * v2 host where the process is already in a non-root cgroup (a systemd
+ * service, say: see the unit's CPUWeight), it stays where its manager put it.
+ * Returns what it did, for the log.
+ */
+export function enterDaemonCgroup(instName: string): string {
+  try {
+    if (cgroupMode() === 'v2') {
+      const own = readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((l) => l.startsWith('0::'))?.slice(3).trim();
+      if (own && own !== '/') return `kept cgroup ${own} (set by the service manager)`;
+    }
+    for (const dir of daemonCgroupDirs(instName)) {
+      mkdirSync(dir, { recursive: true });
+      if (existsSync(join(dir, 'cpu.shares'))) writeFileSync(join(dir, 'cpu.shares'), String(DAEMON_CPU_SHARES));
+      if (existsSync(join(dir, 'cpu.weight'))) writeFileSync(join(dir, 'cpu.weight'), String(DAEMON_CPU_WEIGHT));
+      writeFileSync(join(dir, 'cgroup.procs'), String(process.pid));
+    }
+    // The daemon is the last thing the host's OOM killer should pick; sessions run at +500.
+    writeFileSync('/proc/self/oom_score_adj', '-500');
+    return `joined ${daemonCgroupName(instName)}`;
+  } catch (e) {
+    log('warn', 'could not give the daemon its own cgroup; it competes with sessions on equal terms', { error: String(e) });
+    return 'failed';
+  }
+}
+
+/** Moves this process back to the root CPU cgroup and removes the daemon cgroup (at stop). */
+export function leaveDaemonCgroup(instName: string): void {
+  for (const dir of daemonCgroupDirs(instName)) {
+    if (!existsSync(dir)) continue;
+    try {
+      const procs = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
+      if (procs.includes(String(process.pid))) writeFileSync(join(dir, '..', 'cgroup.procs'), String(process.pid));
+    } catch {}
+  }
+  removeDaemonCgroup(instName);
+}
+
+/** Removes the daemon cgroup if it is empty (the sweep's part). Returns what it removed. */
+export function removeDaemonCgroup(instName: string): string[] {
+  const removed: string[] = [];
+  for (const dir of daemonCgroupDirs(instName)) {
+    try { rmdirSync(dir); removed.push(dir); } catch {}
+  }
+  return removed;
+}
+
+/** Whether the runtime can turn swap off for a session (v1 needs swap accounting: memory.memsw.*). */
+export function swapLimitSupported(): boolean {
+  return cgroupMode() === 'v2' || existsSync('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes');
+}
+
+/** The host's cores, and the default CPU quota of a session: half of them, at least one core. */
+export function defaultSessionCpus(env: NodeJS.ProcessEnv = process.env): number {
+  const v = Number(env.DRUMS_DEFAULT_CPUS);
+  if (env.DRUMS_DEFAULT_CPUS !== undefined && Number.isFinite(v) && v >= 0) return v;
+  return Math.max(1, cpus().length / 2);
+}
+
+/** OOM kills inside one session's memory cgroup (`/drums-<inst>/<id>`), 0 if unknown. */
+export function oomKills(cgroupPath: string): number {
+  try {
+    const file = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.events') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.oom_control');
+    const m = /^oom_kill (\d+)$/m.exec(readFileSync(file, 'utf8'));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Memory the session's cgroup uses now, in bytes (0 if unknown). */
+export function memoryUsage(cgroupPath: string): number {
+  try {
+    const file = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.current') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.usage_in_bytes');
+    return Number(readFileSync(file, 'utf8').trim()) || 0;
+  } catch {
+    return 0;
+  }
+}
+
+export interface Pressure {
+  resource: 'cpu' | 'memory' | 'io';
+  kind: 'some' | 'full';
+  avg10: number;
+  avg60: number;
+  /** Total stall time, seconds. */
+  totalSeconds: number;
+}
+
+/** Parses a PSI file (/proc/pressure/* or a v2 cgroup's *.pressure); [] where the kernel has no PSI. */
+export function readPressure(file: string, resource: Pressure['resource']): Pressure[] {
+  let text: string;
+  try { text = readFileSync(file, 'utf8'); } catch { return []; }
+  const out: Pressure[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^(some|full) avg10=([\d.]+) avg60=([\d.]+) avg300=[\d.]+ total=(\d+)$/.exec(line.trim());
+    if (m) out.push({ resource, kind: m[1] as 'some' | 'full', avg10: Number(m[2]), avg60: Number(m[3]), totalSeconds: Number(m[4]) / 1e6 });
+  }
+  return out;
+}
+
+/** Host-wide PSI. */
+export function hostPressure(): Pressure[] {
+  return (['cpu', 'memory', 'io'] as const).flatMap((r) => readPressure(`/proc/pressure/${r}`, r));
+}
+
+/** A cgroup's PSI (cgroup v2 only; v1 has none). */
+export function cgroupPressure(cgroupPath: string): Pressure[] {
+  if (cgroupMode() !== 'v2') return [];
+  return (['cpu', 'memory', 'io'] as const).flatMap((r) => readPressure(join('/sys/fs/cgroup', cgroupPath, `${r}.pressure`), r));
+}

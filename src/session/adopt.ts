@@ -1,0 +1,129 @@
+import { createConnection } from 'node:net';
+import { existsSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Subnet } from '../host/network.ts';
+import type { Instance, objectNames } from '../host/instance.ts';
+import type { OciRuntime } from '../host/oci-runtime.ts';
+import { mountsUnder } from '../host/overlay.ts';
+import { isAlive } from '../host/proc.ts';
+import type { SessionSpec } from './spec.ts';
+
+/**
+ * Sessions that outlive their daemon. Each session's record (`session.json`)
+ * says what phase it is in and names every host object; a new daemon of the
+ * instance adopts a session whose record says `ready` and whose objects are
+ * all there and alive (container running with the recorded init, X answering,
+ * netns, veth and mounts present), and sweeps the rest: dead, half-made
+ * (killed mid-create or mid-reset) and unreadable ones.
+ *
+ * Nothing here depends on a file descriptor the old daemon held: liveness of
+ * an adopted session is its init's PID *and* start time, checked by polling.
+ */
+export type RecordPhase = 'creating' | 'ready' | 'resetting';
+
+export interface SessionRecord {
+  id: string;
+  instance: string;
+  phase: RecordPhase;
+  createdAt: string;
+  subnet: Subnet;
+  names: ReturnType<typeof objectNames>;
+  mounts: string[];
+  spec: SessionSpec;
+  generation: number;
+  attempt: { generation: number; token: string };
+  imageDir: string;
+  init?: { pid: number; startTime: number };
+}
+
+/** Writes the record atomically (a crash leaves the old one or the new one, never half of either). */
+export function writeRecord(dir: string, rec: SessionRecord): void {
+  const tmp = join(dir, '.session.json.tmp');
+  writeFileSync(tmp, JSON.stringify(rec, null, 2), { mode: 0o600 });
+  renameSync(tmp, join(dir, 'session.json'));
+}
+
+export interface ReadRecords {
+  records: SessionRecord[];
+  /** Session directories whose record is missing or unreadable, with why. */
+  corrupt: { id: string; why: string }[];
+}
+
+function validRecord(r: unknown, id: string, instance: string): r is SessionRecord {
+  if (!r || typeof r !== 'object') return false;
+  const x = r as Partial<SessionRecord>;
+  return x.id === id && x.instance === instance && typeof x.phase === 'string' && typeof x.generation === 'number'
+    && !!x.attempt && typeof x.attempt.token === 'string' && !!x.names && !!x.subnet && !!x.spec && typeof x.imageDir === 'string';
+}
+
+export function readRecords(sessionsDir: string, instance: string): ReadRecords {
+  const out: ReadRecords = { records: [], corrupt: [] };
+  if (!existsSync(sessionsDir)) return out;
+  for (const id of readdirSync(sessionsDir)) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(readFileSync(join(sessionsDir, id, 'session.json'), 'utf8'));
+    } catch (e) {
+      out.corrupt.push({ id, why: `unreadable record: ${(e as Error).message.slice(0, 200)}` });
+      continue;
+    }
+    if (!validRecord(parsed, id, instance)) out.corrupt.push({ id, why: 'the record lacks fields or names another session or instance' });
+    else out.records.push(parsed);
+  }
+  return out;
+}
+
+/**
+ * Whether an X server answers on a path socket: sends the connection setup
+ * (no authorization) and expects "success" (1) as the first reply byte.
+ */
+export function xAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = createConnection(socketPath);
+    const done = (ok: boolean) => { clearTimeout(timer); sock.destroy(); resolve(ok); };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    sock.once('error', () => done(false));
+    sock.once('connect', () => {
+      // 'l' (little endian), pad, protocol 11.0, auth name/data lengths 0, pad.
+      const req = Buffer.alloc(12);
+      req.write('l', 0);
+      req.writeUInt16LE(11, 2);
+      sock.write(req);
+    });
+    sock.once('data', (d: Buffer) => done(d[0] === 1));
+  });
+}
+
+/** Why a `ready` record's session cannot be adopted, or undefined if everything is there and alive. */
+export async function whyNotAdoptable(rec: SessionRecord, runtime: OciRuntime, paths: { x11Socket: string; rtDir: string; sessionDir: string }): Promise<string | undefined> {
+  if (rec.phase !== 'ready') return `the daemon stopped while the session was ${rec.phase}`;
+  if (!rec.init || !isAlive(rec.init)) return 'its init process is gone';
+  const st = await runtime.state(rec.names.container);
+  if (!st || st.status !== 'running' || st.pid !== rec.init.pid) return `its container is ${st ? st.status : 'missing'}`;
+  if (!existsSync(`/run/netns/${rec.names.netns}`)) return 'its network namespace is missing';
+  if (!existsSync(`/sys/class/net/${rec.names.hostVeth}`)) return 'its veth is missing';
+  if (!existsSync(rec.imageDir)) return 'its image is gone';
+  const mounts: [string, string][] = [['root filesystem', join(paths.sessionDir, 'bundle', 'rootfs')], ['disk', join(paths.sessionDir, 'disk')], ['runtime tmpfs', paths.rtDir]];
+  for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
+  if (!(await xAnswers(paths.x11Socket))) return 'its X server does not answer';
+  return undefined;
+}
+
+export interface AdoptionPlan {
+  adopt: SessionRecord[];
+  swept: { id: string; why: string }[];
+}
+
+/** Reads the instance's records and judges each session: adopt it, or sweep it (and say why). */
+export async function planAdoption(inst: Instance, runtime: OciRuntime): Promise<AdoptionPlan> {
+  const { records, corrupt } = readRecords(inst.sessionsDir, inst.name);
+  const plan: AdoptionPlan = { adopt: [], swept: [...corrupt] };
+  for (const rec of records) {
+    const why = await whyNotAdoptable(rec, runtime, {
+      x11Socket: join(inst.rtDir, rec.id, 'x11', 'X0'), rtDir: join(inst.rtDir, rec.id), sessionDir: join(inst.sessionsDir, rec.id),
+    });
+    if (why) plan.swept.push({ id: rec.id, why });
+    else plan.adopt.push(rec);
+  }
+  return plan;
+}

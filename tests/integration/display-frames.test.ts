@@ -1,0 +1,119 @@
+// The fast frame path (src/display/frames.ts): pixel-exact against the earlier all-JS path, and
+// the DAMAGE-driven cache (an unchanged screen reuses the last encoding; any change recaptures).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import sharp from 'sharp';
+import { startXvfb, type XvfbHandle } from '../../src/testing/xvfb.ts';
+import { XDisplay } from '../../src/display/x-display.ts';
+import { captureRgb, compositeCursor, type CursorImage } from '../../src/display/screenshot.ts';
+import { frameStats, trackDamage } from '../../src/display/frames.ts';
+
+let h: XvfbHandle;
+let d: XDisplay;
+let gc = 0;
+
+/** Paints random pixels onto the root window: content that no encoder can fake. */
+async function paintNoise(x: number, y: number, w: number, hh: number): Promise<void> {
+  d._x.PutImage(2, d.root, gc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
+  await d.sync();
+}
+
+before(async () => {
+  h = await startXvfb({ windowManager: false });
+  d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  gc = d._x.AllocID();
+  d._x.CreateGC(gc, d.root, {});
+  await paintNoise(0, 0, 1280, 800);
+  await d.move(300, 200);
+});
+
+after(async () => {
+  await d?.close();
+  await h?.stop();
+});
+
+async function reference(region: { x: number; y: number; width: number; height: number }): Promise<Buffer> {
+  const cur = await d.request<CursorImage>('cursor', (cb) => d._fixes.GetCursorImage(cb));
+  const rgb = await captureRgb(d, region);
+  compositeCursor(rgb, region.width, region.height, cur, region.x, region.y);
+  return rgb;
+}
+
+test('PNG and raw are pixel-exact against the all-JS path, cursor included', async () => {
+  for (const region of [{ x: 0, y: 0, width: 1280, height: 800 }, { x: 290, y: 190, width: 37, height: 29 }]) {
+    const want = await reference(region);
+    const png = await d.screenshot({ format: 'png', region });
+    const { data, info } = await sharp(png.data).raw().toBuffer({ resolveWithObject: true });
+    assert.deepEqual([info.width, info.height, info.channels], [region.width, region.height, 3]);
+    assert.ok(data.equals(want), `PNG ${region.width}x${region.height} differs from the reference`);
+    const raw = await d.screenshot({ format: 'raw', region });
+    assert.ok(raw.data.equals(want), 'raw differs from the reference');
+  }
+  // The cursor really is in there (the region around the pointer differs from cursor: false).
+  const region = { x: 290, y: 190, width: 37, height: 29 };
+  const a = await d.screenshot({ format: 'raw', region });
+  const b = await d.screenshot({ format: 'raw', region, cursor: false });
+  assert.ok(!a.data.equals(b.data));
+});
+
+test('scaled frames equal a libvips resize of the reference', async () => {
+  const full = { x: 0, y: 0, width: 1280, height: 800 };
+  const want = await sharp(await reference(full), { raw: { width: 1280, height: 800, channels: 3 } })
+    .resize(640, 400, { fit: 'fill' }).raw().toBuffer();
+  const got = await d.screenshot({ format: 'raw', scale: { width: 640, height: 400 } });
+  assert.ok(got.data.equals(want));
+});
+
+test('core GetImage path gives the same PNG pixels', async () => {
+  const core = await XDisplay.open(h.socketPath, { timeoutMs: 5000, shm: false });
+  try {
+    const region = { x: 100, y: 100, width: 64, height: 48 };
+    const a = await sharp((await core.screenshot({ format: 'png', region, cursor: false })).data).raw().toBuffer();
+    const b = (await d.screenshot({ format: 'raw', region, cursor: false })).data;
+    assert.ok(a.equals(b));
+  } finally { await core.close(); }
+});
+
+test('an unchanged screen reuses the last encoding; damage and cursor moves recapture', async () => {
+  assert.equal(await trackDamage(d), true, 'Xvfb has DAMAGE');
+  const s0 = frameStats(d);
+  const a = await d.screenshot({ format: 'png' });
+  const b = await d.screenshot({ format: 'png' });
+  const s1 = frameStats(d);
+  assert.equal(s1.cacheHits, s0.cacheHits + 1, 'second frame from the cache');
+  assert.ok(a.data.equals(b.data));
+
+  // Paint: the next frame is captured again and shows the change.
+  await paintNoise(0, 0, 64, 64);
+  const c = await d.screenshot({ format: 'png' });
+  const s2 = frameStats(d);
+  assert.equal(s2.captures, s1.captures + 1, 'damage forces a capture');
+  assert.ok(s2.damageEvents > s1.damageEvents);
+  assert.ok(!c.data.equals(b.data));
+  const want = await reference({ x: 0, y: 0, width: 1280, height: 800 });
+  assert.ok((await sharp(c.data).raw().toBuffer()).equals(want));
+
+  // The cursor is not part of the framebuffer's damage: a move must still recapture.
+  await d.move(700, 500);
+  const e = await d.screenshot({ format: 'png' });
+  assert.equal(frameStats(d).captures, s2.captures + 1);
+  assert.ok(!e.data.equals(c.data));
+
+  // Different options are cached apart; each is exact.
+  const j1 = await d.screenshot({ format: 'jpeg', quality: 50 });
+  const j2 = await d.screenshot({ format: 'jpeg', quality: 50 });
+  assert.ok(j1.data.equals(j2.data));
+  const p2 = await d.screenshot({ format: 'png' });
+  assert.ok(p2.data.equals(e.data));
+});
+
+test('many back-to-back small changes are never missed', async () => {
+  for (let i = 0; i < 20; i++) {
+    await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
+    await paintNoise(0, 0, 32, 32);
+    const want = await captureRgb(d, { x: 0, y: 0, width: 32, height: 32 });
+    const got = await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
+    assert.ok(got.data.equals(want), `round ${i}`);
+  }
+});

@@ -1,0 +1,69 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
+
+// Every way an OSWorld task or an agent starts the browser in an osworld session opens a browser
+// window, and it is one browser: Debian's Chromium run as `chrome` on Chrome's profile path.
+// Each command starts from no browser at all (`pkill chrome` first, as tasks do), so a launch
+// cannot pass by handing its URL to a browser an earlier one started.
+
+interface Osw { serverPort: number }
+type S = { id: string; osworld?: Osw };
+
+describe('osworld image: starting the browser', () => {
+  let d: TestDaemon;
+  let s: S;
+  let base: string;
+  before(async () => {
+    d = await startDaemon();
+    s = (await d.client.createSession({ image: 'osworld', screen: '1280x800' } as never)) as unknown as S;
+    base = `http://127.0.0.1:${s.osworld!.serverPort}`;
+    // A page served inside the session (no network), for the URL forms.
+    const html = (t: string) => `<html><head><title>${t}</title></head><body>${t}</body></html>`;
+    const pages = ['xdg-url', 'xdg-file', 'x-www-browser', 'chromium', 'google-chrome', 'google-chrome-stable']
+      .map((n) => `printf '%s' '${html(`drums-probe-${n}`)}' > ~/www/${n}.html`).join(' && ');
+    assert.match(await sh(`mkdir -p ~/www && ${pages} && echo ok`), /^ok/);
+    const launched = await post('/setup/launch', { command: 'python3 -m http.server 8765 --bind 127.0.0.1 --directory /home/user/www', shell: true });
+    assert.equal(launched.status, 200);
+    await until(async () => /200/.test(await sh('curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:8765/chromium.html')), 'the in-session web server');
+  });
+  after(async () => {
+    for (const x of await d.client.listSessions()) await d.client.destroySession(x.id).catch(() => {});
+    await d.finish();
+  });
+
+  const post = (path: string, body: unknown) => fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const sh = async (command: string): Promise<string> => ((await (await post('/execute', { command, shell: true })).json()) as { output: string }).output;
+  async function until(probe: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
+    const t0 = Date.now();
+    while (!(await probe())) {
+      if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+  }
+
+  const cases: Array<[string, string]> = [
+    ['xdg-open URL', 'xdg-open http://127.0.0.1:8765/xdg-url.html'],
+    ['xdg-open FILE', 'xdg-open /home/user/www/xdg-file.html'],
+    ['x-www-browser', 'x-www-browser http://127.0.0.1:8765/x-www-browser.html'],
+    ['chromium', 'chromium http://127.0.0.1:8765/chromium.html'],
+    ['google-chrome', 'google-chrome http://127.0.0.1:8765/google-chrome.html'],
+    ['google-chrome-stable', '/usr/bin/google-chrome-stable http://127.0.0.1:8765/google-chrome-stable.html'],
+  ];
+  for (const [name, command] of cases) {
+    it(`${name} opens a browser window, run as chrome on Chrome's profile`, async () => {
+      await sh('pkill chrome; true');
+      await until(async () => (await sh('pgrep chrome || echo none')).trim() === 'none', 'no browser left');
+      assert.equal((await post('/setup/launch', { command, shell: true })).status, 200);
+      const title = `drums-probe-${name === 'xdg-open URL' ? 'xdg-url' : name === 'xdg-open FILE' ? 'xdg-file' : name}`;
+      await until(async () => (await sh('wmctrl -l')).includes(title), `a window titled ${title}`);
+      // The browser is the one binary, named chrome (so `pkill chrome` works), and no process is named chromium.
+      const procs = await sh('ps -eo comm= | sort | uniq -c');
+      assert.match(procs, /\d+ chrome\n/);
+      assert.doesNotMatch(procs, /chromium/);
+      const args = await sh('for p in $(pgrep -x chrome); do tr "\\0" " " < /proc/$p/cmdline; echo; done');
+      assert.match(args, /--user-data-dir=\/home\/user\/\.config\/google-chrome/);
+      assert.match(await sh('ls ~/.config/google-chrome'), /Default/);
+    });
+  }
+});

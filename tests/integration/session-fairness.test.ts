@@ -1,0 +1,76 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
+
+const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory');
+
+async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// CPU and memory fairness: the daemon's own cgroup, default CPU quota, OOM inside one session only, PSI in /metrics.
+describe('CPU and memory fairness', () => {
+  let d: TestDaemon;
+  before(async () => { d = await startDaemon(); });
+  after(async () => { await d.finish(); });
+
+  it('the daemon runs in a CPU cgroup of its own with twice the sessions\' weight', () => {
+    const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
+    const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
+    if (v2) {
+      const own = /^0::(.*)$/m.exec(cg)![1]!;
+      if (own === `/drums-${d.instance}-daemon`) assert.equal(readFileSync(`/sys/fs/cgroup${own}/cpu.weight`, 'utf8').trim(), '200');
+    } else {
+      assert.match(cg, new RegExp(`:cpu(,cpuacct)?:/drums-${d.instance}-daemon$`, 'm'));
+      assert.equal(readFileSync(`/sys/fs/cgroup/cpu/drums-${d.instance}-daemon/cpu.shares`, 'utf8').trim(), '2048');
+    }
+  });
+
+  it('sessions get a CPU quota by default; a process over the memory limit is killed in its own session only, and the state says so', async () => {
+    const a = await d.client.createSession({ image: 'minimal', memoryMb: 256 });
+    const b = await d.client.createSession({ image: 'minimal' });
+    try {
+      const want = Math.max(1, cpus().length / 2);
+      assert.equal(a.limits.cpus, want);
+      const q = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d" " -f1 /sys/fs/cgroup/cpu.max' });
+      assert.equal(Number(q.stdout.trim()), want * 100_000);
+      assert.equal(a.memory?.oomKills, 0);
+      // `tail` buffers a line that never ends: it grows until the session's memory limit stops it.
+      const hog = await d.client.exec(a.id, { shell: 'tail /dev/zero; echo rc=$?', timeoutMs: 60_000 });
+      assert.match(hog.stdout, /rc=137/, hog.stdout + hog.stderr);
+      const after = await d.client.getSession(a.id);
+      assert.equal(after.state, 'ready');
+      assert.ok(after.memory!.oomKills >= 1, JSON.stringify(after.memory));
+      // The session's desktop and its neighbour live on.
+      assert.equal((await d.client.exec(a.id, { shell: 'xdpyinfo >/dev/null && echo x-ok' })).stdout.trim(), 'x-ok');
+      assert.equal((await d.client.exec(b.id, { argv: ['echo', 'ok'] })).stdout.trim(), 'ok');
+      assert.equal((await d.client.getSession(b.id)).memory!.oomKills, 0);
+      const text = await (await fetch(`${d.url}/metrics`, { headers: { authorization: `Bearer ${d.token}` } })).text();
+      assert.match(text, new RegExp(`drums_session_oom_kills\\{session="${a.id}"\\} [1-9]`));
+      assert.match(text, /drums_admission_more_sessions\{resource="memory"\} \d+/);
+      if (existsSync('/proc/pressure/cpu')) assert.match(text, /drums_host_pressure_avg10\{kind="some",resource="cpu"\} [\d.]+/);
+      // When the kernel picks the X server, the session breaks and its state says why. The OOM
+      // score is size + adj x limit: with X at 1000 and many small hogs at 500, X goes first.
+      await d.client.exec(a.id, { shell: 'for p in $(pidof Xvfb); do echo 1000 > /proc/$p/oom_score_adj; done', root: true });
+      await d.client.exec(a.id, { shell: 'for i in $(seq 40); do (head -c 12M /dev/zero | tail) & done; wait', timeoutMs: 60_000 }).catch(() => {});
+      const broken = await until('session broken', async () => {
+        const s = await d.client.getSession(a.id);
+        return s.state === 'broken' ? s : undefined;
+      });
+      assert.match(broken.brokenReason ?? '', /memory limit \(256 MiB\)/);
+      assert.equal((await d.client.exec(b.id, { argv: ['echo', 'ok'] })).stdout.trim(), 'ok');
+    } finally {
+      await d.client.destroySession(a.id);
+      await d.client.destroySession(b.id);
+    }
+  });
+});

@@ -1,0 +1,99 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import { DrumsApiError } from '../../src/client/client.ts';
+import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
+
+const MiB = 1024 ** 2;
+
+/** Loop devices whose backing file lies in `dir`. */
+function loopsUnder(dir: string): string[] {
+  const out = execFileSync('losetup', ['--json', '--list'], { encoding: 'utf8' });
+  const list = out.trim() ? (JSON.parse(out) as { loopdevices: { name: string; 'back-file': string }[] }).loopdevices : [];
+  return list.filter((l) => l['back-file'].startsWith(dir + '/')).map((l) => l.name);
+}
+
+// Disk quota: each session's writable layer is its own filesystem of diskMb.
+describe('session disk quota and admission', () => {
+  let d: TestDaemon;
+  before(async () => { d = await startDaemon(); });
+  after(async () => {
+    await d.finish();
+    assert.deepEqual(loopsUnder(d.stateDir), []);
+  });
+
+  it('a write past diskMb fails with ENOSPC in that session only; df shows the quota; reset gives it back', async () => {
+    const a = await d.client.createSession({ image: 'minimal', diskMb: 128 });
+    const b = await d.client.createSession({ image: 'minimal', diskMb: 128 });
+    try {
+      assert.equal(a.limits.diskMb, 128);
+      // df inside the session shows its own filesystem, not the host's disk.
+      const df = await d.client.exec(a.id, { shell: 'df -B1 --output=size / | tail -1' });
+      const size = Number(df.stdout.trim());
+      assert.ok(size > 100 * MiB && size <= 128 * MiB, `df / shows ${size} bytes`);
+      // Fill it: dd stops with ENOSPC near the quota.
+      const fill = await d.client.exec(a.id, { shell: 'dd if=/dev/zero of=/home/user/fill bs=1M count=400 2>&1; stat -c %s /home/user/fill', timeoutMs: 60_000 });
+      assert.match(fill.stdout, /No space left on device/);
+      const written = Number(fill.stdout.trim().split('\n').pop());
+      assert.ok(written > 100 * MiB && written <= 128 * MiB, `wrote ${written} bytes`);
+      // Every non-tmpfs path counts: /var and /etc are full as well.
+      const etc = await d.client.exec(a.id, { shell: 'head -c 1048576 /dev/zero > /var/tmp/x', root: true });
+      assert.notEqual(etc.exitCode, 0);
+      // The host holds no more than the quota for it (the image is sparse).
+      const img = join(d.stateDir, 'sessions', a.id, 'disk.img');
+      assert.ok(statSync(img).blocks * 512 <= 130 * MiB, 'image bigger than its quota');
+      // The neighbour does not notice.
+      const nb = await d.client.exec(b.id, { shell: 'dd if=/dev/zero of=/home/user/f bs=1M count=20 2>/dev/null && echo ok' });
+      assert.equal(nb.stdout.trim(), 'ok');
+      // Deleting gives the space back, on the host too (discard punches holes in the image).
+      await d.client.exec(a.id, { argv: ['rm', '/home/user/fill'] });
+      const again = await d.client.exec(a.id, { shell: 'dd if=/dev/zero of=/home/user/g bs=1M count=50 2>/dev/null && echo ok' });
+      assert.equal(again.stdout.trim(), 'ok');
+      // Reset starts from an empty disk.
+      await d.client.resetSession(a.id);
+      const used = await d.client.exec(a.id, { shell: 'df -B1 --output=used / | tail -1' });
+      assert.ok(Number(used.stdout.trim()) < 20 * MiB, `used after reset: ${used.stdout.trim()}`);
+      // The session's bound /run/drums is its own small tmpfs: filling it stops there.
+      const run = await d.client.exec(a.id, { shell: 'head -c 67108864 /dev/zero > /run/drums/junk; echo rc=$?; rm -f /run/drums/junk' });
+      assert.match(run.stdout + run.stderr, /No space left|rc=1/);
+      assert.equal((await d.client.getSession(a.id)).state, 'ready');
+    } finally {
+      await d.client.destroySession(a.id);
+      await d.client.destroySession(b.id);
+    }
+    assert.deepEqual(loopsUnder(d.stateDir), []);
+  });
+
+  it('bad or impossible limits get 4xx with a stable code and nothing is made', async () => {
+    const cases: [Record<string, unknown>, number, string][] = [
+      [{ image: 'minimal', diskMb: -1 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskMb: 10 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskMb: '512' }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskMb: 1024 * 1024 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', memoryMb: 65536 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', cpus: 256 }, 422, 'limit_exceeds_host'],
+    ];
+    for (const [body, status, code] of cases) {
+      await assert.rejects(d.client.createSession(body), (e: DrumsApiError) => e.status === status && e.code === code, JSON.stringify(body));
+    }
+    assert.deepEqual(await d.client.listSessions(), []);
+    const left = residue(d.instance, d.stateDir);
+    assert.deepEqual([left.netns, left.mounts, left.sessionDirs, left.claims], [[], [], [], []]);
+  });
+});
+
+describe('admission refuses creates the host cannot take', () => {
+  it('503 insufficient_disk below the disk reserve, 503 insufficient_memory below the memory reserve, nothing made', async () => {
+    for (const [env, code] of [[{ DRUMS_DISK_RESERVE_MB: String(2 ** 40) }, 'insufficient_disk'], [{ DRUMS_MEMORY_RESERVE_MB: String(2 ** 30) }, 'insufficient_memory']] as const) {
+      const dd = await startDaemon(env);
+      try {
+        await assert.rejects(dd.client.createSession({ image: 'minimal' }), (e: DrumsApiError) => e.status === 503 && e.code === code);
+        assert.deepEqual(await dd.client.listSessions(), []);
+      } finally {
+        await dd.finish();
+      }
+    }
+  });
+});

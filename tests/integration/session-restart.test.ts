@@ -1,0 +1,139 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DrumsApiError } from '../../src/client/client.ts';
+import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
+
+const CREATE_STEPS = ['record', 'network', 'firewall', 'egress', 'rootfs', 'bundle', 'container', 'ready'];
+const RESET_STEPS = ['stop', 'rootfs', 'bundle', 'container', 'ready'];
+
+/** SIGKILL of the daemon process (bin/drums runs it under tini, which exits with it). */
+async function killDaemon(d: TestDaemon): Promise<void> {
+  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
+  const exited = new Promise((r) => d.proc.once('exit', r));
+  const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
+  process.kill(pid, 'SIGKILL');
+  await exited;
+}
+
+/** A waits for its daemon to die by itself (a test hook SIGKILLs it mid-operation). */
+async function died(d: TestDaemon): Promise<void> {
+  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
+  await new Promise((r) => d.proc.once('exit', r));
+}
+
+// Sessions survive a daemon restart: adopted from records and runtime state; the half-made are swept.
+describe('daemon restart', () => {
+  let d: TestDaemon;
+  let env: NodeJS.ProcessEnv;
+  const restart = async () => { d = await startDaemon(env); };
+  before(async () => {
+    d = await startDaemon({ DRUMS_TEST_HOOKS: '1' });
+    env = { DRUMS_TEST_HOOKS: '1', DRUMS_STATE_DIR: d.stateDir, DRUMS_INSTANCE: d.instance, DRUMS_TOKEN: d.token };
+  });
+  after(async () => { await d.finish(); });
+
+  /** Exactly the objects of `n` sessions are on the host. */
+  const assertObjects = (n: number) => {
+    const r = residue(d.instance, d.stateDir);
+    assert.deepEqual(
+      { netns: r.netns.length, links: r.links.length, mounts: r.mounts.length, loops: r.loops.length, claims: r.claims.length, sessionDirs: r.sessionDirs.length, containers: r.containers.length, cgroups: new Set(r.cgroups.map((c) => c.split('/').pop())).size },
+      { netns: n, links: n, mounts: 3 * n, loops: n, claims: n, sessionDirs: n, containers: n, cgroups: n },
+    );
+  };
+
+  it('kill -9, restart: a ready session is adopted with its token and generation, and works', async () => {
+    const a = await d.client.createSession({ image: 'minimal', hostPorts: [18556] });
+    await d.client.exec(a.id, { shell: 'echo kept > /home/user/marker' });
+    const r = await d.client.resetSession(a.id);
+    await killDaemon(d);
+    await restart();
+    const got = await d.client.getSession(a.id);
+    assert.equal(got.state, 'ready');
+    assert.equal(got.generation, r.generation);
+    assert.equal(got.attempt.token, r.attempt.token);
+    // The session kept its processes and files (the same X server answers).
+    assert.equal((await d.client.exec(a.id, { argv: ['cat', '/home/user/marker'] })).exitCode, 1, 'reset had removed the marker');
+    await d.client.exec(a.id, { shell: 'echo again > /home/user/marker' });
+    const shot = await d.client.screenshot(a.id);
+    assert.ok(shot.length > 100);
+    // An adopted session whose processes die is marked broken (liveness by PID and start time), and reset repairs it.
+    await d.client.exec(a.id, { shell: 'for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /usr/bin/Xvfb ] && kill -KILL ${p#/proc/}; done; true' });
+    const end = Date.now() + 20_000;
+    while ((await d.client.getSession(a.id)).state !== 'broken') {
+      assert.ok(Date.now() < end, 'adopted session not marked broken after its init died');
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    const again = await d.client.resetSession(a.id);
+    assert.equal(again.state, 'ready');
+    assertObjects(1);
+  });
+
+  for (const step of CREATE_STEPS) {
+    it(`a daemon killed after create step '${step}' leaves nothing of that session after the restart; the others are adopted`, async () => {
+      const before = (await d.client.listSessions()).map((s) => [s.id, s.attempt.token]);
+      await assert.rejects(d.client.createSession({ image: 'minimal', labels: { 'drums.test.killAtStep': step } }));
+      await died(d);
+      await restart();
+      assert.deepEqual((await d.client.listSessions()).map((s) => [s.id, s.attempt.token]), before);
+      assertObjects(before.length);
+    });
+  }
+
+  for (const step of RESET_STEPS) {
+    it(`a daemon killed after reset step '${step}' leaves no stuck session: it is swept and reported`, async () => {
+      const b = await d.client.createSession({ image: 'minimal', labels: { 'drums.test.killAtResetStep': step } });
+      await assert.rejects(d.client.resetSession(b.id));
+      await died(d);
+      await restart();
+      await assert.rejects(d.client.getSession(b.id), (e: DrumsApiError) => e.status === 404);
+      const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
+      assert.match(t.terminations.find((x) => x.id === b.id)?.reason ?? '', /swept at daemon start: the daemon stopped while the session was resetting/);
+      assertObjects((await d.client.listSessions()).length);
+    });
+  }
+
+  it('a corrupt record: that session is swept and reported, the others are adopted', async () => {
+    const c = await d.client.createSession({ image: 'minimal' });
+    const keep = (await d.client.listSessions()).filter((s) => s.id !== c.id).map((s) => s.id);
+    await killDaemon(d);
+    writeFileSync(join(d.stateDir, 'sessions', c.id, 'session.json'), '{"id": "trunc');
+    await restart();
+    assert.deepEqual((await d.client.listSessions()).map((s) => s.id), keep);
+    const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
+    assert.match(t.terminations.find((x) => x.id === c.id)?.reason ?? '', /unreadable record/);
+    assertObjects(keep.length);
+  });
+
+  it('--keep-sessions: SIGTERM leaves the sessions for the next daemon', async () => {
+    const ids = (await d.client.listSessions()).map((s) => s.id);
+    await killDaemon(d);
+    d = await startDaemon({ ...env, DRUMS_KEEP_SESSIONS: '1' });
+    await d.stop();
+    assertObjects(ids.length);
+    await restart();
+    assert.deepEqual((await d.client.listSessions()).map((s) => s.id), ids);
+  });
+});
+
+describe('systemd unit', () => {
+  it('install-service writes a unit that restarts on failure and stops only the daemon', async () => {
+    const { execFileSync, spawnSync } = await import('node:child_process');
+    const { existsSync, mkdtempSync, rmSync } = await import('node:fs');
+    const { DRUMS } = await import('../helpers.ts');
+    const dir = mkdtempSync('/var/tmp/drums-unit-');
+    try {
+      execFileSync(DRUMS, ['install-service', '--dir', dir], { encoding: 'utf8' });
+      const unit = readFileSync(join(dir, 'drums.service'), 'utf8');
+      const exec = /^ExecStart=(\S+) serve --keep-sessions$/m.exec(unit);
+      assert.ok(exec && existsSync(exec[1]!), unit);
+      for (const line of ['Restart=on-failure', 'KillMode=process', 'CPUWeight=200']) assert.ok(unit.includes(`\n${line}\n`), line);
+      assert.doesNotMatch(unit, /@[A-Z_]+@/);
+      const verify = spawnSync('systemd-analyze', ['verify', join(dir, 'drums.service')], { encoding: 'utf8' });
+      if (!verify.error) assert.doesNotMatch(verify.stderr, /drums\.service:\d+: /, verify.stderr);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
