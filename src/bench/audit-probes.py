@@ -60,7 +60,8 @@ out('x.abstract-socket', 'x11', abstract('/tmp/.X11-unix/X0') != 'CONNECTED', ab
 out('sockets.sibling-abstract', 'sockets', abstract(E['B_ABSTRACT']) != 'CONNECTED', abstract(E['B_ABSTRACT']))
 out('dbus.system-bus-absent', 'dbus', not os.path.exists('/run/dbus/system_bus_socket'), '')
 st = os.stat('/run/drums/bus')
-out('dbus.own-bus-socket', 'dbus', str(st.st_ino) != E['B_BUS_INO'], f'inode {st.st_ino} vs sibling {E["B_BUS_INO"]}')
+# Device and inode: each session's /run/drums is its own tmpfs, where inode numbers repeat.
+out('dbus.own-bus-socket', 'dbus', f'{st.st_dev}:{st.st_ino}' != E['B_BUS_INO'], f'device:inode {st.st_dev}:{st.st_ino} vs sibling {E["B_BUS_INO"]}')
 # namespaces differ from the sibling's
 bns = dict(x.split('=') for x in E['B_NS'].split(','))
 for n in ['pid', 'mnt', 'ipc', 'uts', 'net', 'cgroup']:

@@ -173,7 +173,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
     const env: Record<string, string> = {
       B_PROC_MARK: `sleep ${mark}`, B_FILES: bFiles.join(':'), HOST_MARKER: hostMarker, STATE_DIR: d.stateDir,
       B_XPROP: `AUDIT_${tag}`, B_ADDR: b.network.address, B_GW: b.network.gateway, A_GW: a.network.gateway, B_PORT: String(bPort),
-      B_ABSTRACT: `audit-${tag}`, B_BUS_INO: String(statSync(join(d.stateDir, 'rt', b.id, 'run', 'bus')).ino), B_NS: (bNs ?? '').replace(/,$/, ''),
+      B_ABSTRACT: `audit-${tag}`, B_BUS_INO: ((st) => `${st.dev}:${st.ino}`)(statSync(join(d.stateDir, 'rt', b.id, 'run', 'bus'))), B_NS: (bNs ?? '').replace(/,$/, ''),
       B_SHM_KEY: String(shmKey), B_MQ: `audit-${tag}`, HOST_PORT: String(hostAny.port), HOST_LO_PORT: String(hostLo.port), HOST_ADDR: hostAddr,
       TARGET_PORT: String(targetPort), TARGET_10: targets.addrs.ten, TARGET_192: targets.addrs.one92, TARGET_172: targets.addrs.one72, HOST_PID: String(process.pid),
     };
