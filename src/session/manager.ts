@@ -319,7 +319,7 @@ export class SessionManager {
     return s;
   }
 
-  /** (Re)starts a session's TTL from now (0 = none): a create, or a claim from a pool (src/session/pools.ts). */
+  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/session/pools.ts). */
   armTtl(s: Session, ttlSeconds: number): void {
     clearTimeout(s._ttlTimer);
     s._ttlTimer = undefined;

@@ -322,7 +322,7 @@ class _HostReportRequired(TypedDict):
     capacity: HostReportCapacity  # What placement reads.
     resources: HostReportResources  # As the host measures them now.
     admission: dict[str, Any] | None  # Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise.
-    pools: list[dict[str, Any]]  # Warm pools and their fill, on hosts that have them.
+    pools: list[dict[str, Any]]  # Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md).
     images: list[HostReportImagesItem]
 
 

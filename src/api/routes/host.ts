@@ -7,6 +7,7 @@ import { DrumsError } from '../../common/errors.ts';
 import { listImages } from '../../image/build.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
+import { listPools } from '../../session/pools.ts';
 import type { RouteContext } from '../context.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -92,7 +93,7 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
       disk: { state: disk(mgr.inst.stateDir), images: disk(mgr.inst.imagesDir) },
     },
     admission: null,
-    pools: [] as unknown[],
+    pools: listPools(mgr),
     images: builtImages(mgr.inst.imagesDir),
   };
 }

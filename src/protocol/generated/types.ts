@@ -211,7 +211,7 @@ export type HostReport = {
   };
   /** Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise. */
   admission: Record<string, unknown> | null;
-  /** Warm pools and their fill, on hosts that have them. */
+  /** Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md). */
   pools: Record<string, unknown>[];
   images: {
     name: string;
