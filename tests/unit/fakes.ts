@@ -12,6 +12,10 @@ export class FakeManager {
   readonly hooks = { ready: [] as ((s: Session) => Promise<void>)[], destroyed: [] as ((id: string) => Promise<void> | void)[] };
   readonly maxSessions = 128;
   readonly config = loadConfig({});
+  capacity() {
+    const m = { totalBytes: 0, availableBytes: 0, reserveBytes: 0, perSessionBytes: 0, inFlightBytes: 0, moreSessions: 128 };
+    return { memory: m, disk: { totalBytes: 0, freeBytes: 0, reserveBytes: 0, committedBytes: 0, perSessionBytes: 0, moreSessions: 128 }, cpu: { cores: 2 }, moreSessions: 128 };
+  }
   list(): Session[] {
     return [...this.sessions.values()];
   }

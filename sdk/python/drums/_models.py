@@ -274,10 +274,14 @@ class HostReportSessions(TypedDict):
     byState: dict[str, int]
 
 
-class HostReportCapacity(TypedDict):
-    """What placement reads."""
+class _HostReportCapacityRequired(TypedDict):
     sessions: int  # The most new sessions it takes now: the lowest of its limits, 0 while draining.
     bySessionCap: int  # max - held
+
+
+class HostReportCapacity(_HostReportCapacityRequired, total=False):
+    """What placement reads."""
+    byAdmission: int  # How many more default sessions memory and disk admission allow now (admission.moreSessions).
 
 
 class HostReportResourcesMemory(TypedDict):
@@ -321,7 +325,7 @@ class _HostReportRequired(TypedDict):
     sessions: HostReportSessions
     capacity: HostReportCapacity  # What placement reads.
     resources: HostReportResources  # As the host measures them now.
-    admission: dict[str, Any] | None  # Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise.
+    admission: dict[str, Any] | None  # Admission control's own figures: memory and disk (total, available, reserve, per session, in flight or committed, moreSessions each), CPU cores, and moreSessions overall.
     pools: list[dict[str, Any]]  # Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md).
     images: list[HostReportImagesItem]
 

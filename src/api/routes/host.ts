@@ -62,8 +62,8 @@ function builtImages(imagesDir: string) {
 
 /**
  * `GET /v1/host`: what this host says about itself, for cluster placement.
- * `admission` and `pools` are null / empty until admission control and warm
- * pools report here; `capacity.sessions` is the placement figure clients use.
+ * `admission` is what memory and disk admission allow (src/session/admission.ts), `pools` the warm
+ * pools and their fill; `capacity.sessions` is the placement figure clients use.
  */
 export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceId: string; startedAt: string }) {
   const sessions = mgr.list();
@@ -72,6 +72,7 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
   const draining = DRAINING.get(mgr);
   const bySessionCap = Math.max(0, mgr.maxSessions - sessions.length);
   const [load1, load5, load15] = loadavg();
+  const admission = mgr.capacity();
   return {
     hostId: ids.hostId,
     instanceId: ids.instanceId,
@@ -82,17 +83,18 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
     ...(draining ? { drainingSince: draining.since } : {}),
     sessions: { held: sessions.length, max: mgr.maxSessions, byState },
     capacity: {
-      // The most sessions it can take now: the session cap, zero while draining
-      // (admission control, once it reports, lowers this to its own figure).
-      sessions: draining ? 0 : bySessionCap,
+      // The most sessions it can take now: the lowest of the session cap and memory/disk
+      // admission (src/session/admission.ts), zero while draining.
+      sessions: draining ? 0 : Math.min(bySessionCap, admission.moreSessions),
       bySessionCap,
+      byAdmission: admission.moreSessions,
     },
     resources: {
       memory: memory(),
       cpu: { cores: availableParallelism(), load1, load5, load15 },
       disk: { state: disk(mgr.inst.stateDir), images: disk(mgr.inst.imagesDir) },
     },
-    admission: null,
+    admission,
     pools: listPools(mgr),
     images: builtImages(mgr.inst.imagesDir),
   };

@@ -190,6 +190,8 @@ export type HostReport = {
     sessions: number;
     /** max - held */
     bySessionCap: number;
+    /** How many more default sessions memory and disk admission allow now (admission.moreSessions). */
+    byAdmission?: number;
   };
   /** As the host measures them now. */
   resources: {
@@ -209,7 +211,7 @@ export type HostReport = {
       images: HostDisk;
     };
   };
-  /** Admission control's own limits (memory, CPU, disk) on hosts that have it; null otherwise. */
+  /** Admission control's own figures: memory and disk (total, available, reserve, per session, in flight or committed, moreSessions each), CPU cores, and moreSessions overall. */
   admission: Record<string, unknown> | null;
   /** Warm pools and their fill: `{name, target, ready, creating}` each (docs/pools.md). */
   pools: Record<string, unknown>[];
