@@ -36,7 +36,11 @@ describe('host report and drain', () => {
     assert.ok(r0.resources.memory.availableBytes > 0 && r0.resources.memory.availableBytes <= r0.resources.memory.totalBytes);
     assert.ok(r0.resources.cpu.cores >= 1 && r0.resources.disk.state.availableBytes > 0);
     assert.ok(r0.images.some((i) => i.name === 'minimal' && i.current), JSON.stringify(r0.images));
-    assert.equal(r0.admission, null);
+    // Admission's own figures; placement reads the lowest limit.
+    const adm = r0.admission as { moreSessions: number; memory: { moreSessions: number }; disk: { moreSessions: number } };
+    assert.equal(adm.moreSessions, Math.min(adm.memory.moreSessions, adm.disk.moreSessions));
+    assert.equal(r0.capacity.byAdmission, adm.moreSessions);
+    assert.equal(r0.capacity.sessions, Math.min(r0.capacity.bySessionCap, adm.moreSessions));
     assert.deepEqual(r0.pools, []);
 
     const s = await d1.client.createSession({ image: 'minimal' });
