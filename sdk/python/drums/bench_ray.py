@@ -128,7 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     temp_dir = tempfile.mkdtemp(prefix="drums-ray-", dir="/tmp")  # Ray's session files, removed at the end
+    # ray.cluster_utils writes the head's address to /tmp/ray whatever temp_dir says: it must exist.
     args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "temp_dir": temp_dir}
+    made_ray_dir = not os.path.isdir("/tmp/ray")
+    os.makedirs("/tmp/ray", exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     nodes = None
     rec: dict[str, Any] = {"schemaVersion": 1, "kind": "cluster-ray", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -150,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+        if made_ray_dir:
+            shutil.rmtree("/tmp/ray", ignore_errors=True)
     text = json.dumps(rec, indent=2)
     if a.out:
         Path(a.out).write_text(text + "\n")

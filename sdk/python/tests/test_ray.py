@@ -51,9 +51,13 @@ def nodes():
     # Ray's session files (logs, sockets) go to a directory of this run, removed at the end.
     temp_dir = tempfile.mkdtemp(prefix="drums-ray-", dir="/tmp")
     node_args = {**NODE_ARGS, "temp_dir": temp_dir}
-    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+    # ray.cluster_utils writes the head's address to /tmp/ray whatever temp_dir says; it must exist.
+    made_ray_dir = not os.path.isdir("/tmp/ray")
+    os.makedirs("/tmp/ray", exist_ok=True)
+    cluster = None
     drums = None
     try:
+        cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
         for _ in range(NODES - 1):
             cluster.add_node(**node_args)
         ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
@@ -67,12 +71,15 @@ def nodes():
                 drums.stop()
         finally:
             ray.shutdown()
-            cluster.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
         deadline = time.monotonic() + 60
         while _ray_procs() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _ray_procs() == [], "Ray processes left behind"
         shutil.rmtree(temp_dir, ignore_errors=True)
+        if made_ray_dir:
+            shutil.rmtree("/tmp/ray", ignore_errors=True)
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for inst in instances:
             assert f"drums-{inst}-" not in netns, f"instance {inst} left network namespaces"
