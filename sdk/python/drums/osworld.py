@@ -414,6 +414,8 @@ def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_in
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
+        from drums.osworld_apps import record_windows
+        record_windows(env, task, res)
         for a in oracle or []:
             env.step(a, pause)
         res["score"] = float(env.evaluate())
