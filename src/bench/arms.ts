@@ -4,6 +4,7 @@ import { listImages } from '../image/index.ts';
 import { KSM_SETTINGS, ksmHooks, zramHooks } from './memory-arms.ts';
 import { PROBE_ID, sharedBrowser, sharedBrowserUnavailable } from './shared-browser.ts';
 import { seedGuestArm } from './seed-guest.ts';
+import { appArms } from './app-arms.ts';
 
 /**
  * Arms: session configurations an experiment compares. Each arm says how to
@@ -192,7 +193,7 @@ const sharedBrowserArm: Arm = {
 const seedGuest: Arm = seedGuestArm(imageBuilt);
 
 export const ARMS: Record<string, Arm> = Object.fromEntries(
-  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest, osworldImage].map((a) => [a.name, a]),
+  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest, osworldImage, ...appArms(osworldImage, imageBuilt)].map((a) => [a.name, a]),
 );
 
 export function getArm(name: string): Arm {

@@ -55,6 +55,13 @@ export const EXPERIMENTS: Record<string, Experiment> = {
     arms: ['baseline', 'osworld'],
     bars: 'osworld',
   },
+  'osworld-apps': {
+    name: 'osworld-apps',
+    description: 'Memory per added session and app-ready latencies (after create, after reset) of OSWorld environments with each desktop app open, interleaved with the osworld image with Chromium open: LibreOffice Calc with a sheet, Writer with a document, Impress with a deck, GIMP with an image, VLC paused on a video, Thunderbird with a profile.',
+    arms: ['osworld', 'osworld-calc', 'osworld-writer', 'osworld-impress', 'osworld-gimp', 'osworld-vlc', 'osworld-thunderbird'],
+    bars: 'osworld',
+    quick: { ns: [1, 2, 4] },
+  },
   'vs-peer': {
     name: 'vs-peer',
     description: 'Baseline and the peer-vnc stack only, interleaved: the headline ratios.',

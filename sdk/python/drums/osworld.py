@@ -457,6 +457,8 @@ def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_in
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
+        from drums.osworld_apps import record_windows
+        record_windows(env, task, res)
         for i, a in enumerate(oracle or []):
             _step_noting_errors(env, a, pause, i, res["warnings"])
         res["score"] = float(env.evaluate())
