@@ -46,7 +46,10 @@ export function unitOf(rel: string): string | undefined {
 
 /** Relative import specifiers of one file (type-only and dynamic ones included). */
 export function importsOf(text: string): string[] {
-  return ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName).filter((s) => s.startsWith('.'));
+  return ts
+    .preProcessFile(text, true, true)
+    .importedFiles.map((f) => f.fileName)
+    .filter((s) => s.startsWith('.'));
 }
 
 const files = [...walk(join(ROOT, 'src')), ...walk(join(ROOT, 'scripts')), ...walk(join(ROOT, 'tests'))];
@@ -75,7 +78,11 @@ for (const abs of files) {
     if (to === from || rule.may.includes('*') || rule.may.includes(to)) continue;
     problems.push(`${rel}: '${from}' may not import '${to}' (${trel}); src/layers.json allows ${from} → ${rule.may.join(', ') || 'nothing'}`);
   }
-  if (rel.startsWith('src/')) graph.set(rel, edges.filter((e) => e.startsWith('src/')));
+  if (rel.startsWith('src/'))
+    graph.set(
+      rel,
+      edges.filter((e) => e.startsWith('src/')),
+    );
 }
 
 // File-level cycles in src/ (Tarjan's strongly connected components).
@@ -124,7 +131,9 @@ const name = (u: string) => (u === 'daemon.ts' || u === 'scripts' || u === 'test
 const table = [
   '| unit | owns | may import |',
   '|---|---|---|',
-  ...Object.entries(layers.units).map(([u, r]) => `| \`${name(u)}\` | ${r.owns} | ${r.may.includes('*') ? 'anything' : r.may.map((m) => `\`${name(m)}\``).join(', ') || 'nothing'} |`),
+  ...Object.entries(layers.units).map(
+    ([u, r]) => `| \`${name(u)}\` | ${r.owns} | ${r.may.includes('*') ? 'anything' : r.may.map((m) => `\`${name(m)}\``).join(', ') || 'nothing'} |`,
+  ),
 ].join('\n');
 const docPath = join(ROOT, 'docs/architecture.md');
 const doc = readFileSync(docPath, 'utf8');
@@ -143,4 +152,6 @@ else {
 
 for (const p of problems) process.stderr.write(`check-deps: ${p}\n`);
 if (problems.length) process.exit(1);
-process.stdout.write(`check-deps: ${files.length} files, ${[...graph.values()].reduce((n, e) => n + e.length, 0)} imports in src/ within the layers, ${found.size} known cycles\n`);
+process.stdout.write(
+  `check-deps: ${files.length} files, ${[...graph.values()].reduce((n, e) => n + e.length, 0)} imports in src/ within the layers, ${found.size} known cycles\n`,
+);

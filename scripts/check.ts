@@ -1,22 +1,16 @@
 /**
  * `npm run check`: the fast tier. Type-check, generated code against the spec,
- * the layer rule, the README's variable table, Biome's lint, ruff on the Python SDK, then the unit tests
- * (including the socket-free `app.request()` tests of the API). Needs no root,
- * no image, no network; runs first in scripts/test.sh.
+ * the layer rule, the README's variable table, Biome's lint and format, ruff's lint and format on the
+ * Python SDK, then the unit tests (including the socket-free `app.request()` tests of the API). Needs no
+ * root, no image, no network; runs first in scripts/test.sh. `npm run format` writes the formatting.
  *
- *   node scripts/check.ts [--format]   --format also checks formatting (Biome, ruff format)
+ *   node scripts/check.ts
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '..');
-/**
- * Formatting is checked once the tree has had its one big reformat (`npm run format`):
- * until then this is false and `--format` checks it on demand.
- */
-const FORMAT_CHECK = false;
-const format = FORMAT_CHECK || process.argv.includes('--format');
 
 const node = process.execPath;
 const bin = (rel: string) => join(ROOT, rel);
@@ -36,12 +30,10 @@ const steps: Step[] = [
   { name: 'config docs', argv: [node, 'scripts/gen-config-docs.ts'] },
   { name: 'biome lint', argv: [bin('node_modules/.bin/biome'), 'lint', '--no-errors-on-unmatched'] },
   { name: 'ruff', argv: [ruff, 'check', '--no-cache', 'sdk/python'] },
+  { name: 'biome format', argv: [bin('node_modules/.bin/biome'), 'format'] },
+  { name: 'ruff format', argv: [ruff, 'format', '--check', '--no-cache', 'sdk/python'] },
   { name: 'unit tests', argv: [node, '--test', '--test-concurrency=2', '--test-reporter=dot', ...units] },
 ];
-if (format) {
-  steps.push({ name: 'biome format', argv: [bin('node_modules/.bin/biome'), 'format'] });
-  steps.push({ name: 'ruff format', argv: [ruff, 'format', '--check', '--no-cache', 'sdk/python'] });
-}
 if (!existsSync(ruff)) {
   process.stderr.write(`check: ${ruff} is missing; run scripts/setup.sh with DRUMS_SETUP_TEST=1 (it installs sdk/python/requirements-test.txt)\n`);
   process.exit(2);
@@ -52,8 +44,12 @@ function run(s: Step): Promise<{ step: Step; code: number; out: string; ms: numb
   return new Promise((done) => {
     const p = spawn(s.argv[0]!, s.argv.slice(1), { cwd: ROOT, env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
-    p.stdout.on('data', (d: Buffer) => { out += d; });
-    p.stderr.on('data', (d: Buffer) => { out += d; });
+    p.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
+    p.stderr.on('data', (d: Buffer) => {
+      out += d;
+    });
     p.on('error', (e) => done({ step: s, code: 127, out: out + String(e), ms: performance.now() - t0 }));
     p.on('close', (code) => done({ step: s, code: code ?? 1, out, ms: performance.now() - t0 }));
   });
@@ -74,5 +70,5 @@ await Promise.all(
   }),
 );
 const failed = results.filter((r) => r.code !== 0);
-process.stderr.write(`check: ${steps.length - failed.length}/${steps.length} passed in ${((performance.now() - t0) / 1000).toFixed(1)} s${format ? '' : ' (format not checked)'}\n`);
+process.stderr.write(`check: ${steps.length - failed.length}/${steps.length} passed in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 process.exit(failed.length ? 1 : 0);

@@ -29,26 +29,37 @@ function tsType(s: Schema, indent = ''): string {
   if (s.enum) return s.enum.map((v: unknown) => JSON.stringify(v)).join(' | ');
   if (s.oneOf || s.anyOf) return (s.oneOf ?? s.anyOf).map((x: Schema) => tsType(x, indent)).join(' | ');
   const types: string[] = Array.isArray(s.type) ? s.type : [s.type ?? 'object'];
-  return types.map((t) => {
-    switch (t) {
-      case 'string': return 'string';
-      case 'integer': case 'number': return 'number';
-      case 'boolean': return 'boolean';
-      case 'null': return 'null';
-      case 'array': return `${wrap(tsType(s.items ?? {}, indent))}[]`;
-      default: {
-        const props = Object.entries((s.properties ?? {}) as Record<string, Schema>);
-        const req = new Set<string>(s.required ?? []);
-        const ap = s.additionalProperties;
-        if (!props.length) return ap && typeof ap === 'object' ? `Record<string, ${tsType(ap, indent)}>` : 'Record<string, unknown>';
-        const inner = indent + '  ';
-        const lines = props.map(([k, v]) => `${v.description ? `${inner}/** ${String(v.description).trim().replace(/\*\//g, '* /')} */\n` : ''}${inner}${k}${req.has(k) ? '' : '?'}: ${tsType(v, inner)};`);
-        // `additionalProperties: true` says other fields are part of the contract (actions).
-        if (ap === true) lines.push(`${inner}[field: string]: unknown;`);
-        return `{\n${lines.join('\n')}\n${indent}}`;
+  return types
+    .map((t) => {
+      switch (t) {
+        case 'string':
+          return 'string';
+        case 'integer':
+        case 'number':
+          return 'number';
+        case 'boolean':
+          return 'boolean';
+        case 'null':
+          return 'null';
+        case 'array':
+          return `${wrap(tsType(s.items ?? {}, indent))}[]`;
+        default: {
+          const props = Object.entries((s.properties ?? {}) as Record<string, Schema>);
+          const req = new Set<string>(s.required ?? []);
+          const ap = s.additionalProperties;
+          if (!props.length) return ap && typeof ap === 'object' ? `Record<string, ${tsType(ap, indent)}>` : 'Record<string, unknown>';
+          const inner = indent + '  ';
+          const lines = props.map(
+            ([k, v]) =>
+              `${v.description ? `${inner}/** ${String(v.description).trim().replace(/\*\//g, '* /')} */\n` : ''}${inner}${k}${req.has(k) ? '' : '?'}: ${tsType(v, inner)};`,
+          );
+          // `additionalProperties: true` says other fields are part of the contract (actions).
+          if (ap === true) lines.push(`${inner}[field: string]: unknown;`);
+          return `{\n${lines.join('\n')}\n${indent}}`;
+        }
       }
-    }
-  }).join(' | ');
+    })
+    .join(' | ');
 }
 const wrap = (t: string) => (/[|&]/.test(t) ? `(${t})` : t);
 
@@ -56,26 +67,37 @@ const files: Record<string, string> = {};
 files['src/protocol/generated/openapi.json'] = JSON.stringify(doc, null, 2) + '\n';
 
 const codeNames = Object.keys(codes);
-files['src/protocol/generated/error-codes.ts'] = HEADER +
+files['src/protocol/generated/error-codes.ts'] =
+  HEADER +
   `export const ERROR_CODES = {\n${codeNames.map((c) => `  ${c}: { status: ${codes[c]!.status}, description: ${JSON.stringify(codes[c]!.description)} },`).join('\n')}\n} as const;\n\n` +
   `export type ErrorCode = keyof typeof ERROR_CODES;\n\n` +
   `export const STATUS_BY_CODE: Record<string, number> = Object.fromEntries(Object.entries(ERROR_CODES).map(([k, v]) => [k, v.status]));\n`;
 
 const schemas = doc.components.schemas as Record<string, Schema>;
-files['src/protocol/generated/types.ts'] = HEADER + '/* eslint-disable */\n' + Object.entries(schemas).map(([name, s]) =>
-  `${s.description ? `/** ${String(s.description).trim()} */\n` : ''}export type ${name} = ${tsType(s)};\n`).join('\n') +
+files['src/protocol/generated/types.ts'] =
+  HEADER +
+  '/* eslint-disable */\n' +
+  Object.entries(schemas)
+    .map(([name, s]) => `${s.description ? `/** ${String(s.description).trim()} */\n` : ''}export type ${name} = ${tsType(s)};\n`)
+    .join('\n') +
   `\nexport interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }\n` +
   `export type ErrorCodeName = ${codeNames.map((c) => JSON.stringify(c)).join(' | ')} | (string & {});\n`;
 
-files['sdk/python/drums/_codes.py'] = HEADER.replace('//', '#') +
+files['sdk/python/drums/_codes.py'] =
+  HEADER.replace('//', '#') +
   '"""The error code table: code -> (HTTP status, description)."""\n\n' +
   `ERROR_CODES: dict[str, tuple[int, str]] = {\n${codeNames.map((c) => `    ${JSON.stringify(c)}: (${codes[c]!.status}, ${JSON.stringify(codes[c]!.description)}),`).join('\n')}\n}\n`;
 
 files['sdk/python/drums/_models.py'] = pythonModels(schemas);
 
 // The TypeScript client's error classes, one per code (as the Python SDK has): `stale_generation` → StaleGenerationError.
-const className = (code: string) => code.split('_').map((p) => p[0]!.toUpperCase() + p.slice(1)).join('') + 'Error';
-files['src/client/generated/errors.ts'] = HEADER +
+const className = (code: string) =>
+  code
+    .split('_')
+    .map((p) => p[0]!.toUpperCase() + p.slice(1))
+    .join('') + 'Error';
+files['src/client/generated/errors.ts'] =
+  HEADER +
   "import { DrumsApiError } from '../errors.ts';\n\n" +
   codeNames.map((c) => `/** ${codes[c]!.status}: ${codes[c]!.description} */\nexport class ${className(c)} extends DrumsApiError {}\n`).join('') +
   `\n/** code → class, for rebuilding a typed error from a response. */\nexport const ERROR_CLASSES = {\n${codeNames.map((c) => `  ${c}: ${className(c)},`).join('\n')}\n} as const;\n`;
@@ -90,17 +112,64 @@ files['src/client/generated/errors.ts'] = HEADER +
 function pythonModels(all: Record<string, Schema>): string {
   const blocks: string[] = [];
   const defined = new Set<string>();
-  const KEYWORDS = new Set(['False', 'None', 'True', 'and', 'as', 'assert', 'async', 'await', 'break', 'class', 'continue', 'def', 'del', 'elif', 'else', 'except', 'finally', 'for', 'from', 'global', 'if', 'import', 'in', 'is', 'lambda', 'nonlocal', 'not', 'or', 'pass', 'raise', 'return', 'try', 'while', 'with', 'yield']);
-  const pascal = (k: string) => k.split(/[^A-Za-z0-9]+/).filter(Boolean).map((p) => p[0]!.toUpperCase() + p.slice(1)).join('');
+  const KEYWORDS = new Set([
+    'False',
+    'None',
+    'True',
+    'and',
+    'as',
+    'assert',
+    'async',
+    'await',
+    'break',
+    'class',
+    'continue',
+    'def',
+    'del',
+    'elif',
+    'else',
+    'except',
+    'finally',
+    'for',
+    'from',
+    'global',
+    'if',
+    'import',
+    'in',
+    'is',
+    'lambda',
+    'nonlocal',
+    'not',
+    'or',
+    'pass',
+    'raise',
+    'return',
+    'try',
+    'while',
+    'with',
+    'yield',
+  ]);
+  const pascal = (k: string) =>
+    k
+      .split(/[^A-Za-z0-9]+/)
+      .filter(Boolean)
+      .map((p) => p[0]!.toUpperCase() + p.slice(1))
+      .join('');
   const oneLine = (d: unknown) => String(d).trim().replace(/\s+/g, ' ');
   /** `# ` lines of at most ~100 characters. */
-  const comment = (text: string) => text.split(' ').reduce<string[]>((ls, w) => {
-    if (ls.length && (ls[ls.length - 1]! + ' ' + w).length <= 100) ls[ls.length - 1] += ' ' + w;
-    else ls.push('# ' + w);
-    return ls;
-  }, []).map((l) => l + '\n').join('');
+  const comment = (text: string) =>
+    text
+      .split(' ')
+      .reduce<string[]>((ls, w) => {
+        if (ls.length && (ls[ls.length - 1]! + ' ' + w).length <= 100) ls[ls.length - 1] += ' ' + w;
+        else ls.push('# ' + w);
+        return ls;
+      }, [])
+      .map((l) => l + '\n')
+      .join('');
   const lit = (v: unknown) => (v === true ? 'True' : v === false ? 'False' : v === null ? 'None' : JSON.stringify(v));
-  const docstring = (d: string, indent: string) => `${indent}"""${d.trim().replace(/\\/g, '\\\\').replace(/"""/g, '\\"\\"\\"').replace(/\n/g, `\n${indent}`)}"""\n`;
+  const docstring = (d: string, indent: string) =>
+    `${indent}"""${d.trim().replace(/\\/g, '\\\\').replace(/"""/g, '\\"\\"\\"').replace(/\n/g, `\n${indent}`)}"""\n`;
   // Class annotations are lazy (`from __future__ import annotations`), so `A | B` is fine
   // there; module-level aliases run, so they use Union[...] and quote names defined later.
   const union = (ts: string[], alias: boolean) => (ts.length === 1 ? ts[0]! : alias ? `Union[${ts.join(', ')}]` : ts.join(' | '));
@@ -113,23 +182,36 @@ function pythonModels(all: Record<string, Schema>): string {
     if (s.const !== undefined) return `Literal[${lit(s.const)}]`;
     if (s.enum) return `Literal[${s.enum.map(lit).join(', ')}]`;
     const alts = (s.oneOf ?? s.anyOf) as Schema[] | undefined;
-    if (alts) return union(alts.map((x, i) => pyType(x, x.title ?? `${name}${i + 1}`, alias)), alias);
+    if (alts)
+      return union(
+        alts.map((x, i) => pyType(x, x.title ?? `${name}${i + 1}`, alias)),
+        alias,
+      );
     const types: string[] = Array.isArray(s.type) ? s.type : [s.type ?? 'object'];
-    return union(types.map((t) => {
-      switch (t) {
-        case 'string': return 'str';
-        case 'integer': return 'int';
-        case 'number': return 'float';
-        case 'boolean': return 'bool';
-        case 'null': return 'None';
-        case 'array': return `list[${pyType(s.items ?? {}, s.items?.title ?? `${name}Item`, alias)}]`;
-        default: {
-          if (Object.keys(s.properties ?? {}).length) return pyClass(s.title ?? name, s);
-          const ap = s.additionalProperties;
-          return `dict[str, ${ap && typeof ap === 'object' ? pyType(ap, `${name}Value`, alias) : 'Any'}]`;
+    return union(
+      types.map((t) => {
+        switch (t) {
+          case 'string':
+            return 'str';
+          case 'integer':
+            return 'int';
+          case 'number':
+            return 'float';
+          case 'boolean':
+            return 'bool';
+          case 'null':
+            return 'None';
+          case 'array':
+            return `list[${pyType(s.items ?? {}, s.items?.title ?? `${name}Item`, alias)}]`;
+          default: {
+            if (Object.keys(s.properties ?? {}).length) return pyClass(s.title ?? name, s);
+            const ap = s.additionalProperties;
+            return `dict[str, ${ap && typeof ap === 'object' ? pyType(ap, `${name}Value`, alias) : 'Any'}]`;
+          }
         }
-      }
-    }), alias);
+      }),
+      alias,
+    );
   }
 
   /** Emits the class (after the classes its fields need) and returns its name. */
@@ -142,8 +224,14 @@ function pythonModels(all: Record<string, Schema>): string {
       return `    ${k}: ${pyType(v, name + pascal(k), false)}${v.description ? `  # ${oneLine(v.description)}` : ''}\n`;
     };
     const entries = Object.entries(s.properties as Record<string, Schema>);
-    const required = entries.filter(([k]) => req.has(k)).map(field).join('');
-    const optional = entries.filter(([k]) => !req.has(k)).map(field).join('');
+    const required = entries
+      .filter(([k]) => req.has(k))
+      .map(field)
+      .join('');
+    const optional = entries
+      .filter(([k]) => !req.has(k))
+      .map(field)
+      .join('');
     let doc = s.description ? String(s.description) : '';
     if (s.additionalProperties === true) doc += `${doc ? '\n\n' : ''}Other fields are allowed too (a TypedDict cannot say so: pass a plain dict).`;
     const docs = doc ? docstring(doc, '    ') : '';
@@ -158,21 +246,26 @@ function pythonModels(all: Record<string, Schema>): string {
 
   for (const [name, s] of Object.entries(all)) {
     const isClass = (s.type === 'object' || (!s.type && s.properties)) && Object.keys(s.properties ?? {}).length && !s.oneOf && !s.anyOf;
-    if (isClass) { pyClass(name, s); continue; }
+    if (isClass) {
+      pyClass(name, s);
+      continue;
+    }
     const t = pyType(s, name, true);
     blocks.push(`${s.description ? comment(oneLine(s.description)) : ''}${name} = ${t}\n`);
     defined.add(name);
   }
   const names = [...defined].sort();
-  return HEADER.replace('//', '#') +
+  return (
+    HEADER.replace('//', '#') +
     '"""Typed shapes of the API\'s JSON bodies: the component schemas of protocol/openapi.yaml\n' +
-    'as TypedDicts. The SDK\'s values stay plain dicts at run time; these are for readers and\n' +
+    "as TypedDicts. The SDK's values stay plain dicts at run time; these are for readers and\n" +
     'type checkers. A class with both required and optional fields inherits the required ones\n' +
     'from a `_<Name>Required` base.\n"""\n' +
     'from __future__ import annotations\n\n' +
     'from typing import Any, Literal, TypedDict, Union\n\n' +
     `__all__ = [\n${names.map((n) => `    ${JSON.stringify(n)},`).join('\n')}\n]\n\n\n` +
-    blocks.join('\n\n') ;
+    blocks.join('\n\n')
+  );
 }
 
 let drift = 0;

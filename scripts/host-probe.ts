@@ -36,7 +36,10 @@ async function main(): Promise<number> {
   return 2;
 }
 
-main().then((code) => process.exit(code), (e) => {
-  console.error(`host-probe: ${e instanceof Error ? e.message : String(e)}`);
-  process.exit(1);
-});
+main().then(
+  (code) => process.exit(code),
+  (e) => {
+    console.error(`host-probe: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(1);
+  },
+);

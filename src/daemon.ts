@@ -63,7 +63,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   if (live) throw new DrumsError('daemon_running', `a daemon (pid ${live.pid}) already serves ${inst.stateDir} at ${live.url}`);
   // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
   const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
-  if (inotify < 1024) log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
+  if (inotify < 1024)
+    log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
   const token = loadToken(inst, config.token);
   const mgr = new SessionManager(inst, { config });
   await mgr.init();
@@ -101,25 +102,26 @@ export async function startDaemon(opts: ServeOptions = {}) {
 
   const keepSessions = opts.keepSessions ?? config.keepSessions;
   let stopping: Promise<void> | undefined;
-  const stop = () => (stopping ??= (async () => {
-    server.close();
-    closeUpgrades();
-    await poolsOf(mgr).stop();
-    osworld.closeAll();
-    display.closeAll();
-    if (keepSessions) {
-      // The sessions live on; their records let the next daemon of this instance adopt them.
-      mgr.detach();
+  const stop = () =>
+    (stopping ??= (async () => {
+      server.close();
+      closeUpgrades();
+      await poolsOf(mgr).stop();
+      osworld.closeAll();
+      display.closeAll();
+      if (keepSessions) {
+        // The sessions live on; their records let the next daemon of this instance adopt them.
+        mgr.detach();
+        rmSync(daemonFile(inst), { force: true });
+        leaveDaemonCgroup(inst.name);
+        log('info', 'daemon stopped; sessions kept for the next daemon', { sessions: mgr.list().length });
+        return;
+      }
+      await mgr.shutdown();
       rmSync(daemonFile(inst), { force: true });
       leaveDaemonCgroup(inst.name);
-      log('info', 'daemon stopped; sessions kept for the next daemon', { sessions: mgr.list().length });
-      return;
-    }
-    await mgr.shutdown();
-    rmSync(daemonFile(inst), { force: true });
-    leaveDaemonCgroup(inst.name);
-    await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
-  })());
+      await sweepInstance(inst).catch((e) => log('warn', 'final sweep failed', { error: String(e) }));
+    })());
   /** The JSON view of a session, as GET /v1/sessions/:id serves it (for the API bench's in-process baseline). */
   const view = (id: string) => sessionView(mgr.get(id), viewExtras);
   return { url, token, inst, mgr, app, view, stop, keepSessions };

@@ -37,13 +37,21 @@ export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<Tes
     instance: runPrefix(),
     stateDirPrefix: '/var/tmp/drums-test-',
     readyTimeoutMs: 30_000,
-    onStderr: (chunk) => { if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(chunk); },
+    onStderr: (chunk) => {
+      if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(chunk);
+    },
   });
   const { url, token, client, stateDir, instance, env, proc } = d;
   const stop = d.kill;
   const cliEnv = { ...env, DRUMS_URL: url };
   return {
-    url, token, client, stateDir, instance, env: cliEnv, proc,
+    url,
+    token,
+    client,
+    stateDir,
+    instance,
+    env: cliEnv,
+    proc,
     stop,
     async finish() {
       await stop();
@@ -68,10 +76,18 @@ function sh(cmd: string, args: string[]): string {
 
 /** Every host object an instance could have left behind; all lists empty means clean. */
 export function residue(instance: string, stateDir: string): Record<string, string[]> {
-  const netns = sh('ip', ['netns', 'list']).split('\n').map((l) => l.split(' ')[0]!).filter((n) => n.startsWith(`drums-${instance}-`));
+  const netns = sh('ip', ['netns', 'list'])
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => n.startsWith(`drums-${instance}-`));
   const links = (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(`dr${instance}h`));
-  const tables = sh('nft', ['list', 'tables']).split('\n').filter((l) => l.includes(`drums_${instance}`));
-  const allMounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(stateDir));
+  const tables = sh('nft', ['list', 'tables'])
+    .split('\n')
+    .filter((l) => l.includes(`drums_${instance}`));
+  const allMounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(stateDir));
   // The instance's runtime tmpfs belongs to a live daemon; session mounts are the rest.
   const instanceMounts = allMounts.filter((m) => m === join(stateDir, 'rt'));
   const mounts = allMounts.filter((m) => m !== join(stateDir, 'rt'));
@@ -90,9 +106,15 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const runcRoot = join(stateDir, 'runc');
   const containers = existsSync(runcRoot) ? readdirSync(runcRoot) : [];
   const claimsDir = '/run/drums/subnets';
-  const claims = existsSync(claimsDir) ? readdirSync(claimsDir).filter((f) => {
-    try { return readFileSync(join(claimsDir, f), 'utf8').startsWith(instance + ' '); } catch { return false; }
-  }) : [];
+  const claims = existsSync(claimsDir)
+    ? readdirSync(claimsDir).filter((f) => {
+        try {
+          return readFileSync(join(claimsDir, f), 'utf8').startsWith(instance + ' ');
+        } catch {
+          return false;
+        }
+      })
+    : [];
   // Processes: anything whose environment names this instance's state dir, or that sits in its cgroups.
   const procs: string[] = [];
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {

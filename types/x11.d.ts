@@ -55,12 +55,46 @@ declare module 'x11' {
     [k: string]: unknown;
   }
 
-  export interface XPropertyReply { type: number; format: number; bytesAfter: number; data: Buffer }
-  export interface XGeometry { depth: number; windowid: number; xPos: number; yPos: number; width: number; height: number; borderWidth: number }
-  export interface XPointer { sameScreen: boolean; root: number; child: number; rootX: number; rootY: number; childX: number; childY: number; keyMask: number }
-  export interface XTranslate { sameScreen: boolean; child: number; destX: number; destY: number }
-  export interface XImage { depth: number; visualId: number; data: Buffer }
-  export interface XInputFocus { revertTo: number; focus: number }
+  export interface XPropertyReply {
+    type: number;
+    format: number;
+    bytesAfter: number;
+    data: Buffer;
+  }
+  export interface XGeometry {
+    depth: number;
+    windowid: number;
+    xPos: number;
+    yPos: number;
+    width: number;
+    height: number;
+    borderWidth: number;
+  }
+  export interface XPointer {
+    sameScreen: boolean;
+    root: number;
+    child: number;
+    rootX: number;
+    rootY: number;
+    childX: number;
+    childY: number;
+    keyMask: number;
+  }
+  export interface XTranslate {
+    sameScreen: boolean;
+    child: number;
+    destX: number;
+    destY: number;
+  }
+  export interface XImage {
+    depth: number;
+    visualId: number;
+    data: Buffer;
+  }
+  export interface XInputFocus {
+    revertTo: number;
+    focus: number;
+  }
 
   export interface XClient extends EventEmitter {
     stream: Duplex & { _fdCapable?: boolean; destroy(): void };
@@ -85,7 +119,19 @@ declare module 'x11' {
     ChangeKeyboardMapping(first: number, perKeycode: number, keysyms: number[]): void;
     GetModifierMapping(cb: XCallback<number[][]>): void;
     ChangeWindowAttributes(wid: number, values: Record<string, number>): void;
-    CreateWindow(wid: number, parent: number, x: number, y: number, w: number, h: number, border?: number, depth?: number, klass?: number, visual?: number, values?: Record<string, number>): void;
+    CreateWindow(
+      wid: number,
+      parent: number,
+      x: number,
+      y: number,
+      w: number,
+      h: number,
+      border?: number,
+      depth?: number,
+      klass?: number,
+      visual?: number,
+      values?: Record<string, number>,
+    ): void;
     DestroyWindow(wid: number): void;
     MapWindow(wid: number): void;
     SendClientMessage(destination: number, wid: number, messageType: number, format: number, data: number[], eventMask?: number, cb?: XCallback<void>): void;
@@ -100,7 +146,10 @@ declare module 'x11' {
     disableBigRequests?: boolean;
   }
 
-  export interface KeySymEntry { code: number; description: string | null }
+  export interface KeySymEntry {
+    code: number;
+    description: string | null;
+  }
 
   interface X11Module {
     createClient(options: CreateClientOptions, cb: (err: Error | null | undefined, display: XDisplayInfo) => void): XClient;

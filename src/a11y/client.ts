@@ -109,7 +109,9 @@ export class A11yClient {
     }
     const client = new A11yClient(busAddressOrSocketPath, bus, timeoutMs);
     let failConnect: (err: Error) => void = () => {};
-    const connectFailed = new Promise<never>((_, reject) => { failConnect = reject; });
+    const connectFailed = new Promise<never>((_, reject) => {
+      failConnect = reject;
+    });
     connectFailed.catch(() => {});
     bus.connection.on('error', (err: Error) => {
       client._closedReason ??= err.message;
@@ -119,7 +121,9 @@ export class A11yClient {
       client._closedReason ??= 'connection closed';
       failConnect(new Error(client._closedReason));
     });
-    bus.connection.on('end', () => { client._closedReason ??= 'connection closed by the bus'; });
+    bus.connection.on('end', () => {
+      client._closedReason ??= 'connection closed by the bus';
+    });
     try {
       if (options.peer) {
         let timer: NodeJS.Timeout | undefined;
@@ -131,10 +135,7 @@ export class A11yClient {
           }),
         ]).finally(() => clearTimeout(timer));
       } else {
-        const name = await Promise.race([
-          bus.invokeDbus({ member: 'Hello' }, { timeout: timeoutMs }),
-          connectFailed,
-        ]);
+        const name = await Promise.race([bus.invokeDbus({ member: 'Hello' }, { timeout: timeoutMs }), connectFailed]);
         bus.name = String(name);
       }
     } catch (err) {
@@ -181,10 +182,15 @@ export class A11yClient {
     if (cached) return cached;
     const opening = (async () => {
       try {
-        const address = await this.call<string>({
-          destination: busName, path: '/org/a11y/atspi/accessible/root',
-          interface: 'org.a11y.atspi.Application', member: 'GetApplicationBusAddress',
-        }, timeoutMs);
+        const address = await this.call<string>(
+          {
+            destination: busName,
+            path: '/org/a11y/atspi/accessible/root',
+            interface: 'org.a11y.atspi.Application',
+            member: 'GetApplicationBusAddress',
+          },
+          timeoutMs,
+        );
         const path = typeof address === 'string' ? socketPathFromAddress(address) : undefined;
         if (path === undefined) return undefined;
         const peer = await A11yClient.connect(mapPath ? mapPath(path) : path, { timeoutMs, peer: true });
@@ -192,7 +198,9 @@ export class A11yClient {
           await peer.close();
           return undefined;
         }
-        peer._bus.connection.on('close', () => { this._peers.delete(busName); });
+        peer._bus.connection.on('close', () => {
+          this._peers.delete(busName);
+        });
         return peer;
       } catch {
         this._peers.delete(busName); // try again next walk (the app may only have been busy)
@@ -212,7 +220,9 @@ export class A11yClient {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this._bus.close().catch(() => {}),
-      new Promise<void>((resolve) => { timer = setTimeout(resolve, 250); }),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, 250);
+      }),
     ]);
     clearTimeout(timer);
     this._bus.connection.stream?.destroy();
@@ -233,9 +243,15 @@ export async function resolveA11yBusSocket(sessionBusAddressOrPath: string, opti
   const timeoutMs = options.timeoutMs ?? 5000;
   const session = await A11yClient.connect(sessionBusAddressOrPath, { timeoutMs });
   try {
-    const address = await session.call<string>({
-      destination: 'org.a11y.Bus', path: '/org/a11y/bus', interface: 'org.a11y.Bus', member: 'GetAddress',
-    }, timeoutMs);
+    const address = await session.call<string>(
+      {
+        destination: 'org.a11y.Bus',
+        path: '/org/a11y/bus',
+        interface: 'org.a11y.Bus',
+        member: 'GetAddress',
+      },
+      timeoutMs,
+    );
     const path = socketPathFromAddress(address);
     if (path === undefined) throw new A11yError('a11y_unavailable', `AT-SPI bus address is not a unix path: ${address}`);
     return options.mapPath ? options.mapPath(path) : path;

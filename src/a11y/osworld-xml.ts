@@ -26,13 +26,20 @@ function clean(s: string): string {
 export function escapeAttribute(s: string): string {
   return clean(s).replace(/[&<>"\n\r\t]/g, (c) => {
     switch (c) {
-      case '&': return '&amp;';
-      case '<': return '&lt;';
-      case '>': return '&gt;';
-      case '"': return '&quot;';
-      case '\n': return '&#10;';
-      case '\r': return '&#13;';
-      default: return '&#9;';
+      case '&':
+        return '&amp;';
+      case '<':
+        return '&lt;';
+      case '>':
+        return '&gt;';
+      case '"':
+        return '&quot;';
+      case '\n':
+        return '&#10;';
+      case '\r':
+        return '&#13;';
+      default:
+        return '&#9;';
     }
   });
 }

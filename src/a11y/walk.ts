@@ -12,9 +12,22 @@
 import type { A11yCall, A11yClient } from './client.ts';
 import { A11yCallError } from './client.ts';
 import {
-  ATSPI_PREFIX, COORD_TYPE_SCREEN, IFACE_ACCESSIBLE, IFACE_ACTION, IFACE_COMPONENT, IFACE_PROPERTIES, IFACE_TEXT,
-  IFACE_VALUE, NULL_PATH, OSWORLD_MAX_DEPTH, OSWORLD_MAX_WIDTH, REGISTRY_BUS_NAME, ROLE_EXTENDED, ROLE_NAMES,
-  ROOT_PATH, STATE_NAMES,
+  ATSPI_PREFIX,
+  COORD_TYPE_SCREEN,
+  IFACE_ACCESSIBLE,
+  IFACE_ACTION,
+  IFACE_COMPONENT,
+  IFACE_PROPERTIES,
+  IFACE_TEXT,
+  IFACE_VALUE,
+  NULL_PATH,
+  OSWORLD_MAX_DEPTH,
+  OSWORLD_MAX_WIDTH,
+  REGISTRY_BUS_NAME,
+  ROLE_EXTENDED,
+  ROLE_NAMES,
+  ROOT_PATH,
+  STATE_NAMES,
 } from './atspi-constants.ts';
 import { CancelledError } from '../common/errors.ts';
 import { A11yError } from './errors.ts';
@@ -173,9 +186,7 @@ function stubNode(ref: Ref, error: A11yNodeError, role = ''): A11yNode {
 async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | NodeFailure | null> {
   if (depth === 1 && ctx.direct && !ctx.peers.has(ref.bus)) {
     const remaining = ctx.deadline - Date.now();
-    const peer = remaining > 0
-      ? await ctx.client.peer(ref.bus, ctx.direct.mapPath, Math.min(ctx.callTimeoutMs, remaining))
-      : undefined;
+    const peer = remaining > 0 ? await ctx.client.peer(ref.bus, ctx.direct.mapPath, Math.min(ctx.callTimeoutMs, remaining)) : undefined;
     if (peer && !peer.closed) {
       ctx.peers.set(ref.bus, peer);
       ctx.stats.directApps.push(ref.bus);
@@ -244,72 +255,97 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
   const phase2: Array<Promise<void>> = [];
   // Optional data an object refuses (a D-Bus error reply) is just absent; only timeouts and the deadline
   // make the node incomplete.
-  const note = (f: NodeFailure) => { if (f.reason !== 'gone') error = worst(error, f.reason); };
+  const note = (f: NodeFailure) => {
+    if (f.reason !== 'gone') error = worst(error, f.reason);
+  };
 
   if (!roleKnown && roleIndex >= 0) {
-    phase2.push(settle(call<string>(ctx, ref, IFACE_ACCESSIBLE, 'GetRoleName')).then((r) => {
-      if (isFailure(r)) note(r);
-      else node.role = String(r);
-    }));
+    phase2.push(
+      settle(call<string>(ctx, ref, IFACE_ACCESSIBLE, 'GetRoleName')).then((r) => {
+        if (isFailure(r)) note(r);
+        else node.role = String(r);
+      }),
+    );
   }
   // Note: extents only where OSWorld writes them (visible and showing); saves a call per hidden node.
   if (has(IFACE_COMPONENT) && node.states.includes('visible') && node.states.includes('showing')) {
-    phase2.push(settle(call<number[]>(ctx, ref, IFACE_COMPONENT, 'GetExtents', 'u', [COORD_TYPE_SCREEN])).then((r) => {
-      if (isFailure(r)) return note(r);
-      const [x, y, width, height] = r.map(Number);
-      node.extents = { x: x!, y: y!, width: width!, height: height! };
-    }));
+    phase2.push(
+      settle(call<number[]>(ctx, ref, IFACE_COMPONENT, 'GetExtents', 'u', [COORD_TYPE_SCREEN])).then((r) => {
+        if (isFailure(r)) return note(r);
+        const [x, y, width, height] = r.map(Number);
+        node.extents = { x: x!, y: y!, width: width!, height: height! };
+      }),
+    );
   }
   if (has(IFACE_TEXT)) {
-    phase2.push(settle(call<string>(ctx, ref, IFACE_TEXT, 'GetText', 'ii', [0, -1])).then((r) => {
-      if (isFailure(r)) return note(r);
-      node.text = String(r);
-    }));
+    phase2.push(
+      settle(call<string>(ctx, ref, IFACE_TEXT, 'GetText', 'ii', [0, -1])).then((r) => {
+        if (isFailure(r)) return note(r);
+        node.text = String(r);
+      }),
+    );
   }
   if (has(IFACE_VALUE)) {
     // Note: never Properties.GetAll on Value: Chromium's atk-bridge aborts the whole browser
     // ("Array or variant type requires that type variant be written, but end_dict_entry was written").
-    const fields = [['current', 'CurrentValue'], ['min', 'MinimumValue'], ['max', 'MaximumValue'], ['step', 'MinimumIncrement']] as const;
-    phase2.push(Promise.all(fields.map(([, prop]) => settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_VALUE, prop])))).then((got) => {
-      const v: NonNullable<A11yNode['value']> = {};
-      got.forEach((r, i) => {
-        if (isFailure(r)) return note(r);
-        const n = numberOrUndefined(r);
-        if (n !== undefined) v[fields[i]![0]] = n;
-      });
-      node.value = v;
-    }));
+    const fields = [
+      ['current', 'CurrentValue'],
+      ['min', 'MinimumValue'],
+      ['max', 'MaximumValue'],
+      ['step', 'MinimumIncrement'],
+    ] as const;
+    phase2.push(
+      Promise.all(fields.map(([, prop]) => settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_VALUE, prop])))).then((got) => {
+        const v: NonNullable<A11yNode['value']> = {};
+        got.forEach((r, i) => {
+          if (isFailure(r)) return note(r);
+          const n = numberOrUndefined(r);
+          if (n !== undefined) v[fields[i]![0]] = n;
+        });
+        node.value = v;
+      }),
+    );
   }
   if (has(IFACE_ACTION)) {
     // Note: GetActions returns localized names ("Click"); OSWorld uses the programmatic one ("click") from
     // GetName, so ask for each name too.
-    phase2.push(settle(call<unknown[][]>(ctx, ref, IFACE_ACTION, 'GetActions')).then(async (r) => {
-      if (isFailure(r)) return note(r);
-      const names = await Promise.all(r.map((_, i) => settle(call<string>(ctx, ref, IFACE_ACTION, 'GetName', 'i', [i]))));
-      node.actions = r.map((a, i) => {
-        const n = names[i];
-        if (isFailure(n)) note(n);
-        return { name: isFailure(n) ? String(a[0]) : String(n), description: String(a[1]), keyBinding: String(a[2]) };
-      });
-    }));
+    phase2.push(
+      settle(call<unknown[][]>(ctx, ref, IFACE_ACTION, 'GetActions')).then(async (r) => {
+        if (isFailure(r)) return note(r);
+        const names = await Promise.all(r.map((_, i) => settle(call<string>(ctx, ref, IFACE_ACTION, 'GetName', 'i', [i]))));
+        node.actions = r.map((a, i) => {
+          const n = names[i];
+          if (isFailure(n)) note(n);
+          return { name: isFailure(n) ? String(a[0]) : String(n), description: String(a[1]), keyBinding: String(a[2]) };
+        });
+      }),
+    );
   }
-  phase2.push(buildChildren(ctx, node, ref, depth, childCount).then((truncated) => {
-    if (truncated) node.truncated = true;
-  }, (err) => {
-    if (err instanceof NodeFailure) {
-      if (err.reason !== 'gone') error = worst(error, err.reason);
-      node.truncated = true;
-    } else {
-      throw err;
-    }
-  }));
+  phase2.push(
+    buildChildren(ctx, node, ref, depth, childCount).then(
+      (truncated) => {
+        if (truncated) node.truncated = true;
+      },
+      (err) => {
+        if (err instanceof NodeFailure) {
+          if (err.reason !== 'gone') error = worst(error, err.reason);
+          node.truncated = true;
+        } else {
+          throw err;
+        }
+      },
+    ),
+  );
   await Promise.all(phase2);
 
   // Put optional fields in a stable order for readers of the JSON.
   const ordered: A11yNode = {
-    role: node.role, name: node.name,
+    role: node.role,
+    name: node.name,
     ...(node.description !== undefined ? { description: node.description } : {}),
-    states: node.states, attributes: node.attributes, interfaces: node.interfaces,
+    states: node.states,
+    attributes: node.attributes,
+    interfaces: node.interfaces,
     ...(node.extents ? { extents: node.extents } : {}),
     ...(node.text !== undefined ? { text: node.text } : {}),
     ...(node.value ? { value: node.value } : {}),
@@ -331,8 +367,9 @@ async function buildChildren(ctx: Ctx, node: A11yNode, ref: Ref, depth: number, 
   if (childCount !== undefined && childCount > ctx.maxWidth) {
     // Note: never GetChildren on a huge container (a spreadsheet table has millions of cells).
     truncated = true;
-    const got = await Promise.all(Array.from({ length: ctx.maxWidth }, (_, i) =>
-      settle(call<[string, string]>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildAtIndex', 'i', [i]))));
+    const got = await Promise.all(
+      Array.from({ length: ctx.maxWidth }, (_, i) => settle(call<[string, string]>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildAtIndex', 'i', [i]))),
+    );
     refs = [];
     for (const g of got) {
       if (isFailure(g)) break; // as OSWorld: a failing child drops the rest
@@ -386,7 +423,9 @@ export async function walk(client: A11yClient, options: WalkOptions = {}): Promi
   };
   // An abort is a deadline that has passed: no call starts after it, the walk unwinds, then throws.
   const { signal } = options;
-  const onAbort = () => { ctx.deadline = 0; };
+  const onAbort = () => {
+    ctx.deadline = 0;
+  };
   if (signal?.aborted) onAbort();
   else signal?.addEventListener('abort', onAbort, { once: true });
   let root: Awaited<ReturnType<typeof buildNode>>;

@@ -59,10 +59,14 @@ export function createRouteContext(mgr: SessionManager, display: DisplayService,
       const raw = fromBody ?? c.req.query('generation') ?? c.req.header('x-drums-generation');
       if (raw === undefined || raw === null) return;
       const g = typeof raw === 'number' ? raw : Number(raw);
-      if (!Number.isInteger(g) || g < 1) throw new DrumsError('invalid_request', `generation: must be a positive integer, got ${JSON.stringify(raw)}`, { details: { field: 'generation' } });
-      if (s.state === 'resetting') throw new DrumsError('session_resetting', `session ${s.id} is resetting to generation ${s.generation}`, { details: { generation: s.generation } });
+      if (!Number.isInteger(g) || g < 1)
+        throw new DrumsError('invalid_request', `generation: must be a positive integer, got ${JSON.stringify(raw)}`, { details: { field: 'generation' } });
+      if (s.state === 'resetting')
+        throw new DrumsError('session_resetting', `session ${s.id} is resetting to generation ${s.generation}`, { details: { generation: s.generation } });
       if (g !== s.generation) {
-        throw new DrumsError('stale_generation', `generation ${g} is stale; session ${s.id} is at generation ${s.generation}`, { details: { expected: g, current: s.generation } });
+        throw new DrumsError('stale_generation', `generation ${g} is stale; session ${s.id} is at generation ${s.generation}`, {
+          details: { expected: g, current: s.generation },
+        });
       }
     },
   };

@@ -6,7 +6,11 @@
 const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 type Labels = Record<string, string>;
-const key = (l: Labels) => Object.keys(l).sort().map((k) => `${k}="${String(l[k]).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`).join(',');
+const key = (l: Labels) =>
+  Object.keys(l)
+    .sort()
+    .map((k) => `${k}="${String(l[k]).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`)
+    .join(',');
 
 class Counter {
   readonly values = new Map<string, number>();
@@ -42,7 +46,9 @@ class Histogram {
     const k = key(labels);
     let s = this.series.get(k);
     if (!s) this.series.set(k, (s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
-    this.buckets.forEach((b, i) => { if (seconds <= b) s!.counts[i]!++; });
+    this.buckets.forEach((b, i) => {
+      if (seconds <= b) s!.counts[i]!++;
+    });
     s.sum += seconds;
     s.count++;
   }
@@ -66,12 +72,22 @@ export class MetricsRegistry {
   readonly requests = new Counter('drums_http_requests_total', 'HTTP requests by route and status.');
   readonly errors = new Counter('drums_http_errors_total', 'HTTP error responses by error code.');
   readonly ops = new Histogram('drums_op_duration_seconds', 'Latency of create, claim, reset, screenshot, action and exec requests (successful ones).');
-  readonly poolClaims = new Counter('drums_pool_claims_total', 'Claims from warm pools, by pool and result (hit: a ready session; miss: a fresh create; empty: 429 pool_empty).');
-  readonly poolRefill = new Histogram('drums_pool_refill_seconds', 'Time a pool refill took to make one ready session (queueing under the create admission included).');
+  readonly poolClaims = new Counter(
+    'drums_pool_claims_total',
+    'Claims from warm pools, by pool and result (hit: a ready session; miss: a fresh create; empty: 429 pool_empty).',
+  );
+  readonly poolRefill = new Histogram(
+    'drums_pool_refill_seconds',
+    'Time a pool refill took to make one ready session (queueing under the create admission included).',
+  );
 
   /** Renders every metric plus gauges computed at scrape time. */
   render(gauges: { name: string; help: string; values: [Labels, number][] }[] = []): string {
-    const parts = gauges.map((g) => [`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`)].join('\n'));
+    const parts = gauges.map((g) =>
+      [`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`)].join(
+        '\n',
+      ),
+    );
     for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops, this.poolClaims, this.poolRefill]) parts.push(m.render());
     return parts.join('\n') + '\n';
   }

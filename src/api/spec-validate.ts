@@ -51,7 +51,10 @@ function rewriteRefs(s: unknown): unknown {
   if (!s || typeof s !== 'object') return s;
   const out: Json = {};
   for (const [k, v] of Object.entries(s)) {
-    out[k] = k === '$ref' && typeof v === 'string' && v.startsWith('#/components/schemas/') ? `${SPEC_ID}#/$defs/${v.slice('#/components/schemas/'.length)}` : rewriteRefs(v);
+    out[k] =
+      k === '$ref' && typeof v === 'string' && v.startsWith('#/components/schemas/')
+        ? `${SPEC_ID}#/$defs/${v.slice('#/components/schemas/'.length)}`
+        : rewriteRefs(v);
   }
   return out;
 }
@@ -123,7 +126,12 @@ export function createBodyValidator(doc: Json): BodyValidator {
 
 /** `/actions/1/coordinate/0` → `actions[1].coordinate[0]` (brackets where the value is an array). */
 function fieldPath(pointer: string, body: unknown, extra?: string): string {
-  const segs = pointer ? pointer.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~')) : [];
+  const segs = pointer
+    ? pointer
+        .slice(1)
+        .split('/')
+        .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    : [];
   if (extra !== undefined) segs.push(extra);
   let out = '';
   let cur: unknown = body;
@@ -144,13 +152,20 @@ function describe(errors: ErrorObject[], body: unknown): { field: string; messag
     const p = e.params as Json;
     let extra: string | undefined;
     let message = e.message ?? 'is invalid';
-    if (e.keyword === 'additionalProperties') { extra = String(p.additionalProperty); message = 'unknown field'; }
-    else if (e.keyword === 'required') { extra = String(p.missingProperty); message = 'is required'; }
-    else if (e.keyword === 'enum') message = `must be one of ${(p.allowedValues as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`;
+    if (e.keyword === 'additionalProperties') {
+      extra = String(p.additionalProperty);
+      message = 'unknown field';
+    } else if (e.keyword === 'required') {
+      extra = String(p.missingProperty);
+      message = 'is required';
+    } else if (e.keyword === 'enum') message = `must be one of ${(p.allowedValues as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`;
     else if (e.keyword === 'const') message = `must be ${JSON.stringify(p.allowedValue)}`;
     else if (e.keyword === 'anyOf' || e.keyword === 'oneOf') message = 'matches none of the allowed forms';
     // A property name that failed `propertyNames` (labels, env): name the key.
-    if ((e as { propertyName?: string }).propertyName !== undefined) { extra = (e as { propertyName?: string }).propertyName; message = `key ${message}`; }
+    if ((e as { propertyName?: string }).propertyName !== undefined) {
+      extra = (e as { propertyName?: string }).propertyName;
+      message = `key ${message}`;
+    }
     const field = fieldPath(e.instancePath, body, extra);
     const depth = (e.instancePath.match(/\//g)?.length ?? 0) + (extra !== undefined ? 1 : 0);
     if (!best || depth > best.depth) best = { field, message, depth };

@@ -63,8 +63,16 @@ async function overhead(o: ApiBenchOptions) {
       http.push(performance.now() - t);
     }
     await client.destroySession(s.id);
-    const h = summary(http), dd = summary(direct);
-    return { call: 'GET /v1/sessions/:id vs manager.get + view', n, httpMs: h, directMs: dd, overheadP50Ms: h.p50 - dd.p50, note: 'client and daemon share one process (the client side is included in the HTTP time)' };
+    const h = summary(http),
+      dd = summary(direct);
+    return {
+      call: 'GET /v1/sessions/:id vs manager.get + view',
+      n,
+      httpMs: h,
+      directMs: dd,
+      overheadP50Ms: h.p50 - dd.p50,
+      note: 'client and daemon share one process (the client side is included in the HTTP time)',
+    };
   } finally {
     await d.stop();
     rmSync(stateDir, { recursive: true, force: true });
@@ -85,19 +93,34 @@ async function throughput(o: ApiBenchOptions, client: DrumsClient) {
     let errors = 0;
     const end = performance.now() + o.seconds * 1000;
     const t0 = performance.now();
-    await Promise.all(sessions.map(async (id, k) => {
-      let i = 0;
-      while (performance.now() < end) {
-        const t = performance.now();
-        try {
-          await client.request('POST', `/v1/sessions/${id}/actions`, { actions: [{ type: 'move', x: 10 + ((i * 7 + k) % 600), y: 10 + ((i * 13) % 460) }] }).then((r) => r.arrayBuffer());
-          lat.push(performance.now() - t);
-        } catch { errors++; }
-        i++;
-      }
-    }));
+    await Promise.all(
+      sessions.map(async (id, k) => {
+        let i = 0;
+        while (performance.now() < end) {
+          const t = performance.now();
+          try {
+            await client
+              .request('POST', `/v1/sessions/${id}/actions`, { actions: [{ type: 'move', x: 10 + ((i * 7 + k) % 600), y: 10 + ((i * 13) % 460) }] })
+              .then((r) => r.arrayBuffer());
+            lat.push(performance.now() - t);
+          } catch {
+            errors++;
+          }
+          i++;
+        }
+      }),
+    );
     const elapsed = (performance.now() - t0) / 1000;
-    return { route, clients: o.clients, sessions: sessions.length, seconds: elapsed, requests: lat.length, errors, actionsPerSec: lat.length / elapsed, latencyMs: summary(lat) };
+    return {
+      route,
+      clients: o.clients,
+      sessions: sessions.length,
+      seconds: elapsed,
+      requests: lat.length,
+      errors,
+      actionsPerSec: lat.length / elapsed,
+      latencyMs: summary(lat),
+    };
   } finally {
     for (const id of sessions) await client.destroySession(id).catch(() => {});
   }

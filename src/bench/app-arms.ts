@@ -25,12 +25,41 @@ interface AppDef {
 const HOME = '/home/user';
 
 const APPS: AppDef[] = [
-  { arm: 'osworld-calc', what: 'LibreOffice Calc with a sheet (bench.xlsx, 200 rows of numbers and a SUM column)', file: 'bench.xlsx', start: 'libreoffice --calc "$FILE"', window: /^bench\.xlsx - LibreOffice Calc$/ },
-  { arm: 'osworld-writer', what: 'LibreOffice Writer with a document (bench.docx, a heading and 60 paragraphs)', file: 'bench.docx', start: 'libreoffice --writer "$FILE"', window: /^bench\.docx - LibreOffice Writer$/ },
-  { arm: 'osworld-impress', what: 'LibreOffice Impress with a deck (bench.pptx, 10 slides)', file: 'bench.pptx', start: 'libreoffice --impress "$FILE"', window: /^bench\.pptx - LibreOffice Impress$/ },
+  {
+    arm: 'osworld-calc',
+    what: 'LibreOffice Calc with a sheet (bench.xlsx, 200 rows of numbers and a SUM column)',
+    file: 'bench.xlsx',
+    start: 'libreoffice --calc "$FILE"',
+    window: /^bench\.xlsx - LibreOffice Calc$/,
+  },
+  {
+    arm: 'osworld-writer',
+    what: 'LibreOffice Writer with a document (bench.docx, a heading and 60 paragraphs)',
+    file: 'bench.docx',
+    start: 'libreoffice --writer "$FILE"',
+    window: /^bench\.docx - LibreOffice Writer$/,
+  },
+  {
+    arm: 'osworld-impress',
+    what: 'LibreOffice Impress with a deck (bench.pptx, 10 slides)',
+    file: 'bench.pptx',
+    start: 'libreoffice --impress "$FILE"',
+    window: /^bench\.pptx - LibreOffice Impress$/,
+  },
   { arm: 'osworld-gimp', what: 'GIMP 2.10 with an image (bench.png, 1280x800)', file: 'bench.png', start: 'gimp "$FILE"', window: /\[bench\].*GIMP/ },
-  { arm: 'osworld-vlc', what: 'VLC 3.0 paused on a video (bench.mp4, 30 s 1280x720 H.264), web interface on', file: 'bench.mp4', start: 'VLC_VERBOSE=-1 vlc --no-audio --start-paused "$FILE"', window: /^bench\.mp4 - VLC media player$/ },
-  { arm: 'osworld-thunderbird', what: 'Thunderbird with a profile (a fresh default profile, made at first start)', start: 'thunderbird', window: /Thunderbird/ },
+  {
+    arm: 'osworld-vlc',
+    what: 'VLC 3.0 paused on a video (bench.mp4, 30 s 1280x720 H.264), web interface on',
+    file: 'bench.mp4',
+    start: 'VLC_VERBOSE=-1 vlc --no-audio --start-paused "$FILE"',
+    window: /^bench\.mp4 - VLC media player$/,
+  },
+  {
+    arm: 'osworld-thunderbird',
+    what: 'Thunderbird with a profile (a fresh default profile, made at first start)',
+    start: 'thunderbird',
+    window: /Thunderbird/,
+  },
 ];
 
 /** Runs in a scratch osworld session: the files every app arm opens, made by the apps' own tools. */
@@ -83,7 +112,8 @@ async function openApp(c: DrumsClient, s: SessionInfo, a: AppDef): Promise<void>
   for (;;) {
     const v = await c.windows(s.id);
     if (v.windows.some((w) => a.window.test(w.title))) return;
-    if (performance.now() > deadline) throw new Error(`${a.arm}: no window matching ${a.window} in ${s.id} within 180 s (windows: ${v.windows.map((w) => w.title).join('; ')})`);
+    if (performance.now() > deadline)
+      throw new Error(`${a.arm}: no window matching ${a.window} in ${s.id} within 180 s (windows: ${v.windows.map((w) => w.title).join('; ')})`);
     await sleep(100);
   }
 }
@@ -91,14 +121,20 @@ async function openApp(c: DrumsClient, s: SessionInfo, a: AppDef): Promise<void>
 /** One app arm per app; `step` is the baseline's click + PNG screenshot. */
 export function appArms(base: Pick<Arm, 'step' | 'stepNote' | 'isolation'>, imageBuilt: (name: string) => string | null): Arm[] {
   return APPS.map((a): Arm => {
-    const hooks: ArmHooks = { async enter(ctx) { if (a.file) await makeFixtures(ctx.c); } };
+    const hooks: ArmHooks = {
+      async enter(ctx) {
+        if (a.file) await makeFixtures(ctx.c);
+      },
+    };
     return {
       name: a.arm,
       description: `a Drums session on the osworld image (1920x1080) with ${a.what} open instead of Chromium, and its host-side OSWorld endpoint. Its "browser ready" latencies are app ready: the app's window shows the file`,
       image: 'osworld',
       unavailable: () => imageBuilt('osworld'),
       spec: () => ({ image: 'osworld' }),
-      async afterStart(c, s, url) { if (url) await openApp(c, s, a); },
+      async afterStart(c, s, url) {
+        if (url) await openApp(c, s, a);
+      },
       step: base.step,
       stepNote: base.stepNote,
       hooks,

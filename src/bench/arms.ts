@@ -96,26 +96,31 @@ const baseline: Arm = {
 
 const osworldImage: Arm = {
   name: 'osworld',
-  description: 'a Drums session on the osworld image (default + what OSWorld tasks assume; 1920x1080 screen, its default) with Chromium open, and the host-side OSWorld guest endpoint the daemon serves for it: what one more OSWorld environment costs',
+  description:
+    'a Drums session on the osworld image (default + what OSWorld tasks assume; 1920x1080 screen, its default) with Chromium open, and the host-side OSWorld guest endpoint the daemon serves for it: what one more OSWorld environment costs',
   image: 'osworld',
   unavailable: () => imageBuilt('osworld'),
   spec: (url) => ({ image: 'osworld', ...(url ? { url } : {}) }),
   step: drumsStep,
   stepNote: baseline.stepNote,
-  isolation: { kind: 'as-baseline', why: 'the same session core and policy as the baseline; the image adds packages, and the host-side guest endpoint on 127.0.0.1 refuses local users other than the daemon\'s (peer uid check, tests/integration/osworld-contract.test.ts)' },
+  isolation: {
+    kind: 'as-baseline',
+    why: "the same session core and policy as the baseline; the image adds packages, and the host-side guest endpoint on 127.0.0.1 refuses local users other than the daemon's (peer uid check, tests/integration/osworld-contract.test.ts)",
+  },
 };
 
 /** The peer stack: x11vnc on the session display, websockify serving noVNC; actions and screenshots by spawning xdotool and import. */
 const PEER_START = [
   'setsid x11vnc -display :0 -forever -shared -nopw -localhost -rfbport 5900 -quiet -noxdamage >/tmp/x11vnc.log 2>&1 < /dev/null &',
   'setsid websockify --web /usr/share/novnc 6080 127.0.0.1:5900 >/tmp/websockify.log 2>&1 < /dev/null &',
-  'for i in $(seq 200); do python3 -c "import socket; socket.create_connection((\'127.0.0.1\', 5900), 0.2).close(); socket.create_connection((\'127.0.0.1\', 6080), 0.2).close()" 2>/dev/null && exit 0; sleep 0.05; done',
+  "for i in $(seq 200); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 5900), 0.2).close(); socket.create_connection(('127.0.0.1', 6080), 0.2).close()\" 2>/dev/null && exit 0; sleep 0.05; done",
   'echo "peer stack did not listen on 5900/6080" >&2; cat /tmp/x11vnc.log /tmp/websockify.log >&2; exit 1',
 ].join('\n');
 
 const peerVnc: Arm = {
   name: 'peer-vnc',
-  description: 'the usual peer stack on the same session core: default image + x11vnc + websockify/noVNC; actions and screenshots by spawning xdotool and ImageMagick import inside the session',
+  description:
+    'the usual peer stack on the same session core: default image + x11vnc + websockify/noVNC; actions and screenshots by spawning xdotool and ImageMagick import inside the session',
   image: 'peer-vnc',
   unavailable: () => imageBuilt('peer-vnc'),
   spec: (url) => ({ image: 'peer-vnc', ...(url ? { url } : {}) }),
@@ -131,28 +136,37 @@ const peerVnc: Arm = {
 };
 
 const zramAvailable = (): string | null => {
-  if (!existsSync('/sys/class/zram-control/hot_add') && !existsSync('/sys/block/zram0')) return 'no zram on this host (no /sys/class/zram-control; modprobe zram)';
-  if (!existsSync('/sys/class/zram-control/hot_add')) return 'zram is built without hot_add (/sys/class/zram-control missing): the arm only adds a device of its own, never reuses one';
+  if (!existsSync('/sys/class/zram-control/hot_add') && !existsSync('/sys/block/zram0'))
+    return 'no zram on this host (no /sys/class/zram-control; modprobe zram)';
+  if (!existsSync('/sys/class/zram-control/hot_add'))
+    return 'zram is built without hot_add (/sys/class/zram-control missing): the arm only adds a device of its own, never reuses one';
   for (const tool of ['mkswap', 'swapon', 'swapoff']) if (!onPath(tool)) return `${tool} not found (util-linux)`;
   return null;
 };
 
-const onPath = (tool: string) => (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').concat(['/usr/sbin', '/sbin']).some((d) => existsSync(`${d}/${tool}`));
-
+const onPath = (tool: string) =>
+  (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin')
+    .split(':')
+    .concat(['/usr/sbin', '/sbin'])
+    .some((d) => existsSync(`${d}/${tool}`));
 
 /** The memory arms need root on the host (sysfs knobs, swapon, cgroup files). */
 const needRoot = (): string | null => (process.getuid?.() === 0 ? null : 'needs root on the host (host knobs, cgroup files)');
 
 const zramIdle: Arm = {
   name: 'zram-idle',
-  description: 'baseline sessions whose memory is pushed, at every reading, into a zram swap device (its own, added for the trial) through each session\'s own memory cgroup (v1: limit lowered then restored with swappiness 100; v2: memory.reclaim); then the first step after idle is timed. zram compresses page by page: no page is shared or deduplicated across sessions',
+  description:
+    "baseline sessions whose memory is pushed, at every reading, into a zram swap device (its own, added for the trial) through each session's own memory cgroup (v1: limit lowered then restored with swappiness 100; v2: memory.reclaim); then the first step after idle is timed. zram compresses page by page: no page is shared or deduplicated across sessions",
   image: 'default',
   unavailable: () => needRoot() ?? zramAvailable() ?? baseline.unavailable({}),
   spec: baseline.spec,
   step: drumsStep,
   stepNote: baseline.stepNote,
   hooks: zramHooks(),
-  isolation: { kind: 'as-baseline', why: 'zram-idle sessions are baseline sessions (same spec, same image); the arm adds host swap on a zram device, which stores each swapped page compressed in its own slot: no page is shared or deduplicated across sessions, so no cross-session page sharing. Host-wide totals (/proc/swaps, /proc/meminfo, /sys/block/zramN/mm_stat) are readable in a session, as host memory totals already are in the baseline' },
+  isolation: {
+    kind: 'as-baseline',
+    why: 'zram-idle sessions are baseline sessions (same spec, same image); the arm adds host swap on a zram device, which stores each swapped page compressed in its own slot: no page is shared or deduplicated across sessions, so no cross-session page sharing. Host-wide totals (/proc/swaps, /proc/meminfo, /sys/block/zramN/mm_stat) are readable in a session, as host memory totals already are in the baseline',
+  },
 };
 
 const ksm = (aslr: boolean): Arm => ({
@@ -160,13 +174,24 @@ const ksm = (aslr: boolean): Arm => ({
   description: `baseline sessions whose init opts its whole process tree into KSM (prctl(PR_SET_MEMORY_MERGE) before exec, inherited by every desktop process; session label drums.bench.ksm=1, honoured only by a daemon with DRUMS_BENCH_HOOKS=1) with ksmd running (run=1, pages_to_scan=${KSM_SETTINGS.pages_to_scan}, sleep_millisecs=${KSM_SETTINGS.sleep_millisecs}) for the trial; kernel.randomize_va_space ${aslr ? 'left as is' : 'set to 0 host-wide for the trial'}; readings taken once merging settles`,
   image: 'default',
   ...(aslr ? {} : { unsafe: 'ASLR off host-wide (kernel.randomize_va_space=0) for the trial: weakens every process on the host; measurement only' }),
-  tradeoff: 'a saving bought with isolation: KSM merges identical pages across sessions, and a write to a merged page takes a copy-on-write fault, so one session can tell by timing which page contents another session holds (the run\'s probe ksm.cross-session-merge demonstrates it)',
-  unavailable: () => needRoot() ?? (existsSync('/sys/kernel/mm/ksm/run') ? (existsSync('/proc/self/ksm_stat') ? baseline.unavailable({}) : 'kernel lacks per-process KSM (PR_SET_MEMORY_MERGE, /proc/PID/ksm_stat; Linux >= 6.4)') : 'kernel has no KSM (/sys/kernel/mm/ksm missing)'),
+  tradeoff:
+    "a saving bought with isolation: KSM merges identical pages across sessions, and a write to a merged page takes a copy-on-write fault, so one session can tell by timing which page contents another session holds (the run's probe ksm.cross-session-merge demonstrates it)",
+  unavailable: () =>
+    needRoot() ??
+    (existsSync('/sys/kernel/mm/ksm/run')
+      ? existsSync('/proc/self/ksm_stat')
+        ? baseline.unavailable({})
+        : 'kernel lacks per-process KSM (PR_SET_MEMORY_MERGE, /proc/PID/ksm_stat; Linux >= 6.4)'
+      : 'kernel has no KSM (/sys/kernel/mm/ksm missing)'),
   spec: baseline.spec,
   step: drumsStep,
   stepNote: baseline.stepNote,
   hooks: ksmHooks(aslr),
-  isolation: { kind: 'fail-by-design', probe: 'ksm.cross-session-merge', why: 'KSM deduplicates pages across sessions; a merged page is a cross-session timing side channel (copy-on-write on write). FAIL by design' },
+  isolation: {
+    kind: 'fail-by-design',
+    probe: 'ksm.cross-session-merge',
+    why: 'KSM deduplicates pages across sessions; a merged page is a cross-session timing side channel (copy-on-write on write). FAIL by design',
+  },
 });
 
 /** The session-side port of the shared browser's DevTools endpoint (each shared-browser session may reach its gateway on it). */
@@ -175,18 +200,25 @@ const shared = sharedBrowser(SHARED_DEVTOOLS_PORT);
 
 const sharedBrowserArm: Arm = {
   name: 'shared-browser',
-  description: 'one Chromium on the host (same flags as a session\'s own, on a host Xvfb) with a browser context (profile) and one page per session; the sessions run the desktop only (Xvfb, openbox, buses). Tools in a session reach their browser through its DevTools endpoint, as OSWorld tasks do on port 9222',
+  description:
+    "one Chromium on the host (same flags as a session's own, on a host Xvfb) with a browser context (profile) and one page per session; the sessions run the desktop only (Xvfb, openbox, buses). Tools in a session reach their browser through its DevTools endpoint, as OSWorld tasks do on port 9222",
   image: 'default',
-  unsafe: 'one browser process tree serves every session: a session that reaches the DevTools endpoint reads and drives every other session\'s pages, and a renderer or browser compromise reaches all sessions',
-  tradeoff: 'a saving bought with isolation: every session\'s pages live in one browser process and behind one DevTools endpoint (the run\'s probe shared-browser.cross-session-devtools shows session A reading and driving session B\'s page)',
+  unsafe:
+    "one browser process tree serves every session: a session that reaches the DevTools endpoint reads and drives every other session's pages, and a renderer or browser compromise reaches all sessions",
+  tradeoff:
+    "a saving bought with isolation: every session's pages live in one browser process and behind one DevTools endpoint (the run's probe shared-browser.cross-session-devtools shows session A reading and driving session B's page)",
   unavailable: () => sharedBrowserUnavailable() ?? baseline.unavailable({}),
   spec: () => ({ image: 'default', hostPorts: [SHARED_DEVTOOLS_PORT] }),
   afterStart: shared.afterStart,
   afterDestroy: shared.afterDestroy,
   step: shared.step,
-  stepNote: 'a click (5, 5) and a PNG screenshot of the session\'s page through the shared browser\'s DevTools protocol (Playwright over CDP)',
+  stepNote: "a click (5, 5) and a PNG screenshot of the session's page through the shared browser's DevTools protocol (Playwright over CDP)",
   hooks: shared.hooks,
-  isolation: { kind: 'fail-by-design', probe: PROBE_ID, why: 'one browser serves every session: whoever reaches its DevTools endpoint reads and drives all pages. FAIL by design; the in-run probe and drums audit --arms shared-browser name the path' },
+  isolation: {
+    kind: 'fail-by-design',
+    probe: PROBE_ID,
+    why: 'one browser serves every session: whoever reaches its DevTools endpoint reads and drives all pages. FAIL by design; the in-run probe and drums audit --arms shared-browser name the path',
+  },
 };
 
 /** OSWorld's own guest server inside every session, from the checkout given with --osworld-src (src/bench/seed-guest.ts). */
@@ -201,4 +233,3 @@ export function getArm(name: string): Arm {
   if (!a) throw new Error(`unknown arm '${name}'; arms: ${Object.keys(ARMS).join(', ')}`);
   return a;
 }
-

@@ -18,26 +18,44 @@ import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord
  * 169.254.169.254 and private addresses). Any probe that finds an observation
  * or influence path is a FAIL, named in the record.
  */
-export interface Probe { arm: string; id: string; category: string; as: string; result: 'pass' | 'fail' | 'invalid'; detail: string }
+export interface Probe {
+  arm: string;
+  id: string;
+  category: string;
+  as: string;
+  result: 'pass' | 'fail' | 'invalid';
+  detail: string;
+}
 
 const AUDIT_ARMS = ['baseline', 'fork', 'shared-browser'];
 const PROBES_PY = readFileSync(new URL('./audit-probes.py', import.meta.url), 'utf8');
 const page = (rgb: string) => `data:text/html,<title>audit</title><body style="background:%23${rgb};margin:0"></body>`;
-const RED = 'cc2222', GREEN = '22cc22';
+const RED = 'cc2222',
+  GREEN = '22cc22';
 
 const ip = (...args: string[]) => execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 
 /** A network namespace of our own with metadata/private addresses, routed from the host, with a listener. */
 function startTargets(tag: string, port: number) {
-  const ns = `drau${tag}`, hv = `drau${tag}h`, nv = `drau${tag}n`;
+  const ns = `drau${tag}`,
+    hv = `drau${tag}h`,
+    nv = `drau${tag}n`;
   const addrs = { meta: '169.254.169.254', ten: '10.254.77.1', one92: '192.168.254.1', one72: '172.16.254.1' };
   const routes: string[] = [];
   let proc: ChildProcess | undefined;
   const cleanup = () => {
     if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    for (const r of routes) { try { ip('route', 'del', r); } catch {} }
-    try { ip('link', 'del', hv); } catch {}
-    try { ip('netns', 'del', ns); } catch {}
+    for (const r of routes) {
+      try {
+        ip('route', 'del', r);
+      } catch {}
+    }
+    try {
+      ip('link', 'del', hv);
+    } catch {}
+    try {
+      ip('netns', 'del', ns);
+    } catch {}
   };
   try {
     ip('netns', 'add', ns);
@@ -48,8 +66,22 @@ function startTargets(tag: string, port: number) {
     for (const a of Object.values(addrs)) ip('-n', ns, 'addr', 'add', `${a}/32`, 'dev', nv);
     ip('-n', ns, 'link', 'set', nv, 'up');
     ip('-n', ns, 'link', 'set', 'lo', 'up');
-    for (const a of Object.values(addrs)) { ip('route', 'add', `${a}/32`, 'via', '10.254.78.2'); routes.push(`${a}/32`); }
-    proc = spawn('ip', ['netns', 'exec', ns, 'python3', '-c', `import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',${port}));s.listen(64)\nwhile True:\n  c,_=s.accept();c.close()`], { stdio: 'ignore' });
+    for (const a of Object.values(addrs)) {
+      ip('route', 'add', `${a}/32`, 'via', '10.254.78.2');
+      routes.push(`${a}/32`);
+    }
+    proc = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        'python3',
+        '-c',
+        `import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',${port}));s.listen(64)\nwhile True:\n  c,_=s.accept();c.close()`,
+      ],
+      { stdio: 'ignore' },
+    );
   } catch (e) {
     cleanup();
     throw new Error(`could not set up the audit's target namespace: ${(e as Error).message}`);
@@ -59,18 +91,28 @@ function startTargets(tag: string, port: number) {
 
 function hostListener(host: string): Promise<{ port: number; accepted: string[]; close: () => void }> {
   const accepted: string[] = [];
-  const srv = net.createServer((s) => { accepted.push(String(s.remoteAddress)); s.destroy(); });
+  const srv = net.createServer((s) => {
+    accepted.push(String(s.remoteAddress));
+    s.destroy();
+  });
   return new Promise((res, rej) => {
     srv.once('error', rej);
     srv.listen(0, host, () => res({ port: (srv.address() as net.AddressInfo).port, accepted, close: () => srv.close() }));
   });
 }
 
-const canConnect = (host: string, port: number) => new Promise<boolean>((res) => {
-  const s = net.connect({ host, port, timeout: 1500 }, () => { s.destroy(); res(true); });
-  s.on('error', () => res(false));
-  s.on('timeout', () => { s.destroy(); res(false); });
-});
+const canConnect = (host: string, port: number) =>
+  new Promise<boolean>((res) => {
+    const s = net.connect({ host, port, timeout: 1500 }, () => {
+      s.destroy();
+      res(true);
+    });
+    s.on('error', () => res(false));
+    s.on('timeout', () => {
+      s.destroy();
+      res(false);
+    });
+  });
 
 async function centerPixel(c: DrumsClient, id: string): Promise<[number, number, number]> {
   const sharp = (await import('sharp')).default;
@@ -78,7 +120,8 @@ async function centerPixel(c: DrumsClient, id: string): Promise<[number, number,
   const img = sharp(png);
   const meta = await img.metadata();
   const { data, info } = await img.removeAlpha().raw().toBuffer({ resolveWithObject: true });
-  const x = Math.floor(meta.width! / 2), y = Math.floor(meta.height! * 0.75);
+  const x = Math.floor(meta.width! / 2),
+    y = Math.floor(meta.height! * 0.75);
   const o = (y * info.width + x) * info.channels;
   return [data[o]!, data[o + 1]!, data[o + 2]!];
 }
@@ -86,7 +129,9 @@ const near = (p: number[], hex: string) => [0, 1, 2].every((i) => Math.abs(p[i]!
 
 const KINDS: Record<string, string> = { xvfb: 'Xvfb', wm: 'openbox', buses: 'dbus-daemon', browser: 'chromium' };
 const kindsAlive = async (c: DrumsClient, id: string) => {
-  const r = await c.exec(id, { shell: 'cat /proc/[0-9]*/comm 2>/dev/null | sort | uniq -c', timeoutMs: 15_000 }).catch((e: Error) => ({ stdout: '', exitCode: -1, stderr: e.message }));
+  const r = await c
+    .exec(id, { shell: 'cat /proc/[0-9]*/comm 2>/dev/null | sort | uniq -c', timeoutMs: 15_000 })
+    .catch((e: Error) => ({ stdout: '', exitCode: -1, stderr: e.message }));
   return Object.fromEntries(Object.entries(KINDS).map(([k, comm]) => [k, new RegExp(`\\d+ ${comm}$`, 'm').test(r.stdout)]));
 };
 
@@ -168,36 +213,96 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
     // The controls' own connections are not findings.
     hostAny.accepted.length = 0;
     hostLo.accepted.length = 0;
-    for (const [id, ok] of controls) probes.push({ arm, id, category: 'control', as: 'host', result: ok ? 'pass' : 'invalid', detail: ok ? 'target reachable from where it should be' : `control failed; probes depending on it are not meaningful: ${setup.stderr.slice(-200)}` });
+    for (const [id, ok] of controls)
+      probes.push({
+        arm,
+        id,
+        category: 'control',
+        as: 'host',
+        result: ok ? 'pass' : 'invalid',
+        detail: ok ? 'target reachable from where it should be' : `control failed; probes depending on it are not meaningful: ${setup.stderr.slice(-200)}`,
+      });
     const hostAddr = /src (\S+)/.exec(ip('route', 'get', '192.0.2.123'))?.[1] ?? '127.0.0.1';
     const env: Record<string, string> = {
-      B_PROC_MARK: `sleep ${mark}`, B_FILES: bFiles.join(':'), HOST_MARKER: hostMarker, STATE_DIR: d.stateDir,
-      B_XPROP: `AUDIT_${tag}`, B_ADDR: b.network.address, B_GW: b.network.gateway, A_GW: a.network.gateway, B_PORT: String(bPort),
-      B_ABSTRACT: `audit-${tag}`, B_BUS_ID: ((st) => `${st.dev}:${st.ino}`)(statSync(join(d.stateDir, 'rt', b.id, 'run', 'bus'))), B_NS: (bNs ?? '').replace(/,$/, ''),
-      B_SHM_KEY: String(shmKey), B_MQ: `audit-${tag}`, HOST_PORT: String(hostAny.port), HOST_LO_PORT: String(hostLo.port), HOST_ADDR: hostAddr,
-      TARGET_PORT: String(targetPort), TARGET_10: targets.addrs.ten, TARGET_192: targets.addrs.one92, TARGET_172: targets.addrs.one72, HOST_PID: String(process.pid),
+      B_PROC_MARK: `sleep ${mark}`,
+      B_FILES: bFiles.join(':'),
+      HOST_MARKER: hostMarker,
+      STATE_DIR: d.stateDir,
+      B_XPROP: `AUDIT_${tag}`,
+      B_ADDR: b.network.address,
+      B_GW: b.network.gateway,
+      A_GW: a.network.gateway,
+      B_PORT: String(bPort),
+      B_ABSTRACT: `audit-${tag}`,
+      B_BUS_ID: ((st) => `${st.dev}:${st.ino}`)(statSync(join(d.stateDir, 'rt', b.id, 'run', 'bus'))),
+      B_NS: (bNs ?? '').replace(/,$/, ''),
+      B_SHM_KEY: String(shmKey),
+      B_MQ: `audit-${tag}`,
+      HOST_PORT: String(hostAny.port),
+      HOST_LO_PORT: String(hostLo.port),
+      HOST_ADDR: hostAddr,
+      TARGET_PORT: String(targetPort),
+      TARGET_10: targets.addrs.ten,
+      TARGET_192: targets.addrs.one92,
+      TARGET_172: targets.addrs.one72,
+      HOST_PID: String(process.pid),
     };
     for (const root of [false, true]) {
       progress(`probes in A as ${root ? 'root-in-session' : 'user'}`);
       const r = await c.exec(a.id, { argv: ['python3', '-'], stdin: PROBES_PY, env, root, timeoutMs: 120_000 });
       const lines = r.stdout.split('\n').filter((l) => l.startsWith('{'));
-      if (!lines.length || r.exitCode !== 0) probes.push({ arm, id: 'probe-script', category: 'harness', as: root ? 'root' : 'user', result: 'invalid', detail: `probe script exit ${r.exitCode}: ${r.stderr.slice(-400)}` });
+      if (!lines.length || r.exitCode !== 0)
+        probes.push({
+          arm,
+          id: 'probe-script',
+          category: 'harness',
+          as: root ? 'root' : 'user',
+          result: 'invalid',
+          detail: `probe script exit ${r.exitCode}: ${r.stderr.slice(-400)}`,
+        });
       for (const l of lines) {
         const p = JSON.parse(l) as { id: string; category: string; held: boolean; detail: string };
         probes.push({ arm, id: p.id, category: p.category, as: root ? 'root' : 'user', result: p.held ? 'pass' : 'fail', detail: p.detail });
       }
     }
-    if (hostAny.accepted.length || hostLo.accepted.length) probes.push({ arm, id: 'net.host-listener-accepted', category: 'network', as: 'host', result: 'fail', detail: `host listeners accepted ${[...hostAny.accepted, ...hostLo.accepted].join(', ')}` });
+    if (hostAny.accepted.length || hostLo.accepted.length)
+      probes.push({
+        arm,
+        id: 'net.host-listener-accepted',
+        category: 'network',
+        as: 'host',
+        result: 'fail',
+        detail: `host listeners accepted ${[...hostAny.accepted, ...hostLo.accepted].join(', ')}`,
+      });
     progress('screenshot integrity');
-    const pa = await centerPixel(c, a.id), pb = await centerPixel(c, b.id);
-    probes.push({ arm, id: 'screenshot.a-shows-only-a', category: 'screenshot', as: 'api', result: near(pa, RED) ? 'pass' : 'fail', detail: `A pixel ${pa} (own page ${RED})` });
-    probes.push({ arm, id: 'screenshot.b-shows-only-b', category: 'screenshot', as: 'api', result: near(pb, GREEN) ? 'pass' : 'fail', detail: `B pixel ${pb} (own page ${GREEN})` });
+    const pa = await centerPixel(c, a.id),
+      pb = await centerPixel(c, b.id);
+    probes.push({
+      arm,
+      id: 'screenshot.a-shows-only-a',
+      category: 'screenshot',
+      as: 'api',
+      result: near(pa, RED) ? 'pass' : 'fail',
+      detail: `A pixel ${pa} (own page ${RED})`,
+    });
+    probes.push({
+      arm,
+      id: 'screenshot.b-shows-only-b',
+      category: 'screenshot',
+      as: 'api',
+      result: near(pb, GREEN) ? 'pass' : 'fail',
+      detail: `B pixel ${pb} (own page ${GREEN})`,
+    });
     // Blast radius: kill each process kind in a fresh A; B must be unaffected.
     for (const [kind, comm] of Object.entries(KINDS)) {
       progress(`blast radius: kill ${comm} in a fresh A`);
       const a2 = await c.createSession({ image: 'default', url: page(RED) });
       sessions.push(a2);
-      await c.exec(a2.id, { shell: `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = "${comm}" ] && kill -9 \${p#/proc/}; done; true`, root: true, timeoutMs: 15_000 });
+      await c.exec(a2.id, {
+        shell: `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = "${comm}" ] && kill -9 \${p#/proc/}; done; true`,
+        root: true,
+        timeoutMs: 15_000,
+      });
       await sleep(3000);
       const aState = (await c.getSession(a2.id)).state;
       const aLeft = aState === 'ready' ? await kindsAlive(c, a2.id) : null;
@@ -205,8 +310,28 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
       const bLeft = await kindsAlive(c, b.id);
       const bPix = await centerPixel(c, b.id).catch(() => [0, 0, 0]);
       const bOk = bState === 'ready' && Object.values(bLeft).every(Boolean) && near(bPix, GREEN);
-      blast.push({ killed: kind, process: comm, aState, aStillRunning: aLeft, lostInA: aLeft ? Object.entries(aLeft).filter(([, v]) => !v).map(([k]) => k) : 'whole session (broken)', bState, bRunning: bLeft, bScreenshotOk: near(bPix, GREEN) });
-      probes.push({ arm, id: `blast.kill-${kind}-spares-b`, category: 'blast-radius', as: 'root', result: bOk ? 'pass' : 'fail', detail: `A ${aState}; B ${bState}, running ${JSON.stringify(bLeft)}` });
+      blast.push({
+        killed: kind,
+        process: comm,
+        aState,
+        aStillRunning: aLeft,
+        lostInA: aLeft
+          ? Object.entries(aLeft)
+              .filter(([, v]) => !v)
+              .map(([k]) => k)
+          : 'whole session (broken)',
+        bState,
+        bRunning: bLeft,
+        bScreenshotOk: near(bPix, GREEN),
+      });
+      probes.push({
+        arm,
+        id: `blast.kill-${kind}-spares-b`,
+        category: 'blast-radius',
+        as: 'root',
+        result: bOk ? 'pass' : 'fail',
+        detail: `A ${aState}; B ${bState}, running ${JSON.stringify(bLeft)}`,
+      });
       await c.destroySession(a2.id).catch(() => {});
       sessions.pop();
     }
@@ -231,25 +356,72 @@ async function auditSharedBrowser(progress: (s: string) => void): Promise<Probe[
   const { chromium } = await import('playwright-core');
   const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
   try {
-    const ctxA = await browser.newContext(), ctxB = await browser.newContext();
-    const pa = await ctxA.newPage(), pb = await ctxB.newPage();
-    await pa.goto(page(RED)); await pb.goto(page(GREEN));
+    const ctxA = await browser.newContext(),
+      ctxB = await browser.newContext();
+    const pa = await ctxA.newPage(),
+      pb = await ctxB.newPage();
+    await pa.goto(page(RED));
+    await pb.goto(page(GREEN));
     const renderers: { pid: number; uid: string; pidns: string }[] = [];
-    const kids = (pid: number): number[] => { try { return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number); } catch { return []; } };
-    const bpid = (browser as unknown as { _initializer?: unknown }) && Number(execFileSync('sh', ['-c', `ps -o pid= --ppid ${process.pid}`], { encoding: 'utf8' }).trim().split('\n').find((p) => /chrom/.test(readFileSync(`/proc/${p.trim()}/comm`, 'utf8')))?.trim());
-    const walk = (p: number) => { for (const k of kids(p)) { const cmd = readFileSync(`/proc/${k}/cmdline`, 'utf8'); if (cmd.includes('--type=renderer')) renderers.push({ pid: k, uid: /Uid:\s+(\d+)/.exec(readFileSync(`/proc/${k}/status`, 'utf8'))![1]!, pidns: execFileSync('readlink', [`/proc/${k}/ns/pid`], { encoding: 'utf8' }).trim() }); walk(k); } };
+    const kids = (pid: number): number[] => {
+      try {
+        return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+      } catch {
+        return [];
+      }
+    };
+    const bpid =
+      (browser as unknown as { _initializer?: unknown }) &&
+      Number(
+        execFileSync('sh', ['-c', `ps -o pid= --ppid ${process.pid}`], { encoding: 'utf8' })
+          .trim()
+          .split('\n')
+          .find((p) => /chrom/.test(readFileSync(`/proc/${p.trim()}/comm`, 'utf8')))
+          ?.trim(),
+      );
+    const walk = (p: number) => {
+      for (const k of kids(p)) {
+        const cmd = readFileSync(`/proc/${k}/cmdline`, 'utf8');
+        if (cmd.includes('--type=renderer'))
+          renderers.push({
+            pid: k,
+            uid: /Uid:\s+(\d+)/.exec(readFileSync(`/proc/${k}/status`, 'utf8'))![1]!,
+            pidns: execFileSync('readlink', [`/proc/${k}/ns/pid`], { encoding: 'utf8' }).trim(),
+          });
+        walk(k);
+      }
+    };
     if (bpid) walk(bpid);
     const shared = renderers.length >= 2 && renderers.every((r) => r.uid === renderers[0]!.uid && r.pidns === renderers[0]!.pidns);
     return [
-      { arm: 'shared-browser', id: 'shared-browser.one-browser-process-holds-both-profiles', category: 'processes', as: 'host', result: 'fail', detail: `both sessions' profiles are served by one browser process (pid ${bpid}): its memory holds both sessions' cookies and storage` },
-      { arm: 'shared-browser', id: 'shared-browser.renderers-share-uid-and-pidns', category: 'processes', as: 'host', result: shared ? 'fail' : renderers.length < 2 ? 'invalid' : 'pass', detail: `${renderers.length} renderers: ${renderers.map((r) => `${r.pid} uid ${r.uid} ${r.pidns}`).join('; ')}${shared ? ' — A\'s renderer can see and signal B\'s' : ''}` },
+      {
+        arm: 'shared-browser',
+        id: 'shared-browser.one-browser-process-holds-both-profiles',
+        category: 'processes',
+        as: 'host',
+        result: 'fail',
+        detail: `both sessions' profiles are served by one browser process (pid ${bpid}): its memory holds both sessions' cookies and storage`,
+      },
+      {
+        arm: 'shared-browser',
+        id: 'shared-browser.renderers-share-uid-and-pidns',
+        category: 'processes',
+        as: 'host',
+        result: shared ? 'fail' : renderers.length < 2 ? 'invalid' : 'pass',
+        detail: `${renderers.length} renderers: ${renderers.map((r) => `${r.pid} uid ${r.uid} ${r.pidns}`).join('; ')}${shared ? " — A's renderer can see and signal B's" : ''}`,
+      },
     ];
   } finally {
     await browser.close();
   }
 }
 
-export async function runAudit(o: { arms?: string[]; outDir?: string; progress?: (s: string) => void; command?: string }): Promise<{ record: BenchRecord; file: string }> {
+export async function runAudit(o: {
+  arms?: string[];
+  outDir?: string;
+  progress?: (s: string) => void;
+  command?: string;
+}): Promise<{ record: BenchRecord; file: string }> {
   const armNames = o.arms?.length ? o.arms : ['baseline'];
   for (const a of armNames) if (!AUDIT_ARMS.includes(a)) throw new Error(`the audit has no probes for arm '${a}'; audited arms: ${AUDIT_ARMS.join(', ')}`);
   const bars = loadBars('audit');
@@ -285,7 +457,11 @@ export async function runAudit(o: { arms?: string[]; outDir?: string; progress?:
     }
   }
   if (armNames.includes('shared-browser')) {
-    try { probes.push(...(await auditSharedBrowser(progress))); } catch (e) { incomplete.push(`shared-browser probe aborted: ${(e as Error).message}`); }
+    try {
+      probes.push(...(await auditSharedBrowser(progress)));
+    } catch (e) {
+      incomplete.push(`shared-browser probe aborted: ${(e as Error).message}`);
+    }
   }
   const results: ResultRow[] = [];
   const arms: ArmRecord[] = armNames.map((name) => {
@@ -296,31 +472,88 @@ export async function runAudit(o: { arms?: string[]; outDir?: string; progress?:
     results.push({ arm: name, metric: 'audit_probes_failed', value: failed.length, ci: null, unit: 'probes', n: 1, note: failed.join(', ') });
     if (invalid.length) incomplete.push(`${name}: ${invalid.length} probes or controls invalid (${invalid.map((p) => p.id).join(', ')})`);
     return {
-      name, description: name === 'baseline' ? 'two default Drums sessions with Chromium, probed from A' : name === 'fork' ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A' : 'one Chromium serving two profiles (the shared-browser design)', image: 'default',
-      status: ps.length ? 'measured' : 'invalid', ...(ps.length ? {} : { reason: 'no probe ran' }),
+      name,
+      description:
+        name === 'baseline'
+          ? 'two default Drums sessions with Chromium, probed from A'
+          : name === 'fork'
+            ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A'
+            : 'one Chromium serving two profiles (the shared-browser design)',
+      image: 'default',
+      status: ps.length ? 'measured' : 'invalid',
+      ...(ps.length ? {} : { reason: 'no probe ran' }),
       isolation: { verdict: ps.length === 0 ? 'not-audited' : failed.length ? 'fail' : 'pass', failedProbes: failed },
     } as ArmRecord;
   });
-  const verdicts: Verdict[] = bars.bars.bars.flatMap((b) => armNames.filter((a) => a === b.arm || b.arm === 'baseline').map((arm) => {
-    const row = results.find((r) => r.arm === arm && r.metric === b.metric);
-    const pass = judge(b, row?.value);
-    return { barId: `${b.id}${arm === 'baseline' ? '' : '@' + arm}`, arm, metric: b.metric, op: b.op, bar: b.value, unit: b.unit, value: row?.value ?? null, ci: null, pass };
-  }));
+  const verdicts: Verdict[] = bars.bars.bars.flatMap((b) =>
+    armNames
+      .filter((a) => a === b.arm || b.arm === 'baseline')
+      .map((arm) => {
+        const row = results.find((r) => r.arm === arm && r.metric === b.metric);
+        const pass = judge(b, row?.value);
+        return {
+          barId: `${b.id}${arm === 'baseline' ? '' : '@' + arm}`,
+          arm,
+          metric: b.metric,
+          op: b.op,
+          bar: b.value,
+          unit: b.unit,
+          value: row?.value ?? null,
+          ci: null,
+          pass,
+        };
+      }),
+  );
   const complete = incomplete.length === 0;
-  const status = verdicts.some((v) => v.arm === 'baseline' && v.pass === false) ? 'failed' : !complete || verdicts.some((v) => v.pass === null) ? 'inconclusive' : 'passed';
+  const status = verdicts.some((v) => v.arm === 'baseline' && v.pass === false)
+    ? 'failed'
+    : !complete || verdicts.some((v) => v.pass === null)
+      ? 'inconclusive'
+      : 'passed';
   const record: BenchRecord = {
-    schemaVersion: RECORD_SCHEMA_VERSION, kind: 'drums-bench-record', experiment: 'audit',
-    description: 'Isolation audit: probes from inside session A against sibling B and the host (processes, files, /proc, X, D-Bus, abstract sockets, network to sibling/gateways/host/metadata/private ranges, SysV/POSIX IPC, cgroups, capabilities, devices, /sys), screenshot integrity, and the blast radius of killing each process kind in A. The status follows the baseline arm; other arms carry their own isolation verdicts (shared-browser is expected to fail).',
-    mode: 'full', status, complete, incompleteReasons: incomplete,
-    command: o.command ?? `bin/drums audit --arms ${armNames.join(',')}`, commit: g.commit, dirty: g.dirty, started, finished: new Date().toISOString(),
+    schemaVersion: RECORD_SCHEMA_VERSION,
+    kind: 'drums-bench-record',
+    experiment: 'audit',
+    description:
+      'Isolation audit: probes from inside session A against sibling B and the host (processes, files, /proc, X, D-Bus, abstract sockets, network to sibling/gateways/host/metadata/private ranges, SysV/POSIX IPC, cgroups, capabilities, devices, /sys), screenshot integrity, and the blast radius of killing each process kind in A. The status follows the baseline arm; other arms carry their own isolation verdicts (shared-browser is expected to fail).',
+    mode: 'full',
+    status,
+    complete,
+    incompleteReasons: incomplete,
+    command: o.command ?? `bin/drums audit --arms ${armNames.join(',')}`,
+    commit: g.commit,
+    dirty: g.dirty,
+    started,
+    finished: new Date().toISOString(),
     bars: { file: 'bench/bars/audit.json', sha256: bars.sha256, fixedAt: bars.bars.fixedAt, fixedCommit: bars.bars.fixedCommit },
     host: hostFacts(),
-    method: { probes: 'a Python probe script run in A through POST /v1/sessions/:id/exec, once as the desktop user and once as root-in-session; each probe reports whether the fence held', targets: 'network targets are listeners this audit starts: on B (its address), on the host (0.0.0.0 and 127.0.0.1, random ports), and in a network namespace it creates holding 169.254.169.254, 10.254.77.1, 192.168.254.1 and 172.16.254.1, routed from the host; positive controls check each target is reachable from where it should be', blast: 'for each kind (Xvfb, openbox, dbus-daemon, chromium) a fresh A is created, the kind killed as root-in-session, and A and B inspected 3 s later' },
-    config: { arms: armNames }, arms, trials: [], results, verdicts, summary: '', surprises: [], limitations: ['the probes cover known paths; a pass is not a proof of isolation', 'kernel exploits are out of scope'], failures, plots: {},
+    method: {
+      probes:
+        'a Python probe script run in A through POST /v1/sessions/:id/exec, once as the desktop user and once as root-in-session; each probe reports whether the fence held',
+      targets:
+        'network targets are listeners this audit starts: on B (its address), on the host (0.0.0.0 and 127.0.0.1, random ports), and in a network namespace it creates holding 169.254.169.254, 10.254.77.1, 192.168.254.1 and 172.16.254.1, routed from the host; positive controls check each target is reachable from where it should be',
+      blast: 'for each kind (Xvfb, openbox, dbus-daemon, chromium) a fresh A is created, the kind killed as root-in-session, and A and B inspected 3 s later',
+    },
+    config: { arms: armNames },
+    arms,
+    trials: [],
+    results,
+    verdicts,
+    summary: '',
+    surprises: [],
+    limitations: ['the probes cover known paths; a pass is not a proof of isolation', 'kernel exploits are out of scope'],
+    failures,
+    plots: {},
     audit: { probes, blastRadius: blast },
   };
   const fails = probes.filter((p) => p.result === 'fail');
-  record.summary = arms.map((a) => `${a.name}: isolation ${a.isolation.verdict.toUpperCase()} over ${probes.filter((p) => p.arm === a.name && p.category !== 'control').length} probes${a.isolation.failedProbes.length ? `; caught by ${a.isolation.failedProbes.join(', ')}` : ''}.`).join(' ') + (complete ? '' : ` Incomplete: ${incomplete.join('; ')}.`);
+  record.summary =
+    arms
+      .map(
+        (a) =>
+          `${a.name}: isolation ${a.isolation.verdict.toUpperCase()} over ${probes.filter((p) => p.arm === a.name && p.category !== 'control').length} probes${a.isolation.failedProbes.length ? `; caught by ${a.isolation.failedProbes.join(', ')}` : ''}.`,
+      )
+      .join(' ') + (complete ? '' : ` Incomplete: ${incomplete.join('; ')}.`);
   if (fails.length) record.surprises.push(...fails.map((p) => `${p.arm}: ${p.id} (${p.as}) — ${p.detail}`));
   const errs = validateRecord(record);
   if (errs.length) throw new Error(`internal: audit record does not validate: ${errs.join('; ')}`);

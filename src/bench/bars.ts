@@ -37,7 +37,15 @@ const SESSION_CORE: Bar[] = [
   { id: 'browser-ready-p50', metric: 'create_browser_ready_ms.p50', arm: 'baseline', op: '<=', value: 1000, unit: 'ms', source: 'issue: session core' },
   { id: 'reset-p50', metric: 'reset_ms.p50', arm: 'baseline', op: '<=', value: 500, unit: 'ms', source: 'issue: session core' },
   { id: 'mem-per-session-chromium', metric: 'mem_per_session_mib', arm: 'baseline', op: '<=', value: 130, unit: 'MiB', source: 'issue: session core' },
-  { id: 'concurrent-chromium-sessions', metric: 'concurrent_sessions_ok', arm: 'baseline', op: '>=', value: 50, unit: 'sessions', source: 'issue: session core' },
+  {
+    id: 'concurrent-chromium-sessions',
+    metric: 'concurrent_sessions_ok',
+    arm: 'baseline',
+    op: '>=',
+    value: 50,
+    unit: 'sessions',
+    source: 'issue: session core',
+  },
 ];
 
 const OBSERVE_ACT: Bar[] = [
@@ -49,20 +57,74 @@ const OBSERVE_ACT: Bar[] = [
   ['type-100-chars-p50', 'type_100_chars_ms.p50', 30],
   ['a11y-tree-p50', 'a11y_tree_ms.p50', 250],
   ['exec-true-p50', 'exec_true_ms.p50', 50],
-].map(([id, metric, value]) => ({ id: id as string, metric: metric as string, arm: 'baseline', op: '<=' as const, value: value as number, unit: 'ms', source: 'issue: observe/act', measuredBy: 'ops-bench' }));
+].map(([id, metric, value]) => ({
+  id: id as string,
+  metric: metric as string,
+  arm: 'baseline',
+  op: '<=' as const,
+  value: value as number,
+  unit: 'ms',
+  source: 'issue: observe/act',
+  measuredBy: 'ops-bench',
+}));
 
-const API: Bar[] = [{ id: 'api-overhead-p50', metric: 'api_overhead_ms.p50', arm: 'baseline', op: '<=', value: 1, unit: 'ms', source: 'issue: API', measuredBy: 'api-bench' }];
-const OSWORLD: Bar[] = [{ id: 'osworld-reset-p50', metric: 'osworld_reset_ms.p50', arm: 'baseline', op: '<=', value: 1000, unit: 'ms', source: 'issue: OSWorld', measuredBy: 'osworld' }];
+const API: Bar[] = [
+  { id: 'api-overhead-p50', metric: 'api_overhead_ms.p50', arm: 'baseline', op: '<=', value: 1, unit: 'ms', source: 'issue: API', measuredBy: 'api-bench' },
+];
+const OSWORLD: Bar[] = [
+  {
+    id: 'osworld-reset-p50',
+    metric: 'osworld_reset_ms.p50',
+    arm: 'baseline',
+    op: '<=',
+    value: 1000,
+    unit: 'ms',
+    source: 'issue: OSWorld',
+    measuredBy: 'osworld',
+  },
+];
 
 const AUDIT: Bar[] = [
   { id: 'audit-probes', metric: 'audit_probes_run', arm: 'baseline', op: '>=', value: 40, unit: 'probes', source: 'issue 6: isolation audit' },
-  { id: 'audit-failures', metric: 'audit_probes_failed', arm: 'baseline', op: '<=', value: 0, unit: 'probes', source: 'issue 6: isolation audit (any observation or influence path = FAIL)' },
+  {
+    id: 'audit-failures',
+    metric: 'audit_probes_failed',
+    arm: 'baseline',
+    op: '<=',
+    value: 0,
+    unit: 'probes',
+    source: 'issue 6: isolation audit (any observation or influence path = FAIL)',
+  },
 ];
 
 const STEPS: Bar[] = [
-  { id: 'steps-per-sec-n100', metric: 'steps_per_sec.N100', arm: 'frames', op: '>=', value: 150, unit: 'steps/s', source: 'issue 13: 100 Chromium sessions, 8 closed-loop clients, click + PNG 1280x800' },
-  { id: 'step-p99-at-50-offered', metric: 'open_loop_step_ms.p99@50', arm: 'frames', op: '<=', value: 100, unit: 'ms', source: 'issue 13: step p99 at 50 steps/s offered' },
-  { id: 'daemon-cpu-per-png-step', metric: 'daemon_cpu_ms_per_step.png', arm: 'frames', op: '<=', value: 5, unit: 'ms', source: 'issue 13: daemon CPU per step, PNG' },
+  {
+    id: 'steps-per-sec-n100',
+    metric: 'steps_per_sec.N100',
+    arm: 'frames',
+    op: '>=',
+    value: 150,
+    unit: 'steps/s',
+    source: 'issue 13: 100 Chromium sessions, 8 closed-loop clients, click + PNG 1280x800',
+  },
+  {
+    id: 'step-p99-at-50-offered',
+    metric: 'open_loop_step_ms.p99@50',
+    arm: 'frames',
+    op: '<=',
+    value: 100,
+    unit: 'ms',
+    source: 'issue 13: step p99 at 50 steps/s offered',
+  },
+  {
+    id: 'daemon-cpu-per-png-step',
+    metric: 'daemon_cpu_ms_per_step.png',
+    arm: 'frames',
+    op: '<=',
+    value: 5,
+    unit: 'ms',
+    source: 'issue 13: daemon CPU per step, PNG',
+  },
 ];
 
 /** The bars each experiment is judged against (the code's proposal; the frozen file is what counts). */
@@ -89,7 +151,9 @@ export function preregister(experiment: string, opts: { force?: boolean; dir?: s
   if (!bars) throw new Error(`unknown experiment '${experiment}'; experiments with bars: ${Object.keys(PROPOSED_BARS).join(', ')}`);
   const file = barsPath(experiment, opts.dir);
   if (existsSync(file) && !opts.force) {
-    throw new Error(`bars for '${experiment}' are already fixed in ${file} (${loadBars(experiment, opts.dir).bars.fixedAt}); pre-registered bars are not changed silently — pass --force to re-register, and records measured against the old file will be flagged`);
+    throw new Error(
+      `bars for '${experiment}' are already fixed in ${file} (${loadBars(experiment, opts.dir).bars.fixedAt}); pre-registered bars are not changed silently — pass --force to re-register, and records measured against the old file will be flagged`,
+    );
   }
   const g = gitState();
   const content: BarsFile = { schemaVersion: 1, experiment, fixedAt: new Date().toISOString(), fixedCommit: g.commit, fixedDirty: g.dirty, bars };

@@ -5,18 +5,28 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
 
-const safe = (f: () => string) => { try { return f().trim(); } catch { return 'unknown'; } };
+const safe = (f: () => string) => {
+  try {
+    return f().trim();
+  } catch {
+    return 'unknown';
+  }
+};
 
 /** The repository's commit and whether the work tree has changes (read-only git commands). */
 export function gitState(): { commit: string; dirty: boolean } {
   const commit = safe(() => execFileSync('git', ['rev-parse', 'HEAD'], { encoding: 'utf8', cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'ignore'] }));
-  const dirty = safe(() => execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8', cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'ignore'] })) !== '';
+  const dirty =
+    safe(() =>
+      execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8', cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'ignore'] }),
+    ) !== '';
   return { commit, dirty };
 }
 
 /** Host facts recorded with every benchmark record. */
 export function hostFacts() {
-  const cgroupMode = existsSync('/sys/fs/cgroup/cgroup.controllers') && readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8').includes('memory') ? 'v2' : 'v1-hybrid';
+  const cgroupMode =
+    existsSync('/sys/fs/cgroup/cgroup.controllers') && readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8').includes('memory') ? 'v2' : 'v1-hybrid';
   const g = gitState();
   return {
     kernel: os.release(),

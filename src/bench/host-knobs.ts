@@ -24,7 +24,11 @@ let journal: Journal | undefined;
 let guardInstalled = false;
 
 const load = (): Journal | undefined => {
-  try { return JSON.parse(readFileSync(JOURNAL, 'utf8')) as Journal; } catch { return undefined; }
+  try {
+    return JSON.parse(readFileSync(JOURNAL, 'utf8')) as Journal;
+  } catch {
+    return undefined;
+  }
 };
 const save = () => {
   if (journal && (journal.knobs.length || journal.zram.length)) writeFileSync(JOURNAL, JSON.stringify(journal, null, 2) + '\n');
@@ -34,18 +38,42 @@ const save = () => {
 function installGuard(): void {
   if (guardInstalled) return;
   guardInstalled = true;
-  process.on('exit', () => { try { restoreHostKnobs(); } catch { /* best effort at exit */ } });
+  process.on('exit', () => {
+    try {
+      restoreHostKnobs();
+    } catch {
+      /* best effort at exit */
+    }
+  });
   let sigints = 0;
   // The runner handles the first SIGINT (finish the step, write a partial
   // record, restore in its finally). A second one restores here and exits.
-  process.on('SIGINT', () => { if (++sigints >= 2) { try { restoreHostKnobs(); } finally { process.exit(130); } } });
-  for (const sig of ['SIGTERM', 'SIGHUP'] as const) process.on(sig, () => { try { restoreHostKnobs(); } finally { process.exit(128 + (sig === 'SIGTERM' ? 15 : 1)); } });
+  process.on('SIGINT', () => {
+    if (++sigints >= 2) {
+      try {
+        restoreHostKnobs();
+      } finally {
+        process.exit(130);
+      }
+    }
+  });
+  for (const sig of ['SIGTERM', 'SIGHUP'] as const)
+    process.on(sig, () => {
+      try {
+        restoreHostKnobs();
+      } finally {
+        process.exit(128 + (sig === 'SIGTERM' ? 15 : 1));
+      }
+    });
 }
 
 const begin = (): Journal => {
   if (!journal) {
     const other = load();
-    if (other && other.pid !== process.pid) throw new Error(`${JOURNAL} holds host knobs of process ${other.pid} (another bench run, or one that died: the next run restores it once that pid is gone)`);
+    if (other && other.pid !== process.pid)
+      throw new Error(
+        `${JOURNAL} holds host knobs of process ${other.pid} (another bench run, or one that died: the next run restores it once that pid is gone)`,
+      );
   }
   installGuard();
   journal ??= { pid: process.pid, knobs: [], zram: [] };
@@ -69,16 +97,42 @@ export function setKnob(path: string, value: string | number): string {
 
 /** The values this harness changed and their originals (for the record). */
 export function changedKnobs(): { path: string; original: string; now: string }[] {
-  return (journal?.knobs ?? []).map((k) => ({ ...k, now: (() => { try { return readKnob(k.path); } catch { return '?'; } })() }));
+  return (journal?.knobs ?? []).map((k) => ({
+    ...k,
+    now: (() => {
+      try {
+        return readKnob(k.path);
+      } catch {
+        return '?';
+      }
+    })(),
+  }));
 }
 
 function teardownZram(id: number, errors: string[]): void {
   const dev = `/dev/zram${id}`;
-  if (readFileSync('/proc/swaps', 'utf8').split('\n').some((l) => l.split(/\s+/)[0] === dev)) {
-    try { execFileSync('swapoff', [dev], { stdio: 'pipe' }); } catch (e) { errors.push(`swapoff ${dev}: ${(e as Error).message}`); return; }
+  if (
+    readFileSync('/proc/swaps', 'utf8')
+      .split('\n')
+      .some((l) => l.split(/\s+/)[0] === dev)
+  ) {
+    try {
+      execFileSync('swapoff', [dev], { stdio: 'pipe' });
+    } catch (e) {
+      errors.push(`swapoff ${dev}: ${(e as Error).message}`);
+      return;
+    }
   }
-  try { if (existsSync(`/sys/block/zram${id}/reset`)) writeFileSync(`/sys/block/zram${id}/reset`, '1\n'); } catch (e) { errors.push(`reset zram${id}: ${(e as Error).message}`); }
-  try { if (existsSync(`/sys/block/zram${id}`)) writeFileSync('/sys/class/zram-control/hot_remove', `${id}\n`); } catch (e) { errors.push(`hot_remove zram${id}: ${(e as Error).message}`); }
+  try {
+    if (existsSync(`/sys/block/zram${id}/reset`)) writeFileSync(`/sys/block/zram${id}/reset`, '1\n');
+  } catch (e) {
+    errors.push(`reset zram${id}: ${(e as Error).message}`);
+  }
+  try {
+    if (existsSync(`/sys/block/zram${id}`)) writeFileSync('/sys/class/zram-control/hot_remove', `${id}\n`);
+  } catch (e) {
+    errors.push(`hot_remove zram${id}: ${(e as Error).message}`);
+  }
 }
 
 /** Restores every journalled knob (reverse order) and removes the zram devices this harness added. Returns what failed. */
@@ -88,7 +142,12 @@ export function restoreHostKnobs(j: Journal | undefined = journal): string[] {
   for (const id of [...j.zram].reverse()) teardownZram(id, errors);
   j.zram = [];
   for (const k of [...j.knobs].reverse()) {
-    try { writeFileSync(k.path, `${k.original}\n`); } catch (e) { errors.push(`restore ${k.path}=${k.original}: ${(e as Error).message}`); continue; }
+    try {
+      writeFileSync(k.path, `${k.original}\n`);
+    } catch (e) {
+      errors.push(`restore ${k.path}=${k.original}: ${(e as Error).message}`);
+      continue;
+    }
     j.knobs.splice(j.knobs.indexOf(k), 1);
   }
   if (j === journal) save();
@@ -108,12 +167,22 @@ export function recoverHostKnobs(): string | null {
   return `restored host knobs left by a dead bench run (pid ${j.pid}): ${what}${errors.length ? `; errors: ${errors.join('; ')}` : ''}`;
 }
 
-export interface ZramSwap { id: number; dev: string; sizeMiB: number; algorithm: string; priority: number }
+export interface ZramSwap {
+  id: number;
+  dev: string;
+  sizeMiB: number;
+  algorithm: string;
+  priority: number;
+}
 
 /** Adds a fresh zram device (never reuses an existing one), formats it as swap and enables it at the given priority. */
 export function addZramSwap(sizeMiB: number, priority = 32767): ZramSwap {
   if (!existsSync('/sys/class/zram-control/hot_add')) {
-    try { execFileSync('modprobe', ['zram', 'num_devices=0'], { stdio: 'pipe' }); } catch { /* reported below */ }
+    try {
+      execFileSync('modprobe', ['zram', 'num_devices=0'], { stdio: 'pipe' });
+    } catch {
+      /* reported below */
+    }
     if (!existsSync('/sys/class/zram-control/hot_add')) throw new Error('zram is not available (no /sys/class/zram-control; modprobe zram failed)');
   }
   const j = begin();
@@ -136,7 +205,10 @@ export function addZramSwap(sizeMiB: number, priority = 32767): ZramSwap {
 export function removeZramSwap(id: number): string[] {
   const errors: string[] = [];
   teardownZram(id, errors);
-  if (journal && !errors.length) { journal.zram = journal.zram.filter((x) => x !== id); save(); }
+  if (journal && !errors.length) {
+    journal.zram = journal.zram.filter((x) => x !== id);
+    save();
+  }
   return errors;
 }
 

@@ -8,7 +8,8 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** A session's cgroup directory for one controller (v1: /sys/fs/cgroup/<ctl>/drums-<inst>/<id>; v2: unified). */
 export function cgroupDir(instance: string, sessionId: string, controller: string): string {
   const rel = `drums-${instance}/${sessionId}`;
-  if (existsSync('/sys/fs/cgroup/cgroup.controllers') && readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8').includes('memory')) return `/sys/fs/cgroup/${rel}`;
+  if (existsSync('/sys/fs/cgroup/cgroup.controllers') && readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8').includes('memory'))
+    return `/sys/fs/cgroup/${rel}`;
   for (const c of [controller, `${controller},cpu`, `cpu,${controller}`]) if (existsSync(`/sys/fs/cgroup/${c}/${rel}`)) return `/sys/fs/cgroup/${c}/${rel}`;
   return `/sys/fs/cgroup/${controller}/${rel}`;
 }
@@ -32,7 +33,8 @@ export function kindOf(comm: string, cmdline: string): Kind {
 /** PSS by process kind (MiB), summed from /proc/PID/smaps_rollup over the session's cgroup. */
 export function pssByKind(instance: string, sessionId: string): { byKind: Record<Kind, number>; total: number; processes: number } {
   const byKind: Record<Kind, number> = { xvfb: 0, browser: 0, wm: 0, buses: 0, vnc: 0, other: 0 };
-  let total = 0, processes = 0;
+  let total = 0,
+    processes = 0;
   for (const pid of sessionPids(instance, sessionId)) {
     try {
       const roll = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
@@ -42,7 +44,9 @@ export function pssByKind(instance: string, sessionId: string): { byKind: Record
       byKind[kindOf(comm, cmd)] += pss;
       total += pss;
       processes++;
-    } catch { /* exited between listing and reading */ }
+    } catch {
+      /* exited between listing and reading */
+    }
   }
   return { byKind, total, processes };
 }
@@ -79,12 +83,14 @@ export function rssMiB(pid: number): number {
  * it is part of the system under test).
  */
 export async function sampleUsed(samples = 3, gapMs = 500): Promise<{ usedMiB: number; rawMiB: number; harnessRssMiB: number }> {
-  let raw = 0, harness = 0;
+  let raw = 0,
+    harness = 0;
   for (let i = 0; i < samples; i++) {
     raw += hostUsedMiB();
     harness += process.memoryUsage().rss / 1024 ** 2;
     if (i < samples - 1) await sleep(gapMs);
   }
-  raw /= samples; harness /= samples;
+  raw /= samples;
+  harness /= samples;
   return { usedMiB: raw - harness, rawMiB: raw, harnessRssMiB: harness };
 }

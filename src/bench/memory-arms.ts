@@ -15,8 +15,12 @@ import { cgroupCpuNs, cgroupDir, procCpuNs, sessionPids, sleep } from './measure
 
 const KSM = '/sys/kernel/mm/ksm';
 const ksmRead = (k: string) => Number(readKnob(`${KSM}/${k}`));
-const ksmCounters = () => Object.fromEntries(['pages_shared', 'pages_sharing', 'pages_unshared', 'pages_volatile', 'full_scans', 'general_profit', 'ksm_zero_pages', 'pages_skipped']
-  .filter((k) => existsSync(`${KSM}/${k}`)).map((k) => [k, ksmRead(k)]));
+const ksmCounters = () =>
+  Object.fromEntries(
+    ['pages_shared', 'pages_sharing', 'pages_unshared', 'pages_volatile', 'full_scans', 'general_profit', 'ksm_zero_pages', 'pages_skipped']
+      .filter((k) => existsSync(`${KSM}/${k}`))
+      .map((k) => [k, ksmRead(k)]),
+  );
 
 /** PID of a kernel thread by name (ksmd, kswapd0), or undefined. */
 export function kthreadPid(name: string): number | undefined {
@@ -25,7 +29,9 @@ export function kthreadPid(name: string): number | undefined {
     try {
       if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== name) continue;
       if (/^PPid:\s+2$/m.test(readFileSync(`/proc/${d}/status`, 'utf8'))) return Number(d);
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return undefined;
 }
@@ -38,7 +44,9 @@ export function hostThreadsCpuNs(): Record<string, number> {
     try {
       const comm = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
       if (comm === 'ksmd' || /^kswapd\d+$/.test(comm)) out[comm] = procCpuNs(Number(d));
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return out;
 }
@@ -48,7 +56,10 @@ const mib = (bytes: number) => bytes / 1024 ** 2;
 
 /** What share of a session's processes carry MMF_VM_MERGE_ANY (ksm_stat: "ksm_merge_any: yes"), and their KSM counters. */
 function sessionKsm(instance: string, id: string): { processes: number; mergeAny: number; mergingPages: number; profitMiB: number; missing: string[] } {
-  let processes = 0, mergeAny = 0, mergingPages = 0, profit = 0;
+  let processes = 0,
+    mergeAny = 0,
+    mergingPages = 0,
+    profit = 0;
   const missing: string[] = [];
   for (const pid of sessionPids(instance, id)) {
     try {
@@ -59,7 +70,9 @@ function sessionKsm(instance: string, id: string): { processes: number; mergeAny
       else missing.push(comm);
       mergingPages += Number(/ksm_merging_pages (\d+)/.exec(st)?.[1] ?? 0);
       profit += Number(/ksm_process_profit (-?\d+)/.exec(st)?.[1] ?? 0);
-    } catch { /* exited */ }
+    } catch {
+      /* exited */
+    }
   }
   return { processes, mergeAny, mergingPages, profitMiB: r2(mib(profit)), missing };
 }
@@ -84,11 +97,21 @@ async function ksmSettle(maxMs: number): Promise<{ ms: number; stable: boolean; 
     last = fs;
     atScan.push(ksmRead('pages_sharing'));
     if (atScan.length >= 3) {
-      const a = atScan[atScan.length - 2]!, b = atScan[atScan.length - 1]!;
-      if (Math.abs(b - a) <= Math.max(0.02 * b, 256)) { stable = true; break; }
+      const a = atScan[atScan.length - 2]!,
+        b = atScan[atScan.length - 1]!;
+      if (Math.abs(b - a) <= Math.max(0.02 * b, 256)) {
+        stable = true;
+        break;
+      }
     }
   }
-  return { ms: Math.round(performance.now() - t0), stable, scans: last - start, pagesSharing: ksmRead('pages_sharing'), ksmdCpuMs: ksmd ? Math.round((procCpuNs(ksmd) - c0) / 1e6) : NaN };
+  return {
+    ms: Math.round(performance.now() - t0),
+    stable,
+    scans: last - start,
+    pagesSharing: ksmRead('pages_sharing'),
+    ksmdCpuMs: ksmd ? Math.round((procCpuNs(ksmd) - c0) / 1e6) : NaN,
+  };
 }
 
 /**
@@ -146,10 +169,15 @@ print('result', best, round(time.time() - t0, 2), timed(min(256, pages)), int(op
 `;
 
 async function runProbe(ctx: ArmCtx, a: SessionInfo, b: SessionInfo, waitS: number): Promise<Record<string, unknown>> {
-  const seed = Math.floor(Math.random() * 2 ** 31), control = seed + 1, pages = 1024;
+  const seed = Math.floor(Math.random() * 2 ** 31),
+    control = seed + 1,
+    pages = 1024;
   const script = Buffer.from(PROBE_PY).toString('base64');
   const run = (s: SessionInfo, role: string, sd: number, w: number) =>
-    ctx.c.exec(s.id, { shell: `echo ${script} | base64 -d > /tmp/.ksm-probe-${role}.py && exec python3 /tmp/.ksm-probe-${role}.py ${role} ${sd} ${pages} ${w}`, timeoutMs: (w + 30) * 1000 });
+    ctx.c.exec(s.id, {
+      shell: `echo ${script} | base64 -d > /tmp/.ksm-probe-${role}.py && exec python3 /tmp/.ksm-probe-${role}.py ${role} ${sd} ${pages} ${w}`,
+      timeoutMs: (w + 30) * 1000,
+    });
   const sharing0 = ksmRead('pages_sharing');
   await Promise.all([a, b].map((s) => ctx.c.exec(s.id, { shell: 'rm -f /tmp/.ksm-probe-stop' })));
   // B holds the secret until told to stop; A's guess stops once merged (or at the timeout) and then stops A's control.
@@ -160,14 +188,23 @@ async function runProbe(ctx: ArmCtx, a: SessionInfo, b: SessionInfo, waitS: numb
   type Side = { mergedPages?: number; seconds?: number; medianWriteNs?: number; processKsmMergingPages?: number; error?: string };
   const parse = (r: typeof guess): Side => {
     const m = /result (\d+) ([\d.]+) (\d+) (\d+)/.exec(r.stdout);
-    return m ? { mergedPages: Number(m[1]), seconds: Number(m[2]), medianWriteNs: Number(m[3]), processKsmMergingPages: Number(m[4]) } : { error: (r.stdout + r.stderr).trim().slice(-300) || `exit ${r.exitCode}` };
+    return m
+      ? { mergedPages: Number(m[1]), seconds: Number(m[2]), medianWriteNs: Number(m[3]), processKsmMergingPages: Number(m[4]) }
+      : { error: (r.stdout + r.stderr).trim().slice(-300) || `exit ${r.exitCode}` };
   };
-  const g = parse(guess), c = parse(ctrl);
+  const g = parse(guess),
+    c = parse(ctrl);
   const detected = g.mergedPages !== undefined && c.mergedPages !== undefined && g.mergedPages >= pages * 0.5 && c.mergedPages <= pages * 0.05;
   const timing = g.medianWriteNs !== undefined && c.medianWriteNs !== undefined && g.medianWriteNs > 2 * c.medianWriteNs;
   return {
-    pages, guess: g, control: c, holder: holder.stdout.trim().slice(-80), pagesSharingBefore: sharing0, pagesSharingAfter: ksmRead('pages_sharing'),
-    crossSessionMerge: detected, cowTimingVisible: timing,
+    pages,
+    guess: g,
+    control: c,
+    holder: holder.stdout.trim().slice(-80),
+    pagesSharingBefore: sharing0,
+    pagesSharingAfter: ksmRead('pages_sharing'),
+    crossSessionMerge: detected,
+    cowTimingVisible: timing,
     verdict: detected ? 'fail' : 'not-observed',
   };
 }
@@ -177,7 +214,8 @@ export const KSM_SETTINGS = { run: 1, pages_to_scan: 1000, sleep_millisecs: 20 }
 
 export function ksmHooks(aslr: boolean): ArmHooks {
   let ksmd: number | undefined;
-  let t0 = 0, c0 = 0;
+  let t0 = 0,
+    c0 = 0;
   return {
     labels: { 'drums.bench.ksm': '1' },
     daemonEnv: { DRUMS_BENCH_HOOKS: '1' },
@@ -187,14 +225,21 @@ export function ksmHooks(aslr: boolean): ArmHooks {
       const original: Record<string, string> = {};
       for (const [k, v] of Object.entries(KSM_SETTINGS)) original[k] = setKnob(`${KSM}/${k}`, v);
       if (!aslr) original.randomize_va_space = setKnob('/proc/sys/kernel/randomize_va_space', 0);
-      ctx.data.hostKnobs = { set: { ...KSM_SETTINGS, ...(aslr ? {} : { randomize_va_space: 0 }) }, original, smart_scan: existsSync(`${KSM}/smart_scan`) ? readKnob(`${KSM}/smart_scan`) : null, max_page_sharing: readKnob(`${KSM}/max_page_sharing`), merge_across_nodes: readKnob(`${KSM}/merge_across_nodes`) };
+      ctx.data.hostKnobs = {
+        set: { ...KSM_SETTINGS, ...(aslr ? {} : { randomize_va_space: 0 }) },
+        original,
+        smart_scan: existsSync(`${KSM}/smart_scan`) ? readKnob(`${KSM}/smart_scan`) : null,
+        max_page_sharing: readKnob(`${KSM}/max_page_sharing`),
+        merge_across_nodes: readKnob(`${KSM}/merge_across_nodes`),
+      };
       ctx.data.ksmAtEnter = ksmCounters();
       t0 = performance.now();
       c0 = procCpuNs(ksmd);
     },
     async exit(ctx) {
       if (ksmd && t0) {
-        const ms = performance.now() - t0, cpu = (procCpuNs(ksmd) - c0) / 1e6;
+        const ms = performance.now() - t0,
+          cpu = (procCpuNs(ksmd) - c0) / 1e6;
         ctx.data.ksmdTrial = { wallMs: Math.round(ms), cpuMs: Math.round(cpu), pctOfCore: r2((cpu / ms) * 100) };
       }
       ctx.data.ksmAtExit = ksmCounters();
@@ -207,8 +252,13 @@ export function ksmHooks(aslr: boolean): ArmHooks {
       if (n > 0) {
         const per = sessions.map((s) => sessionKsm(ctx.instance, s.id));
         const miss = per.filter((p) => p.mergeAny < p.processes);
-        out.mergeAny = { processes: per.reduce((a, p) => a + p.processes, 0), optedIn: per.reduce((a, p) => a + p.mergeAny, 0), notOptedIn: [...new Set(miss.flatMap((p) => p.missing))] };
-        if (per.every((p) => p.mergeAny === 0)) throw new Error('no session process carries ksm_merge_any: the session init did not opt in (is the daemon running with DRUMS_BENCH_HOOKS=1?)');
+        out.mergeAny = {
+          processes: per.reduce((a, p) => a + p.processes, 0),
+          optedIn: per.reduce((a, p) => a + p.mergeAny, 0),
+          notOptedIn: [...new Set(miss.flatMap((p) => p.missing))],
+        };
+        if (per.every((p) => p.mergeAny === 0))
+          throw new Error('no session process carries ksm_merge_any: the session init did not opt in (is the daemon running with DRUMS_BENCH_HOOKS=1?)');
       }
       // At N = 0 nothing is opted in: ksmd has no process to scan (full_scans does not move), so there is nothing to wait for.
       if (n > 0) {
@@ -226,7 +276,7 @@ export function ksmHooks(aslr: boolean): ArmHooks {
         knobsNow: changedKnobs(),
       };
       if (sessions.length >= 2) {
-        ctx.status('ksm: cross-session merge probe (A guesses B\'s pages)');
+        ctx.status("ksm: cross-session merge probe (A guesses B's pages)");
         ctx.data.ksmProbe = await runProbe(ctx, sessions[0]!, sessions[1]!, ctx.quick ? 40 : 90);
       }
     },
@@ -241,10 +291,21 @@ function pushSession(instance: string, id: string): Record<string, unknown> {
   if (existsSync(join(dir, 'memory.reclaim'))) {
     const cur = Number(readFileSync(join(dir, 'memory.current'), 'utf8'));
     let err: string | undefined;
-    try { writeFileSync(join(dir, 'memory.reclaim'), `${Math.round(cur * 0.75)}`); } catch (e) { err = (e as NodeJS.ErrnoException).code; }
+    try {
+      writeFileSync(join(dir, 'memory.reclaim'), `${Math.round(cur * 0.75)}`);
+    } catch (e) {
+      err = (e as NodeJS.ErrnoException).code;
+    }
     const after = Number(readFileSync(join(dir, 'memory.current'), 'utf8'));
     const h = process.cpuUsage(harness0);
-    return { how: 'v2 memory.reclaim', beforeMiB: r2(mib(cur)), afterMiB: r2(mib(after)), ms: Math.round(performance.now() - t0), reclaimCpuMs: r2((h.user + h.system) / 1000), ...(err ? { partial: err } : {}) };
+    return {
+      how: 'v2 memory.reclaim',
+      beforeMiB: r2(mib(cur)),
+      afterMiB: r2(mib(after)),
+      ms: Math.round(performance.now() - t0),
+      reclaimCpuMs: r2((h.user + h.system) / 1000),
+      ...(err ? { partial: err } : {}),
+    };
   }
   const f = (x: string) => join(dir, x);
   const usage0 = Number(readFileSync(f('memory.usage_in_bytes'), 'utf8'));
@@ -257,7 +318,13 @@ function pushSession(instance: string, id: string): Record<string, unknown> {
     for (const frac of [0.25, 0.4, 0.6, 0.8]) {
       const target = Math.max(Math.round(usage0 * frac), 24 * 1024 ** 2);
       tried.push(frac);
-      try { writeFileSync(f('memory.limit_in_bytes'), String(target)); reached = frac; break; } catch (e) { if ((e as NodeJS.ErrnoException).code !== 'EBUSY') throw e; }
+      try {
+        writeFileSync(f('memory.limit_in_bytes'), String(target));
+        reached = frac;
+        break;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EBUSY') throw e;
+      }
     }
   } finally {
     writeFileSync(f('memory.limit_in_bytes'), limit0);
@@ -268,7 +335,16 @@ function pushSession(instance: string, id: string): Record<string, unknown> {
   const usage1 = Number(readFileSync(f('memory.usage_in_bytes'), 'utf8'));
   const stat = readFileSync(f('memory.stat'), 'utf8');
   const swap = Number(/^swap (\d+)/m.exec(stat)?.[1] ?? NaN);
-  return { how: 'v1 memory.limit_in_bytes lowered then restored (swappiness 100)', beforeMiB: r2(mib(usage0)), afterMiB: r2(mib(usage1)), swapMiB: r2(mib(swap)), limitFraction: reached, tried, ms: Math.round(performance.now() - t0), reclaimCpuMs: r2((h.user + h.system) / 1000) };
+  return {
+    how: 'v1 memory.limit_in_bytes lowered then restored (swappiness 100)',
+    beforeMiB: r2(mib(usage0)),
+    afterMiB: r2(mib(usage1)),
+    swapMiB: r2(mib(swap)),
+    limitFraction: reached,
+    tried,
+    ms: Math.round(performance.now() - t0),
+    reclaimCpuMs: r2((h.user + h.system) / 1000),
+  };
 }
 
 export const ZRAM_SIZE_MIB = 4096;
@@ -278,7 +354,13 @@ export function zramHooks(): ArmHooks {
   return {
     async enter(ctx) {
       z = addZramSwap(ZRAM_SIZE_MIB);
-      ctx.data.zram = { device: z.dev, sizeMiB: z.sizeMiB, algorithm: z.algorithm, priority: z.priority, swapsAtEnter: readFileSync('/proc/swaps', 'utf8').trim().split('\n').slice(1) };
+      ctx.data.zram = {
+        device: z.dev,
+        sizeMiB: z.sizeMiB,
+        algorithm: z.algorithm,
+        priority: z.priority,
+        swapsAtEnter: readFileSync('/proc/swaps', 'utf8').trim().split('\n').slice(1),
+      };
     },
     async exit(ctx) {
       if (!z) {
@@ -304,9 +386,14 @@ export function zramHooks(): ArmHooks {
       const cg1 = sessions.map((s) => cgroupCpuNs(ctx.instance, s.id));
       return {
         zram: {
-          pushes, wallMs: Math.round(wallMs),
+          pushes,
+          wallMs: Math.round(wallMs),
           reclaimCpuMs: r2(pushes.reduce((a, p) => a + (p.reclaimCpuMs as number), 0)),
-          kswapdCpuMs: r2(Object.entries(threads1).filter(([k]) => k.startsWith('kswapd')).reduce((a, [k, v]) => a + (v - (threads0[k] ?? v)) / 1e6, 0)),
+          kswapdCpuMs: r2(
+            Object.entries(threads1)
+              .filter(([k]) => k.startsWith('kswapd'))
+              .reduce((a, [k, v]) => a + (v - (threads0[k] ?? v)) / 1e6, 0),
+          ),
           sessionCpuMs: r2(cg1.reduce((a, c, i) => a + (c - cg0[i]!) / 1e6, 0)),
           stat: zramStat(z.id),
         },
@@ -323,7 +410,11 @@ export function zramHooks(): ArmHooks {
 export function sessionSwapPss(instance: string, id: string): number {
   let kb = 0;
   for (const pid of sessionPids(instance, id)) {
-    try { kb += Number(/^SwapPss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0); } catch { /* gone */ }
+    try {
+      kb += Number(/^SwapPss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
+    } catch {
+      /* gone */
+    }
   }
   return kb / 1024;
 }

@@ -39,12 +39,16 @@ type Phase = 'quiet' | (typeof ABUSES)[number];
 /** The abuser's shell for each phase (each ends by itself after `s` seconds). */
 function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string {
   switch (phase) {
-    case 'cpu': return `for i in 1 2 3 4 5 6 7 8; do timeout ${s} sh -c 'while :; do :; done' & done; wait; echo done`;
+    case 'cpu':
+      return `for i in 1 2 3 4 5 6 7 8; do timeout ${s} sh -c 'while :; do :; done' & done; wait; echo done`;
     // tail buffers a line that never ends: it grows to the session's memory limit and is OOM-killed, again and again.
-    case 'memory': return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do timeout $((end-$(date +%s)+1)) tail /dev/zero; n=$((n+1)); done; echo kills=$n`;
+    case 'memory':
+      return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do timeout $((end-$(date +%s)+1)) tail /dev/zero; n=$((n+1)); done; echo kills=$n`;
     // The bomb's processes outlive the phase (they are the session's, up to pids.max) until the reset after it.
-    case 'fork': return `(timeout -s KILL ${s} bash -c 'b(){ b|b& }; b') >/dev/null 2>&1 & sleep ${s}; echo pids=$(cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current)`;
-    case 'disk': return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do dd if=/dev/zero of=/home/user/fill bs=1M count=100000 2>/dev/null; rm -f /home/user/fill; n=$((n+1)); done; echo fills=$n`;
+    case 'fork':
+      return `(timeout -s KILL ${s} bash -c 'b(){ b|b& }; b') >/dev/null 2>&1 & sleep ${s}; echo pids=$(cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current)`;
+    case 'disk':
+      return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do dd if=/dev/zero of=/home/user/fill bs=1M count=100000 2>/dev/null; rm -f /home/user/fill; n=$((n+1)); done; echo fills=$n`;
   }
 }
 
@@ -58,8 +62,13 @@ function hostBusyNs(): number {
 /** CPU (ns) used by this bench's own processes: daemon, the instance's session cgroups, this harness. */
 function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): number {
   let ns = 0;
-  try { ns += procCpuNs(daemonPid); } catch {}
-  if (floodPid) try { ns += procCpuNs(floodPid); } catch {}
+  try {
+    ns += procCpuNs(daemonPid);
+  } catch {}
+  if (floodPid)
+    try {
+      ns += procCpuNs(floodPid);
+    } catch {}
   const v1 = `/sys/fs/cgroup/cpuacct/drums-${d.instance}/cpuacct.usage`;
   const v2 = `/sys/fs/cgroup/drums-${d.instance}/cpu.stat`;
   try {
@@ -89,10 +98,22 @@ function startFlood(url: string, token: string, id: string, seconds: number, cli
     }));
     process.stdout.write(JSON.stringify(counts));
   `;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code, url, token, id, String(seconds), String(clients)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code, url, token, id, String(seconds), String(clients)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
-  child.stdout!.on('data', (b: Buffer) => { out += b.toString(); });
-  const done = new Promise<Record<string, number>>((resolve) => child.on('exit', () => { try { resolve(JSON.parse(out)); } catch { resolve({ parseError: 1 }); } }));
+  child.stdout!.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  const done = new Promise<Record<string, number>>((resolve) =>
+    child.on('exit', () => {
+      try {
+        resolve(JSON.parse(out));
+      } catch {
+        resolve({ parseError: 1 });
+      }
+    }),
+  );
   return { pid: child.pid!, done };
 }
 
@@ -127,7 +148,14 @@ export async function runNoisyBench(o: NoisyOptions) {
     abuser = await c.createSession({ image: 'minimal', memoryMb: 512, diskMb: 1024 });
     const abuserId = abuser.id;
     // Warm-up: every victim's first steps (JIT, first paint) are not measured.
-    await Promise.all(victims.map(async (v) => { for (let i = 0; i < 5; i++) { await c.act(v.id, { actions: [{ type: 'click', x: 100, y: 100 }] }); await c.screenshot(v.id, 'png'); } }));
+    await Promise.all(
+      victims.map(async (v) => {
+        for (let i = 0; i < 5; i++) {
+          await c.act(v.id, { actions: [{ type: 'click', x: 100, y: 100 }] });
+          await c.screenshot(v.id, 'png');
+        }
+      }),
+    );
     const order: Phase[] = ['quiet'];
     for (let r = 0; r < o.rounds; r++) for (const a of ABUSES) order.push(a, 'quiet');
     for (const phase of order) {
@@ -140,38 +168,58 @@ export async function runNoisyBench(o: NoisyOptions) {
         abuse = f.done.then((counts) => ({ requests: counts }));
       } else if (phase !== 'quiet') {
         const id = abuserId;
-        abuse = c.exec(id, { shell: abuseShell(phase, o.seconds), timeoutMs: (o.seconds + 30) * 1000 })
-          .then((r) => ({ exitCode: r.exitCode, stdoutTail: r.stdout.trim().split('\n').slice(-2).join(' | '), stderrTail: r.stderr.trim().slice(-200) }), (e) => ({ error: String(e) }));
+        abuse = c.exec(id, { shell: abuseShell(phase, o.seconds), timeoutMs: (o.seconds + 30) * 1000 }).then(
+          (r) => ({ exitCode: r.exitCode, stdoutTail: r.stdout.trim().split('\n').slice(-2).join(' | '), stderrTail: r.stderr.trim().slice(-200) }),
+          (e) => ({ error: String(e) }),
+        );
       }
       const lat: number[] = [];
       const errorSamples: string[] = [];
       let errors = 0;
-      const busy0 = hostBusyNs(), own0 = ownCpuNs(d, daemonPid, floodPid);
+      const busy0 = hostBusyNs(),
+        own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
       const end = t0 + o.seconds * 1000;
-      await Promise.all(victims.map(async (v, k) => {
-        let i = 0;
-        while (performance.now() < end) {
-          const t = performance.now();
-          try {
-            await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
-            await c.screenshot(v.id, 'png');
-            lat.push(performance.now() - t);
-          } catch (e) {
-            errors++;
-            if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
+      await Promise.all(
+        victims.map(async (v, k) => {
+          let i = 0;
+          while (performance.now() < end) {
+            const t = performance.now();
+            try {
+              await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
+              await c.screenshot(v.id, 'png');
+              lat.push(performance.now() - t);
+            } catch (e) {
+              errors++;
+              if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
+            }
+            i++;
           }
-          i++;
-        }
-      }));
+        }),
+      );
       const elapsed = (performance.now() - t0) / 1000;
-      const busy = hostBusyNs() - busy0, own = ownCpuNs(d, daemonPid, floodPid) - own0;
+      const busy = hostBusyNs() - busy0,
+        own = ownCpuNs(d, daemonPid, floodPid) - own0;
       const abuserResult = abuse ? await abuse : undefined;
       raw.push(lat);
       phases.push({
-        phase, seconds: elapsed, steps: lat.length, errors, errorSamples, stepsPerSec: lat.length / elapsed, stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
-        othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed), ownCpuCores: own / 1e9 / elapsed,
-        ...(abuserResult ? { abuser: { ...abuserResult, session: await c.getSession(abuser.id).then((s) => ({ state: s.state, memory: s.memory, brokenReason: s.brokenReason })) } } : {}),
+        phase,
+        seconds: elapsed,
+        steps: lat.length,
+        errors,
+        errorSamples,
+        stepsPerSec: lat.length / elapsed,
+        stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
+        othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
+        ownCpuCores: own / 1e9 / elapsed,
+        ...(abuserResult
+          ? {
+              abuser: {
+                ...abuserResult,
+                session: await c.getSession(abuser.id).then((s) => ({ state: s.state, memory: s.memory, brokenReason: s.brokenReason })),
+              },
+            }
+          : {}),
       });
       // Between phases the abuser starts clean (the fork bomb's leftovers, a full disk), off the clock.
       if (phase !== 'quiet') {
@@ -196,7 +244,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     const r = {
       p50: quantile(abused, 0.5) / quantile(quiet, 0.5),
       p99: quantile(abused, 0.99) / quantile(quiet, 0.99),
-      stepsPerSec: (abused.length / secs(idx)) / (quiet.length / secs(quietIdx)),
+      stepsPerSec: abused.length / secs(idx) / (quiet.length / secs(quietIdx)),
     };
     ratios[a] = r;
     bars[`${a}P50Ratio`] = { value: Math.round(r.p50 * 1000) / 1000, bar: '<= 1.2', pass: r.p50 <= 1.2 };
@@ -204,7 +252,8 @@ export async function runNoisyBench(o: NoisyOptions) {
   }
   // The noise floor: the same ratio between quiet phases alone (first half of them vs second half).
   const quietIdxAll = phases.map((p, i) => (p.phase === 'quiet' ? i : -1)).filter((i) => i >= 0);
-  const qa = quietIdxAll.filter((_, k) => k % 2 === 0).flatMap((i) => raw[i]!), qb = quietIdxAll.filter((_, k) => k % 2 === 1).flatMap((i) => raw[i]!);
+  const qa = quietIdxAll.filter((_, k) => k % 2 === 0).flatMap((i) => raw[i]!),
+    qb = quietIdxAll.filter((_, k) => k % 2 === 1).flatMap((i) => raw[i]!);
   const quietVsQuiet = qa.length && qb.length ? { p50: quantile(qa, 0.5) / quantile(qb, 0.5), p99: quantile(qa, 0.99) / quantile(qb, 0.99) } : null;
   const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
@@ -214,7 +263,15 @@ export async function runNoisyBench(o: NoisyOptions) {
     started,
     quick: o.quick,
     host: hostFacts(),
-    setup: { rounds: o.rounds, victims: o.victims, victimImage: 'default (Chromium on a static page)', step: 'POST actions (1 click) + GET screenshot png', abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' }, secondsPerPhase: o.seconds, floodClients: 16 },
+    setup: {
+      rounds: o.rounds,
+      victims: o.victims,
+      victimImage: 'default (Chromium on a static page)',
+      step: 'POST actions (1 click) + GET screenshot png',
+      abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' },
+      secondsPerPhase: o.seconds,
+      floodClients: 16,
+    },
     phases,
     ratios,
     bars,

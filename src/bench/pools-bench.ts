@@ -25,18 +25,33 @@ export interface PoolsBenchOptions {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Destroy errors seen (a destroy that left something is recorded, not fatal: the final sweep removes it). */
 const destroyErrors: string[] = [];
-const destroy = (c: DrumsClient, id: string) => c.destroySession(id).catch((e: Error) => { destroyErrors.push(`${id}: ${e.message}`); });
+const destroy = (c: DrumsClient, id: string) =>
+  c.destroySession(id).catch((e: Error) => {
+    destroyErrors.push(`${id}: ${e.message}`);
+  });
 
 /** Memory (bytes) charged to a cgroup under the instance (rel = `drums-<inst>[/<id>]`), page cache of inactive files left out. */
 function memoryBytes(rel: string): number | null {
   const v1 = join('/sys/fs/cgroup/memory', rel);
   if (existsSync(join(v1, 'memory.usage_in_bytes'))) {
-    const stat = Object.fromEntries(readFileSync(join(v1, 'memory.stat'), 'utf8').trim().split('\n').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]));
+    const stat = Object.fromEntries(
+      readFileSync(join(v1, 'memory.stat'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' '))
+        .map(([k, v]) => [k, Number(v)]),
+    );
     return Number(readFileSync(join(v1, 'memory.usage_in_bytes'), 'utf8')) - (stat.total_inactive_file ?? 0);
   }
   const v2 = join('/sys/fs/cgroup', rel);
   if (existsSync(join(v2, 'memory.current'))) {
-    const stat = Object.fromEntries(readFileSync(join(v2, 'memory.stat'), 'utf8').trim().split('\n').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]));
+    const stat = Object.fromEntries(
+      readFileSync(join(v2, 'memory.stat'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' '))
+        .map(([k, v]) => [k, Number(v)]),
+    );
     return Number(readFileSync(join(v2, 'memory.current'), 'utf8')) - (stat.inactive_file ?? 0);
   }
   return null;
@@ -84,11 +99,14 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
     await waitPool(c, 'bench', o.poolSize);
     const fillS = (performance.now() - tFill) / 1000;
     await sleep(3000); // let the last refill settle before measuring idle
-    const cpu0 = cpuSeconds(inst), t0 = performance.now();
+    const cpu0 = cpuSeconds(inst),
+      t0 = performance.now();
     await sleep(o.idleSeconds * 1000);
-    const cpu1 = cpuSeconds(inst), idleS = (performance.now() - t0) / 1000;
+    const cpu1 = cpuSeconds(inst),
+      idleS = (performance.now() - t0) / 1000;
     const idle = {
-      sessions: o.poolSize, seconds: round(idleS),
+      sessions: o.poolSize,
+      seconds: round(idleS),
       cpuCoresUsed: cpu0 !== null && cpu1 !== null ? round((cpu1 - cpu0) / idleS, 4) : null,
       memoryMiB: memoryBytes(inst) !== null ? round(memoryBytes(inst)! / 2 ** 20) : null,
       memoryMiBPerSession: memoryBytes(inst) !== null ? round(memoryBytes(inst)! / 2 ** 20 / o.poolSize) : null,
@@ -119,7 +137,9 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
     // 2. fork(N) of a session with state on disk, against N fresh creates, per N.
     const src = await c.createSession({ ...template, labels: { bench: 'fork-source' } });
     made.push(src.id);
-    await c.exec(src.id, { shell: 'head -c 20000000 /dev/urandom > /home/user/state.bin; mkdir -p /home/user/work; for i in $(seq 200); do echo $i > /home/user/work/f$i; done' });
+    await c.exec(src.id, {
+      shell: 'head -c 20000000 /dev/urandom > /home/user/state.bin; mkdir -p /home/user/work; for i in $(seq 200); do echo $i > /home/user/work/f$i; done',
+    });
     const forks = [];
     for (const n of o.forkCounts) {
       o.progress?.(`fork ${n}`);
@@ -132,14 +152,28 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
       o.progress?.(`${n} fresh creates`);
       const tc = performance.now();
       let firstCreate = Infinity;
-      const fresh = await Promise.all(Array.from({ length: n }, () => c.createSession({ ...template, labels: { bench: 'fresh' } }).then((s) => { firstCreate = Math.min(firstCreate, performance.now() - tc); return s; })));
+      const fresh = await Promise.all(
+        Array.from({ length: n }, () =>
+          c.createSession({ ...template, labels: { bench: 'fresh' } }).then((s) => {
+            firstCreate = Math.min(firstCreate, performance.now() - tc);
+            return s;
+          }),
+        ),
+      );
       const allCreate = performance.now() - tc;
       const memFresh = fresh.map((x) => memoryBytes(`${inst}/${x.id}`)).filter((m): m is number => m !== null);
       for (const x of fresh) await destroy(c, x.id);
       const avg = (xs: number[]) => (xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length / 2 ** 20) : null);
       forks.push({
-        n, mode: r.mode,
-        fork: { firstReadyMs: round(firstMs), allReadyMs: round(allMs), snapshotMs: r.timings.snapshotMs, sourcePausedMs: r.timings.pausedMs, memoryMiBPerCopy: avg(mem) },
+        n,
+        mode: r.mode,
+        fork: {
+          firstReadyMs: round(firstMs),
+          allReadyMs: round(allMs),
+          snapshotMs: r.timings.snapshotMs,
+          sourcePausedMs: r.timings.pausedMs,
+          memoryMiBPerCopy: avg(mem),
+        },
         fresh: { firstReadyMs: round(firstCreate), allReadyMs: round(allCreate), memoryMiBPerSession: avg(memFresh) },
         allReadyRatio: round(allMs / allCreate, 3),
       });
@@ -147,13 +181,33 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
     await destroy(c, src.id);
     made.length = 0;
 
-    const claim = summary(claimMs), create = summary(createMs);
+    const claim = summary(claimMs),
+      create = summary(createMs);
     const loadAfter = hostLoad();
     const record = {
-      schemaVersion: 1, kind: 'pools', started, image: o.image, url: o.url ?? null, host: hostFacts(),
-      noise: { loadavgBefore: loadBefore, loadavgAfter: loadAfter, note: 'a 2-core machine shared with six other engineers running tests and benches; load averages taken before and after' },
+      schemaVersion: 1,
+      kind: 'pools',
+      started,
+      image: o.image,
+      url: o.url ?? null,
+      host: hostFacts(),
+      noise: {
+        loadavgBefore: loadBefore,
+        loadavgAfter: loadAfter,
+        note: 'a 2-core machine shared with six other engineers running tests and benches; load averages taken before and after',
+      },
       pool: { size: o.poolSize, fillSeconds: round(fillS), idle },
-      claims: { n: o.claims, misses, claimMs: { ...claim, p99: p99(claimMs) }, claimServerMs: { ...summary(claimServerMs), note: "the daemon's own time in the claim (timings.poolClaimMs, whole ms); the rest is HTTP and waiting for a CPU" }, createMs: { ...create, p99: p99(createMs) }, p50Ratio: round(create.p50 / claim.p50, 1) },
+      claims: {
+        n: o.claims,
+        misses,
+        claimMs: { ...claim, p99: p99(claimMs) },
+        claimServerMs: {
+          ...summary(claimServerMs),
+          note: "the daemon's own time in the claim (timings.poolClaimMs, whole ms); the rest is HTTP and waiting for a CPU",
+        },
+        createMs: { ...create, p99: p99(createMs) },
+        p50Ratio: round(create.p50 / claim.p50, 1),
+      },
       forks,
       destroyErrors,
       bars: {

@@ -96,10 +96,32 @@ export function validateRecord(r: unknown): string[] {
   if (o.schemaVersion !== RECORD_SCHEMA_VERSION) errs.push(`schemaVersion: expected ${RECORD_SCHEMA_VERSION}, got ${JSON.stringify(o.schemaVersion)}`);
   if (o.kind !== 'drums-bench-record') errs.push('kind: expected drums-bench-record');
   for (const [k, t] of Object.entries({
-    experiment: 'string', description: 'string', mode: 'string', status: 'string', complete: 'boolean', incompleteReasons: 'array', command: 'string',
-    commit: 'string', dirty: 'boolean', started: 'string', finished: 'string', bars: 'object|null', host: 'object', method: 'object', config: 'object',
-    arms: 'array', trials: 'array', results: 'array', verdicts: 'array', summary: 'string', surprises: 'array', limitations: 'array', failures: 'array', plots: 'object',
-  })) need(k, t);
+    experiment: 'string',
+    description: 'string',
+    mode: 'string',
+    status: 'string',
+    complete: 'boolean',
+    incompleteReasons: 'array',
+    command: 'string',
+    commit: 'string',
+    dirty: 'boolean',
+    started: 'string',
+    finished: 'string',
+    bars: 'object|null',
+    host: 'object',
+    method: 'object',
+    config: 'object',
+    arms: 'array',
+    trials: 'array',
+    results: 'array',
+    verdicts: 'array',
+    summary: 'string',
+    surprises: 'array',
+    limitations: 'array',
+    failures: 'array',
+    plots: 'object',
+  }))
+    need(k, t);
   if (!['quick', 'full'].includes(o.mode as string)) errs.push(`mode: ${String(o.mode)}`);
   if (!['passed', 'failed', 'inconclusive'].includes(o.status as string)) errs.push(`status: ${String(o.status)}`);
   if (o.status === 'passed' && o.complete !== true) errs.push('status passed but record incomplete');

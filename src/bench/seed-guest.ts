@@ -59,7 +59,10 @@ export function importedModules(source: string): string[] {
   const names = new Set<string>();
   for (const line of source.split('\n')) {
     const from = /^\s*from\s+([A-Za-z_]\w*)[\w.]*\s+import\b/.exec(line);
-    if (from) { names.add(from[1]!); continue; }
+    if (from) {
+      names.add(from[1]!);
+      continue;
+    }
     const imp = /^\s*import\s+([^#;]+)/.exec(line);
     if (imp) {
       for (const part of imp[1]!.split(',')) {
@@ -121,20 +124,44 @@ const cachedServerFiles = (src: string): ServerFile[] => {
  * address is reused by later sessions, and OSWorld's client opens a new
  * connection per call too).
  */
-export function guestHttp(address: string, method: string, path: string, o: { json?: unknown; timeoutMs?: number } = {}): Promise<{ status: number; body: Buffer; contentType: string }> {
+export function guestHttp(
+  address: string,
+  method: string,
+  path: string,
+  o: { json?: unknown; timeoutMs?: number } = {},
+): Promise<{ status: number; body: Buffer; contentType: string }> {
   const body = o.json === undefined ? undefined : Buffer.from(JSON.stringify(o.json));
   return new Promise((res, rej) => {
-    const req = httpRequest({
-      host: address, port: GUEST_PORT, method, path, agent: false,
-      headers: body ? { 'content-type': 'application/json', 'content-length': String(body.length) } : {},
-    }, (r) => {
-      const chunks: Buffer[] = [];
-      r.on('data', (d: Buffer) => chunks.push(d));
-      r.on('end', () => { clearTimeout(timer); res({ status: r.statusCode ?? 0, body: Buffer.concat(chunks), contentType: String(r.headers['content-type'] ?? '') }); });
-      r.on('error', (e) => { clearTimeout(timer); rej(e); });
+    const req = httpRequest(
+      {
+        host: address,
+        port: GUEST_PORT,
+        method,
+        path,
+        agent: false,
+        headers: body ? { 'content-type': 'application/json', 'content-length': String(body.length) } : {},
+      },
+      (r) => {
+        const chunks: Buffer[] = [];
+        r.on('data', (d: Buffer) => chunks.push(d));
+        r.on('end', () => {
+          clearTimeout(timer);
+          res({ status: r.statusCode ?? 0, body: Buffer.concat(chunks), contentType: String(r.headers['content-type'] ?? '') });
+        });
+        r.on('error', (e) => {
+          clearTimeout(timer);
+          rej(e);
+        });
+      },
+    );
+    const timer = setTimeout(
+      () => req.destroy(new Error(`${method} http://${address}:${GUEST_PORT}${path} timed out after ${o.timeoutMs ?? STEP_TIMEOUT_MS} ms`)),
+      o.timeoutMs ?? STEP_TIMEOUT_MS,
+    );
+    req.on('error', (e) => {
+      clearTimeout(timer);
+      rej(e);
     });
-    const timer = setTimeout(() => req.destroy(new Error(`${method} http://${address}:${GUEST_PORT}${path} timed out after ${o.timeoutMs ?? STEP_TIMEOUT_MS} ms`)), o.timeoutMs ?? STEP_TIMEOUT_MS);
-    req.on('error', (e) => { clearTimeout(timer); rej(e); });
     req.end(body);
   });
 }
@@ -142,15 +169,14 @@ export function guestHttp(address: string, method: string, path: string, o: { js
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The shell that starts the server in the background, detached from the exec (as the peer-vnc arm starts x11vnc). */
-const START = [
-  `cd /home/user || exit 1`,
-  `setsid python3 ${GUEST_DIR}/main.py >${GUEST_LOG} 2>&1 < /dev/null &`,
-  'echo $!',
-].join('\n');
+const START = [`cd /home/user || exit 1`, `setsid python3 ${GUEST_DIR}/main.py >${GUEST_LOG} 2>&1 < /dev/null &`, 'echo $!'].join('\n');
 
 async function logTail(c: DrumsClient, s: SessionInfo): Promise<string> {
   try {
-    const r = await c.exec(s.id, { shell: `tail -c 1500 ${GUEST_LOG} 2>&1; echo; echo "[processes]"; ps -eo pid,rss,args 2>/dev/null | grep -F ${GUEST_DIR}/main.py | grep -v grep`, timeoutMs: 10_000 });
+    const r = await c.exec(s.id, {
+      shell: `tail -c 1500 ${GUEST_LOG} 2>&1; echo; echo "[processes]"; ps -eo pid,rss,args 2>/dev/null | grep -F ${GUEST_DIR}/main.py | grep -v grep`,
+      timeoutMs: 10_000,
+    });
     return r.stdout.trim() || '(empty log)';
   } catch (e) {
     return `(could not read ${GUEST_LOG}: ${(e as Error).message})`;
@@ -182,12 +208,20 @@ export async function startGuestServer(c: DrumsClient, s: SessionInfo, src: stri
     // Once a second: has the server exited (an import error, a port in use)? Then fail now, not after the timeout.
     if (pid > 0 && performance.now() - checked > 1000) {
       checked = performance.now();
-      const alive = await c.exec(s.id, { argv: ['kill', '-0', String(pid)], timeoutMs: 5000 }).then((x) => x.exitCode === 0, () => true);
-      if (!alive) throw new Error(`OSWorld guest server in ${s.id} exited before it answered on ${s.network.address}:${GUEST_PORT} (last: ${last}); log tail:\n${await logTail(c, s)}`);
+      const alive = await c.exec(s.id, { argv: ['kill', '-0', String(pid)], timeoutMs: 5000 }).then(
+        (x) => x.exitCode === 0,
+        () => true,
+      );
+      if (!alive)
+        throw new Error(
+          `OSWorld guest server in ${s.id} exited before it answered on ${s.network.address}:${GUEST_PORT} (last: ${last}); log tail:\n${await logTail(c, s)}`,
+        );
     }
     await sleep(100);
   }
-  throw new Error(`OSWorld guest server in ${s.id} did not answer on ${s.network.address}:${GUEST_PORT} within ${READY_TIMEOUT_MS / 1000} s (last: ${last}); log tail:\n${await logTail(c, s)}`);
+  throw new Error(
+    `OSWorld guest server in ${s.id} did not answer on ${s.network.address}:${GUEST_PORT} within ${READY_TIMEOUT_MS / 1000} s (last: ${last}); log tail:\n${await logTail(c, s)}`,
+  );
 }
 
 /** The pyautogui prefix OSWorld's PythonController puts before every command. */
@@ -198,9 +232,15 @@ export async function guestStep(s: SessionInfo): Promise<void> {
   const a = s.network.address;
   const ex = await guestHttp(a, 'POST', '/execute', { json: { command: ['python', '-c', `${PKGS_PREFIX}pyautogui.click(x=5, y=5)`], shell: false } });
   let res: { status?: string; returncode?: number; error?: string; message?: string } = {};
-  try { res = JSON.parse(ex.body.toString('utf8')) as typeof res; } catch { /* reported below */ }
+  try {
+    res = JSON.parse(ex.body.toString('utf8')) as typeof res;
+  } catch {
+    /* reported below */
+  }
   if (ex.status !== 200 || res.returncode !== 0) {
-    throw new Error(`seed-guest step: POST /execute in ${s.id} answered ${ex.status}: ${(res.error ?? res.message ?? ex.body.toString('utf8')).trim().slice(-300)}`);
+    throw new Error(
+      `seed-guest step: POST /execute in ${s.id} answered ${ex.status}: ${(res.error ?? res.message ?? ex.body.toString('utf8')).trim().slice(-300)}`,
+    );
   }
   const shot = await guestHttp(a, 'GET', '/screenshot');
   const png = shot.body.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
@@ -224,7 +264,9 @@ export function guestServerPss(instance: string, sessionId: string): { pssMiB: n
       if (!cmd.includes(`${GUEST_DIR}/main.py`)) continue;
       const roll = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
       per.push([pid, Number(/^Pss:\s+(\d+)/m.exec(roll)?.[1] ?? 0) / 1024]);
-    } catch { /* exited */ }
+    } catch {
+      /* exited */
+    }
   }
   per.sort((a, b) => a[0] - b[0]);
   return { pssMiB: r2(per.reduce((a, [, v]) => a + v, 0)), processes: per.length, perProcessMiB: per.map(([, v]) => r2(v)) };

@@ -32,7 +32,10 @@ const PAGE = 'data:text/html,<title>bench</title><body style="background:%233366
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function lifecycle(o: SessionsBenchOptions, browser: boolean) {
-  const create: number[] = [], serverReady: number[] = [], reset: number[] = [], destroy: number[] = [];
+  const create: number[] = [],
+    serverReady: number[] = [],
+    reset: number[] = [],
+    destroy: number[] = [];
   for (let i = 0; i < o.runs; i++) {
     o.progress(`lifecycle ${browser ? 'browser' : 'desktop'} ${i + 1}/${o.runs}`);
     let t = performance.now();
@@ -55,7 +58,10 @@ async function memory(o: SessionsBenchOptions, browser: boolean) {
   const sample = async () => {
     await sleep(o.settleMs);
     const xs: number[] = [];
-    for (let i = 0; i < 3; i++) { xs.push(hostUsedMiB()); await sleep(500); }
+    for (let i = 0; i < 3; i++) {
+      xs.push(hostUsedMiB());
+      await sleep(500);
+    }
     return xs.reduce((a, b) => a + b, 0) / xs.length;
   };
   try {
@@ -71,9 +77,17 @@ async function memory(o: SessionsBenchOptions, browser: boolean) {
     for (const s of sessions) await o.client.destroySession(s.id).catch(() => {});
   }
   const fitPts = points.filter((p) => p.n > 0);
-  const xs = fitPts.map((p) => p.n), ys = fitPts.map((p) => p.usedMiB);
+  const xs = fitPts.map((p) => p.n),
+    ys = fitPts.map((p) => p.usedMiB);
   const fit = linearFit(xs, ys);
-  const ci = bootstrap(xs.length, (idx) => linearFit(idx.map((i) => xs[i]!), idx.map((i) => ys[i]!)).slope);
+  const ci = bootstrap(
+    xs.length,
+    (idx) =>
+      linearFit(
+        idx.map((i) => xs[i]!),
+        idx.map((i) => ys[i]!),
+      ).slope,
+  );
   return { points, slopeMiB: fit.slope, interceptMiB: fit.intercept, r2: fit.r2, slopeCi95: ci, fixedCostMiB: fit.intercept - points[0]!.usedMiB };
 }
 

@@ -23,12 +23,22 @@ import type { ArmCtx, ArmHooks } from './arms.ts';
 
 /** The flags session-init gives a session's own Chromium (guest/session-init), so both arms run the same browser. */
 const CHROMIUM_FLAGS = [
-  '--no-sandbox', '--test-type', '--disable-gpu', '--no-first-run', '--no-default-browser-check',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--disable-default-apps', '--disable-extensions', '--password-store=basic',
+  '--no-sandbox',
+  '--test-type',
+  '--disable-gpu',
+  '--no-first-run',
+  '--no-default-browser-check',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--disable-extensions',
+  '--password-store=basic',
   '--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,PreloadTopChromeWebUI,SpareRendererForSitePerProcess,Translate,MediaRouter',
-  '--enable-features=NetworkServiceInProcess2', '--in-process-gpu',
-  '--renderer-process-limit=1', '--process-per-site',
+  '--enable-features=NetworkServiceInProcess2',
+  '--in-process-gpu',
+  '--renderer-process-limit=1',
+  '--process-per-site',
 ];
 const CHROMIUM = '/usr/lib/chromium/chromium';
 export const PROBE_ID = 'shared-browser.cross-session-devtools';
@@ -65,11 +75,20 @@ export function sharedBrowser(forwardPort: number): {
     const userDataDir = mkdtempSync(join(tmpdir(), 'drums-bench-shared-browser-'));
     let chrome: ChildProcess | undefined;
     try {
-      chrome = x.spawnClient(CHROMIUM, [...CHROMIUM_FLAGS, `--user-data-dir=${userDataDir}`, '--remote-debugging-address=127.0.0.1', '--remote-debugging-port=0', '--window-position=0,0', '--window-size=1280,800', 'about:blank']);
+      chrome = x.spawnClient(CHROMIUM, [
+        ...CHROMIUM_FLAGS,
+        `--user-data-dir=${userDataDir}`,
+        '--remote-debugging-address=127.0.0.1',
+        '--remote-debugging-port=0',
+        '--window-position=0,0',
+        '--window-size=1280,800',
+        'about:blank',
+      ]);
       const portFile = join(userDataDir, 'DevToolsActivePort');
       const end = Date.now() + 30_000;
       while (!existsSync(portFile) || !readFileSync(portFile, 'utf8').includes('\n')) {
-        if (chrome.exitCode !== null || chrome.signalCode !== null) throw new Error(`the shared Chromium exited (${chrome.exitCode ?? chrome.signalCode}) before opening its DevTools endpoint`);
+        if (chrome.exitCode !== null || chrome.signalCode !== null)
+          throw new Error(`the shared Chromium exited (${chrome.exitCode ?? chrome.signalCode}) before opening its DevTools endpoint`);
         if (Date.now() > end) throw new Error('the shared Chromium did not open its DevTools endpoint within 30 s');
         await new Promise((r) => setTimeout(r, 50));
       }
@@ -133,7 +152,9 @@ export function sharedBrowser(forwardPort: number): {
         const page = await context.newPage();
         await page.goto(url);
         // Mark the page with its session so the probe can tell whose page it reads.
-        await page.evaluate((id) => { document.title = `bench ${id}`; }, s.id);
+        await page.evaluate((id) => {
+          document.title = `bench ${id}`;
+        }, s.id);
         state.pages.set(s.id, { context, page });
       } catch (e) {
         await context.close().catch(() => {});
@@ -179,7 +200,7 @@ async function probe(c: DrumsClient, st: State, a: SessionInfo, b: SessionInfo, 
     return {
       id: PROBE_ID,
       observed: out.sawB,
-      detail: `from inside session ${a.id}, GET /json/list on the DevTools endpoint listed ${out.pages} pages of the shared browser${out.sawB ? `, among them session ${b.id}'s ("bench ${b.id}")` : ''}${out.activateB !== undefined ? `; PUT /json/activate on B's page answered "${out.activateB}"${drove ? ' (A drove B\'s browser)' : ''}` : ''}`,
+      detail: `from inside session ${a.id}, GET /json/list on the DevTools endpoint listed ${out.pages} pages of the shared browser${out.sawB ? `, among them session ${b.id}'s ("bench ${b.id}")` : ''}${out.activateB !== undefined ? `; PUT /json/activate on B's page answered "${out.activateB}"${drove ? " (A drove B's browser)" : ''}` : ''}`,
     };
   } finally {
     await closeForward();
@@ -198,10 +219,11 @@ async function forward(host: string, port: number, to: number): Promise<() => Pr
     srv.once('error', reject);
     srv.listen(port, host, () => resolve());
   });
-  return () => new Promise<void>((resolve) => {
-    for (const s of open) s.destroy();
-    srv.close(() => resolve());
-  });
+  return () =>
+    new Promise<void>((resolve) => {
+      for (const s of open) s.destroy();
+      srv.close(() => resolve());
+    });
 }
 
 function treePids(root: number): number[] {
@@ -211,7 +233,9 @@ function treePids(root: number): number[] {
     let kids: number[] = [];
     try {
       kids = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
-    } catch { /* exited */ }
+    } catch {
+      /* exited */
+    }
     for (const k of kids) walk(k);
   };
   walk(root);
@@ -222,7 +246,11 @@ function treePids(root: number): number[] {
 function treePssMiB(root: number): number {
   let kib = 0;
   for (const pid of treePids(root)) {
-    try { kib += Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0); } catch { /* exited */ }
+    try {
+      kib += Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
+    } catch {
+      /* exited */
+    }
   }
   return Math.round((kib / 1024) * 10) / 10;
 }

@@ -34,7 +34,16 @@ export function rssByKind(pid: number): Record<string, number> {
     const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(line);
     if (head) {
       const name = head[1]!.trim();
-      kind = name === '[heap]' ? 'anonHeap' : name === '' || name.startsWith('[anon') ? 'anonOther' : name.startsWith('/SYSV') ? 'sysvShm' : name.startsWith('/') ? 'files' : 'other';
+      kind =
+        name === '[heap]'
+          ? 'anonHeap'
+          : name === '' || name.startsWith('[anon')
+            ? 'anonOther'
+            : name.startsWith('/SYSV')
+              ? 'sysvShm'
+              : name.startsWith('/')
+                ? 'files'
+                : 'other';
       continue;
     }
     const m = /^Rss:\s+(\d+) kB/.exec(line);
@@ -48,10 +57,20 @@ const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
 
 /** Host objects of an instance still present (after its daemon stopped). */
 function residue(instance: string, stateDir: string): Record<string, string[]> {
-  const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(stateDir));
-  const netns = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').map((l) => l.split(' ')[0]!).filter((n) => n.startsWith(`drums-${instance}-`));
-  const links = (JSON.parse(execFileSync('ip', ['-j', 'link', 'show'], { encoding: 'utf8' })) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(`dr${instance}h`));
-  const cgroups = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`)).filter((p) => existsSync(p));
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(stateDir));
+  const netns = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => n.startsWith(`drums-${instance}-`));
+  const links = (JSON.parse(execFileSync('ip', ['-j', 'link', 'show'], { encoding: 'utf8' })) as { ifname: string }[])
+    .map((l) => l.ifname)
+    .filter((n) => n.startsWith(`dr${instance}h`));
+  const cgroups = readdirSync('/sys/fs/cgroup')
+    .map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`))
+    .filter((p) => existsSync(p));
   return { mounts, netns, links, cgroups };
 }
 
@@ -70,7 +89,13 @@ export async function runSoakBench(o: SoakOptions) {
   const sampleEvery = Math.max(1, Math.round((o.sessions * o.steps) / 40));
   const t0 = performance.now();
   const sample = () => {
-    samples.push({ step: total, t: Math.round(performance.now() - t0), rssMiB: Math.round(rssMiB(pid) * 10) / 10, fds: fdCount(pid), ...(samples.length % 5 === 0 ? { byKind: rssByKind(pid) } : {}) });
+    samples.push({
+      step: total,
+      t: Math.round(performance.now() - t0),
+      rssMiB: Math.round(rssMiB(pid) * 10) / 10,
+      fds: fdCount(pid),
+      ...(samples.length % 5 === 0 ? { byKind: rssByKind(pid) } : {}),
+    });
   };
   try {
     o.progress?.(`creating ${o.sessions} Chromium sessions`);
@@ -79,40 +104,43 @@ export async function runSoakBench(o: SoakOptions) {
     const failed = made.find((m) => m.status === 'rejected');
     if (failed) throw (failed as PromiseRejectedResult).reason;
     sample();
-    await Promise.all(sessions.map(async (s, k) => {
-      for (let i = 1; i <= o.steps; i++) {
-        const t = performance.now();
-        try {
-          await c.act(s.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
-          await c.screenshot(s.id, 'png');
-          lat.push(performance.now() - t);
-        } catch (e) {
-          if (errors.length < 20) errors.push(`${s.id} step ${i}: ${String(e).slice(0, 200)}`);
-          else errors.push('');
-        }
-        total++;
-        if (total >= nextSample) {
-          nextSample = total + sampleEvery;
-          sample();
-          o.progress?.(`step ${total}/${o.sessions * o.steps}, daemon RSS ${samples.at(-1)!.rssMiB} MiB, ${samples.at(-1)!.fds} fds`);
-        }
-        if (i % o.resetEvery === 0 && i < o.steps) {
-          const tr = performance.now();
+    await Promise.all(
+      sessions.map(async (s, k) => {
+        for (let i = 1; i <= o.steps; i++) {
+          const t = performance.now();
           try {
-            await c.resetSession(s.id);
-            resets.push(performance.now() - tr);
+            await c.act(s.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
+            await c.screenshot(s.id, 'png');
+            lat.push(performance.now() - t);
           } catch (e) {
-            errors.push(`${s.id} reset after step ${i}: ${String(e).slice(0, 200)}`);
+            if (errors.length < 20) errors.push(`${s.id} step ${i}: ${String(e).slice(0, 200)}`);
+            else errors.push('');
+          }
+          total++;
+          if (total >= nextSample) {
+            nextSample = total + sampleEvery;
+            sample();
+            o.progress?.(`step ${total}/${o.sessions * o.steps}, daemon RSS ${samples.at(-1)!.rssMiB} MiB, ${samples.at(-1)!.fds} fds`);
+          }
+          if (i % o.resetEvery === 0 && i < o.steps) {
+            const tr = performance.now();
+            try {
+              await c.resetSession(s.id);
+              resets.push(performance.now() - tr);
+            } catch (e) {
+              errors.push(`${s.id} reset after step ${i}: ${String(e).slice(0, 200)}`);
+            }
           }
         }
-      }
-    }));
+      }),
+    );
     sample();
   } finally {
     for (const s of sessions) await c.destroySession(s.id).catch((e) => errors.push(`destroy ${s.id}: ${String(e)}`));
   }
   const afterDestroy = { rssMiB: Math.round(rssMiB(pid) * 10) / 10, fds: fdCount(pid), byKind: rssByKind(pid) };
-  const instance = d.instance, stateDir = d.stateDir;
+  const instance = d.instance,
+    stateDir = d.stateDir;
   await d.stop();
   const left = Object.fromEntries(Object.entries(residue(instance, stateDir)).filter(([, v]) => v.length));
   const at = (step: number) => samples.find((s) => s.step >= step) ?? samples[0]!;
@@ -126,7 +154,13 @@ export async function runSoakBench(o: SoakOptions) {
     started,
     quick: o.quick,
     host: hostFacts(),
-    setup: { sessions: o.sessions, stepsPerSession: o.steps, resetEvery: o.resetEvery, step: 'POST actions (1 click) + GET screenshot png', image: 'default (Chromium)' },
+    setup: {
+      sessions: o.sessions,
+      stepsPerSession: o.steps,
+      resetEvery: o.resetEvery,
+      step: 'POST actions (1 click) + GET screenshot png',
+      image: 'default (Chromium)',
+    },
     steps: lat.length,
     seconds: (performance.now() - t0) / 1000,
     stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
@@ -166,7 +200,11 @@ export async function runRssProbe(o: { sessions: number; screen: string; outDir:
   const own = async () => {
     const text = await (await c.request('GET', '/metrics')).text();
     const get = (k: string) => Number(new RegExp(`drums_daemon_memory_bytes\\{kind="${k}"\\} (\\d+)`).exec(text)?.[1] ?? NaN) / 1024 ** 2;
-    return { heapUsedMiB: Math.round(get('heapUsed') * 10) / 10, externalMiB: Math.round(get('external') * 10) / 10, arrayBuffersMiB: Math.round(get('arrayBuffers') * 10) / 10 };
+    return {
+      heapUsedMiB: Math.round(get('heapUsed') * 10) / 10,
+      externalMiB: Math.round(get('external') * 10) / 10,
+      arrayBuffersMiB: Math.round(get('arrayBuffers') * 10) / 10,
+    };
   };
   const point = async (what: string) => ({ what, rssMiB: Math.round(rssMiB(pid) * 10) / 10, byKind: rssByKind(pid), ...(await own()) });
   const points = [await point('empty')];
@@ -186,12 +224,19 @@ export async function runRssProbe(o: { sessions: number; screen: string; outDir:
     for (const id of ids) await c.destroySession(id).catch(() => {});
     await d.stop();
   }
-  const per = (a: number, b: number, k: keyof (typeof points)[number]) => Math.round((((points[b]![k] as number) - (points[a]![k] as number)) / o.sessions) * 100) / 100;
+  const per = (a: number, b: number, k: keyof (typeof points)[number]) =>
+    Math.round((((points[b]![k] as number) - (points[a]![k] as number)) / o.sessions) * 100) / 100;
   const record = {
-    schemaVersion: 1, kind: 'daemon-rss', started, host: hostFacts(), setup: { sessions: o.sessions, image: 'minimal', screen: o.screen },
+    schemaVersion: 1,
+    kind: 'daemon-rss',
+    started,
+    host: hostFacts(),
+    setup: { sessions: o.sessions, image: 'minimal', screen: o.screen },
     points,
     perSessionMiB: {
-      rssBySession: per(0, 1, 'rssMiB'), rssByScreenshot: per(1, 2, 'rssMiB'), externalByScreenshot: per(1, 2, 'externalMiB'),
+      rssBySession: per(0, 1, 'rssMiB'),
+      rssByScreenshot: per(1, 2, 'rssMiB'),
+      externalByScreenshot: per(1, 2, 'externalMiB'),
       rssLeftAfterDestroy: per(0, 3, 'rssMiB'),
     },
   };

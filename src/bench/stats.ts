@@ -17,7 +17,9 @@ export function linearFit(xs: number[], ys: number[]) {
   const n = xs.length;
   const mx = xs.reduce((a, b) => a + b, 0) / n;
   const my = ys.reduce((a, b) => a + b, 0) / n;
-  let sxy = 0, sxx = 0, syy = 0;
+  let sxy = 0,
+    sxx = 0,
+    syy = 0;
   for (let i = 0; i < n; i++) {
     sxy += (xs[i]! - mx) * (ys[i]! - my);
     sxx += (xs[i]! - mx) ** 2;
@@ -32,7 +34,7 @@ export function linearFit(xs: number[], ys: number[]) {
 /** Bootstrap 95% interval of a statistic over resampled indices (deterministic seed). */
 export function bootstrap(n: number, stat: (idx: number[]) => number, iterations = 1000, seed = 42): [number, number] {
   let state = seed >>> 0;
-  const rand = () => ((state = (state * 1664525 + 1013904223) >>> 0) / 2 ** 32);
+  const rand = () => (state = (state * 1664525 + 1013904223) >>> 0) / 2 ** 32;
   const vals: number[] = [];
   for (let it = 0; it < iterations; it++) {
     const idx = Array.from({ length: n }, () => Math.floor(rand() * n));

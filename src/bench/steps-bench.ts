@@ -42,7 +42,11 @@ export interface StepsOptions {
   progress: (m: string) => void;
 }
 
-const PAGE = 'data:text/html,' + encodeURIComponent('<!doctype html><title>tick</title><body style="margin:0;font:48px sans-serif;background:#fafafa"><div id=t style="padding:40px"></div><p style="padding:40px;font-size:20px">Drums steps bench: a page whose clock ticks once a second.</p><script>setInterval(()=>t.textContent=new Date().toISOString(),1000)</script>');
+const PAGE =
+  'data:text/html,' +
+  encodeURIComponent(
+    '<!doctype html><title>tick</title><body style="margin:0;font:48px sans-serif;background:#fafafa"><div id=t style="padding:40px"></div><p style="padding:40px;font-size:20px">Drums steps bench: a page whose clock ticks once a second.</p><script>setInterval(()=>t.textContent=new Date().toISOString(),1000)</script>',
+  );
 const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
 
 /** The daemon's own node process (bin/drums serve runs it under tini, which also adopts session processes). */
@@ -58,7 +62,9 @@ function daemonNodePid(pid: number): number {
           if (cm.includes('src/cli/main.ts')) return cc;
         }
       }
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
     return null;
   };
   return look(pid) ?? pid;
@@ -77,27 +83,41 @@ const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
 async function closedLoop(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
   const lat: number[] = [];
-  let steps = 0, errors = 0, k = 0;
+  let steps = 0,
+    errors = 0,
+    k = 0;
   const cpu0 = cpuMs(pid);
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
-  await Promise.all(Array.from({ length: clients }, async (_, i) => {
-    const mine = ids.filter((_, j) => j % clients === i);
-    let m = 0;
-    while (performance.now() < end && mine.length) {
-      const id = mine[m++ % mine.length]!;
-      const n = k++;
-      const t = performance.now();
-      try {
-        const r = await c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } });
-        if (!r.image || r.image.data.length < 100) throw new Error('no image');
-        steps++;
-        lat.push(performance.now() - t);
-      } catch { errors++; }
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: clients }, async (_, i) => {
+      const mine = ids.filter((_, j) => j % clients === i);
+      let m = 0;
+      while (performance.now() < end && mine.length) {
+        const id = mine[m++ % mine.length]!;
+        const n = k++;
+        const t = performance.now();
+        try {
+          const r = await c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } });
+          if (!r.image || r.image.data.length < 100) throw new Error('no image');
+          steps++;
+          lat.push(performance.now() - t);
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
   const wall = (performance.now() - t0) / 1000;
-  return { steps, errors, seconds: round(wall, 2), stepsPerSec: round(steps / wall), daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2), latency: dist(lat), samples: lat };
+  return {
+    steps,
+    errors,
+    seconds: round(wall, 2),
+    stepsPerSec: round(steps / wall),
+    daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2),
+    latency: dist(lat),
+    samples: lat,
+  };
 }
 
 async function openLoop(c: DrumsClient, ids: string[], rate: number, seconds: number) {
@@ -111,8 +131,16 @@ async function openLoop(c: DrumsClient, ids: string[], rate: number, seconds: nu
     const wait = at - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const id = ids[n % ids.length]!;
-    inflight.push(c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } })
-      .then(() => { lat.push(performance.now() - at); }, () => { errors++; }));
+    inflight.push(
+      c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } }).then(
+        () => {
+          lat.push(performance.now() - at);
+        },
+        () => {
+          errors++;
+        },
+      ),
+    );
   }
   await Promise.all(inflight);
   return { offered: rate, sent: total, errors, latency: dist(lat), samples: lat };
@@ -121,26 +149,40 @@ async function openLoop(c: DrumsClient, ids: string[], rate: number, seconds: nu
 async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
   const out: Record<string, { steps: number; daemonCpuMsPerStep: number; stepsPerSec: number }> = {};
   const run = async (name: string, step: (id: string, n: number) => Promise<unknown>) => {
-    let steps = 0, k = 0;
+    let steps = 0,
+      k = 0;
     const cpu0 = cpuMs(pid);
     const t0 = performance.now();
     const end = t0 + seconds * 1000;
-    await Promise.all(Array.from({ length: clients }, async (_, i) => {
-      const mine = ids.filter((_, j) => j % clients === i);
-      let m = 0;
-      while (performance.now() < end && mine.length) {
-        try { await step(mine[m++ % mine.length]!, k++); steps++; } catch { /* counted out */ }
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: clients }, async (_, i) => {
+        const mine = ids.filter((_, j) => j % clients === i);
+        let m = 0;
+        while (performance.now() < end && mine.length) {
+          try {
+            await step(mine[m++ % mine.length]!, k++);
+            steps++;
+          } catch {
+            /* counted out */
+          }
+        }
+      }),
+    );
     const wall = (performance.now() - t0) / 1000;
     out[name] = { steps, daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2), stepsPerSec: round(steps / wall) };
   };
   for (const f of FORMATS) {
-    await run(f, (id, n) => c.actImage(id, { actions: [{ type: 'move', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: f, ...(f === 'jpeg' || f === 'webp' ? { quality: 80 } : {}) } }));
+    await run(f, (id, n) =>
+      c.actImage(id, {
+        actions: [{ type: 'move', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }],
+        screenshot: { format: f, ...(f === 'jpeg' || f === 'webp' ? { quality: 80 } : {}) },
+      }),
+    );
   }
   // Unchanged: the same screen and cursor asked again (GET /screenshot, nothing moves): each
   // client asks its own session back to back, so only the page's once-a-second tick changes it.
-  let hits = 0, asked = 0;
+  let hits = 0,
+    asked = 0;
   const last = new Map<string, Buffer>();
   await run('unchanged', async (id) => {
     const own = ids[ids.indexOf(id) % clients]!;
@@ -156,20 +198,38 @@ async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seco
 
 async function streaming(d: PrivateDaemon, url: string, ids: string[], seconds: number, pid: number) {
   const ws = url.replace(/^http/, 'ws');
-  let frames = 0, watchedFrames = 0, bytes = 0;
+  let frames = 0,
+    watchedFrames = 0,
+    bytes = 0;
   const socks: WebSocket[] = [];
-  const open = (id: string, q: string, onFrame: (n: number) => void) => new Promise<WebSocket>((res, rej) => {
-    const s = new WebSocket(`${ws}/v1/sessions/${id}/stream?${q}`, ['drums'], { headers: { authorization: `Bearer ${d.token}` } });
-    s.on('message', (data, bin) => { if (bin) onFrame((data as Buffer).length); });
-    s.once('open', () => res(s));
-    s.once('error', rej);
-    s.once('unexpected-response', (_q, r) => rej(new Error(`stream refused: ${r.statusCode}`)));
-  });
+  const open = (id: string, q: string, onFrame: (n: number) => void) =>
+    new Promise<WebSocket>((res, rej) => {
+      const s = new WebSocket(`${ws}/v1/sessions/${id}/stream?${q}`, ['drums'], { headers: { authorization: `Bearer ${d.token}` } });
+      s.on('message', (data, bin) => {
+        if (bin) onFrame((data as Buffer).length);
+      });
+      s.once('open', () => res(s));
+      s.once('error', rej);
+      s.once('unexpected-response', (_q, r) => rej(new Error(`stream refused: ${r.statusCode}`)));
+    });
   try {
-    for (const id of ids) socks.push(await open(id, 'fps=2&scale=0.25&format=jpeg&quality=60', (n) => { frames++; bytes += n; }));
-    socks.push(await open(ids[0]!, 'fps=30&format=jpeg&quality=80', (n) => { watchedFrames++; bytes += n; }));
+    for (const id of ids)
+      socks.push(
+        await open(id, 'fps=2&scale=0.25&format=jpeg&quality=60', (n) => {
+          frames++;
+          bytes += n;
+        }),
+      );
+    socks.push(
+      await open(ids[0]!, 'fps=30&format=jpeg&quality=80', (n) => {
+        watchedFrames++;
+        bytes += n;
+      }),
+    );
     await new Promise((r) => setTimeout(r, 2000));
-    frames = 0; watchedFrames = 0; bytes = 0;
+    frames = 0;
+    watchedFrames = 0;
+    bytes = 0;
     const cpu0 = cpuMs(pid);
     const t0 = performance.now();
     const end = t0 + seconds * 1000;
@@ -183,9 +243,13 @@ async function streaming(d: PrivateDaemon, url: string, ids: string[], seconds: 
     const wall = (performance.now() - t0) / 1000;
     const cpu = cpuMs(pid) - cpu0;
     return {
-      streams: ids.length + 1, seconds: round(wall, 2),
-      thumbnailFramesPerSec: round(frames / wall), watchedFramesPerSec: round(watchedFrames / wall),
-      megabytesPerSec: round(bytes / wall / 1e6, 2), daemonCpuPercent: round((cpu / 1000 / wall) * 100), drivenMovesPerSec: round(k / wall),
+      streams: ids.length + 1,
+      seconds: round(wall, 2),
+      thumbnailFramesPerSec: round(frames / wall),
+      watchedFramesPerSec: round(watchedFrames / wall),
+      megabytesPerSec: round(bytes / wall / 1e6, 2),
+      daemonCpuPercent: round((cpu / 1000 / wall) * 100),
+      drivenMovesPerSec: round(k / wall),
     };
   } finally {
     for (const s of socks) s.terminate();
@@ -207,7 +271,8 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
       const t0 = performance.now();
       const startedAt = new Date().toISOString();
       const data: Record<string, unknown> = { busyBefore: hostBusy() };
-      let valid = true, reason: string | undefined;
+      let valid = true,
+        reason: string | undefined;
       o.progress(`${arm.name} trial ${t}: starting the daemon`);
       const d = await startPrivateDaemon({}, { bin: arm.bin });
       const pid = daemonNodePid(d.pid);
@@ -218,14 +283,25 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
         for (let i = 0; i < maxN; i += 4) {
           // One retry per session: on a loaded shared host a browser can miss the 60 s readiness deadline.
           const create = () => d.client.createSession({ image: 'default', url: PAGE, screen: '1280x800' });
-          const batch = await Promise.allSettled(Array.from({ length: Math.min(4, maxN - i) }, () => create().catch((e) => { failures.push(`${arm.name} trial ${t}: create retried: ${String((e as Error).message).slice(0, 160)}`); return create(); })));
-          for (const b of batch) if (b.status === 'fulfilled') made.push(b.value);
-          else failures.push(`${arm.name} trial ${t}: create failed: ${String((b.reason as Error)?.message ?? b.reason).slice(0, 200)}`);
+          const batch = await Promise.allSettled(
+            Array.from({ length: Math.min(4, maxN - i) }, () =>
+              create().catch((e) => {
+                failures.push(`${arm.name} trial ${t}: create retried: ${String((e as Error).message).slice(0, 160)}`);
+                return create();
+              }),
+            ),
+          );
+          for (const b of batch)
+            if (b.status === 'fulfilled') made.push(b.value);
+            else failures.push(`${arm.name} trial ${t}: create failed: ${String((b.reason as Error)?.message ?? b.reason).slice(0, 200)}`);
           o.progress(`${arm.name} trial ${t}: ${made.length}/${maxN} sessions`);
         }
         data.createAllSeconds = round((performance.now() - c0) / 1000);
         data.sessions = made.length;
-        if (made.length < maxN) { valid = false; reason = `only ${made.length} of ${maxN} sessions created`; }
+        if (made.length < maxN) {
+          valid = false;
+          reason = `only ${made.length} of ${maxN} sessions created`;
+        }
         const ids = made.map((s) => s.id);
         // Warm-up: one step per session.
         for (const id of ids) await d.client.actImage(id, { actions: [{ type: 'move', x: 10, y: 10 }], screenshot: { format: 'png' } }).catch(() => {});
@@ -261,7 +337,16 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
         await d.stop();
       }
       data.busyAfter = hostBusy();
-      trials.push({ arm: arm.name, trial: t, warmup: false, valid, ...(reason ? { reason } : {}), startedAt, durationMs: Math.round(performance.now() - t0), data });
+      trials.push({
+        arm: arm.name,
+        trial: t,
+        warmup: false,
+        valid,
+        ...(reason ? { reason } : {}),
+        startedAt,
+        durationMs: Math.round(performance.now() - t0),
+        data,
+      });
       (perArm[arm.name] ??= []).push(data);
     }
   }
@@ -269,18 +354,90 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
   // Results: medians over valid trials.
   const med = (xs: number[]) => (xs.length ? quantile(xs, 0.5) : null);
   const val = (arm: string, f: (d: Record<string, any>) => number | undefined) =>
-    med(trials.filter((t) => t.arm === arm && t.valid).map((t) => f(t.data as Record<string, any>)).filter((x): x is number => typeof x === 'number'));
-  const row = (arm: string, metric: string, value: number | null, unit: string, note?: string): ResultRow =>
-    ({ arm, metric, value: value === null ? null : round(value, 2), ci: null, unit, n: trials.filter((t) => t.arm === arm && t.valid).length, ...(note ? { note } : {}) });
+    med(
+      trials
+        .filter((t) => t.arm === arm && t.valid)
+        .map((t) => f(t.data as Record<string, any>))
+        .filter((x): x is number => typeof x === 'number'),
+    );
+  const row = (arm: string, metric: string, value: number | null, unit: string, note?: string): ResultRow => ({
+    arm,
+    metric,
+    value: value === null ? null : round(value, 2),
+    ci: null,
+    unit,
+    n: trials.filter((t) => t.arm === arm && t.valid).length,
+    ...(note ? { note } : {}),
+  });
   for (const a of o.arms) {
-    for (const n of o.sessions) results.push(row(a.name, `steps_per_sec.N${n}`, val(a.name, (d) => d.closedLoop?.[String(n)]?.stepsPerSec), 'steps/s', `${o.clients} closed-loop clients, click + PNG 1280x800`));
-    results.push(row(a.name, `step_ms.p50.N${maxN}`, val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p50), 'ms'));
-    results.push(row(a.name, `step_ms.p99.N${maxN}`, val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p99), 'ms'));
-    results.push(row(a.name, 'daemon_cpu_ms_per_step.closed_loop', val(a.name, (d) => d.closedLoop?.[String(maxN)]?.daemonCpuMsPerStep), 'ms'));
-    results.push(row(a.name, `open_loop_step_ms.p50@${o.offered}`, val(a.name, (d) => d.openLoop?.latency?.p50), 'ms'));
-    results.push(row(a.name, `open_loop_step_ms.p99@${o.offered}`, val(a.name, (d) => d.openLoop?.latency?.p99), 'ms'));
-    for (const f of [...FORMATS, 'unchanged']) results.push(row(a.name, `daemon_cpu_ms_per_step.${f}`, val(a.name, (d) => d.cpuPerFormat?.[f]?.daemonCpuMsPerStep), 'ms'));
-    for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent']) results.push(row(a.name, `streaming.${k}`, val(a.name, (d) => d.streaming?.[k]), k.endsWith('Percent') ? '% of a core' : 'frames/s'));
+    for (const n of o.sessions)
+      results.push(
+        row(
+          a.name,
+          `steps_per_sec.N${n}`,
+          val(a.name, (d) => d.closedLoop?.[String(n)]?.stepsPerSec),
+          'steps/s',
+          `${o.clients} closed-loop clients, click + PNG 1280x800`,
+        ),
+      );
+    results.push(
+      row(
+        a.name,
+        `step_ms.p50.N${maxN}`,
+        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p50),
+        'ms',
+      ),
+    );
+    results.push(
+      row(
+        a.name,
+        `step_ms.p99.N${maxN}`,
+        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p99),
+        'ms',
+      ),
+    );
+    results.push(
+      row(
+        a.name,
+        'daemon_cpu_ms_per_step.closed_loop',
+        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.daemonCpuMsPerStep),
+        'ms',
+      ),
+    );
+    results.push(
+      row(
+        a.name,
+        `open_loop_step_ms.p50@${o.offered}`,
+        val(a.name, (d) => d.openLoop?.latency?.p50),
+        'ms',
+      ),
+    );
+    results.push(
+      row(
+        a.name,
+        `open_loop_step_ms.p99@${o.offered}`,
+        val(a.name, (d) => d.openLoop?.latency?.p99),
+        'ms',
+      ),
+    );
+    for (const f of [...FORMATS, 'unchanged'])
+      results.push(
+        row(
+          a.name,
+          `daemon_cpu_ms_per_step.${f}`,
+          val(a.name, (d) => d.cpuPerFormat?.[f]?.daemonCpuMsPerStep),
+          'ms',
+        ),
+      );
+    for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent'])
+      results.push(
+        row(
+          a.name,
+          `streaming.${k}`,
+          val(a.name, (d) => d.streaming?.[k]),
+          k.endsWith('Percent') ? '% of a core' : 'frames/s',
+        ),
+      );
   }
   const [head, base] = o.arms;
   if (head && base) {
@@ -297,18 +454,47 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
   const verdicts: Verdict[] = bars.bars.map((b) => {
     const value = get(b.arm === 'frames' ? (head?.name ?? b.arm) : b.arm, b.metric);
     const pass = judge(b, value);
-    return { barId: b.id, arm: b.arm, metric: b.metric, op: b.op, bar: b.value, unit: b.unit, value, ci: null, pass, ...(pass === null ? { note: results.some((x) => x.metric === b.metric) ? 'no value' : `not measured in this run (largest N here: ${maxN})` } : {}) };
+    return {
+      barId: b.id,
+      arm: b.arm,
+      metric: b.metric,
+      op: b.op,
+      bar: b.value,
+      unit: b.unit,
+      value,
+      ci: null,
+      pass,
+      ...(pass === null ? { note: results.some((x) => x.metric === b.metric) ? 'no value' : `not measured in this run (largest N here: ${maxN})` } : {}),
+    };
   });
   const allValid = trials.every((t) => t.valid);
   const g = gitState();
-  const busy = trials.map((t) => [(t.data.busyBefore as { loadavg1: number }).loadavg1, (t.data.busyAfter as { loadavg1: number } | undefined)?.loadavg1 ?? NaN]);
+  const busy = trials.map((t) => [
+    (t.data.busyBefore as { loadavg1: number }).loadavg1,
+    (t.data.busyAfter as { loadavg1: number } | undefined)?.loadavg1 ?? NaN,
+  ]);
   const record: BenchRecord = {
-    schemaVersion: 1, kind: 'drums-bench-record', experiment: 'steps',
-    description: 'The step hot path (click + PNG screenshot through POST /actions) of this checkout against another checkout in the same run, plus daemon CPU per step by format and frame streaming.',
+    schemaVersion: 1,
+    kind: 'drums-bench-record',
+    experiment: 'steps',
+    description:
+      'The step hot path (click + PNG screenshot through POST /actions) of this checkout against another checkout in the same run, plus daemon CPU per step by format and frame streaming.',
     mode: o.quick ? 'quick' : 'full',
-    status: !allValid || verdicts.some((v) => v.pass === null) ? (verdicts.some((v) => v.pass === false) ? 'failed' : 'inconclusive') : verdicts.every((v) => v.pass) ? 'passed' : 'failed',
-    complete: allValid, incompleteReasons: trials.filter((t) => !t.valid).map((t) => `${t.arm} trial ${t.trial}: ${t.reason}`),
-    command: o.command, commit: g.commit, dirty: g.dirty, started, finished: new Date().toISOString(),
+    status:
+      !allValid || verdicts.some((v) => v.pass === null)
+        ? verdicts.some((v) => v.pass === false)
+          ? 'failed'
+          : 'inconclusive'
+        : verdicts.every((v) => v.pass)
+          ? 'passed'
+          : 'failed',
+    complete: allValid,
+    incompleteReasons: trials.filter((t) => !t.valid).map((t) => `${t.arm} trial ${t.trial}: ${t.reason}`),
+    command: o.command,
+    commit: g.commit,
+    dirty: g.dirty,
+    started,
+    finished: new Date().toISOString(),
     bars: { file: 'bench/bars/steps.json', sha256: barsSha, fixedAt: bars.fixedAt, fixedCommit: bars.fixedCommit },
     host: { ...hostFacts(), loadavg1BeforeAfterPerTrial: busy },
     method: {
@@ -317,17 +503,32 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
       closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: png} with Accept: image/png (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64)`,
       openLoop: `${o.offered} steps/s sent on schedule over all sessions for ${o.seconds} s; latency from the scheduled send time (no coordinated omission)`,
       cpu: 'utime+stime of the daemon node process (/proc/PID/stat) over the run ÷ steps; formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor',
-      streaming: 'every session streamed at fps=2 scale=0.25 jpeg q60, one more stream at fps=30 full size jpeg q80 on session 0 while it is driven with ~30 moves/s',
-      noise: 'the host is shared (7 engineers on 2 cores): load averages before/after each trial are in host.loadavg1BeforeAfterPerTrial; arms alternate and the order rotates per trial, so both arms see the same noise',
+      streaming:
+        'every session streamed at fps=2 scale=0.25 jpeg q60, one more stream at fps=30 full size jpeg q80 on session 0 while it is driven with ~30 moves/s',
+      noise:
+        'the host is shared (7 engineers on 2 cores): load averages before/after each trial are in host.loadavg1BeforeAfterPerTrial; arms alternate and the order rotates per trial, so both arms see the same noise',
     },
     config: { sessions: o.sessions, clients: o.clients, seconds: o.seconds, offered: o.offered, trials: o.trials },
-    arms: o.arms.map((a) => ({ name: a.name, description: a.description, image: 'default', status: trials.some((t) => t.arm === a.name && t.valid) ? 'measured' : 'invalid', ...(trials.some((t) => t.arm === a.name && t.valid) ? {} : { reason: trials.find((t) => t.arm === a.name)?.reason ?? 'not run' }), isolation: { verdict: 'not-audited', failedProbes: [] } })),
-    trials, results, verdicts,
-    summary: head && base
-      ? `${head.name}: ${get(head.name, `steps_per_sec.N${maxN}`) ?? '–'} steps/s at N=${maxN} (${base.name}: ${get(base.name, `steps_per_sec.N${maxN}`) ?? '–'}, ratio ${get(head.name, `ratio.steps_per_sec.N${maxN}`) ?? '–'}); daemon CPU per PNG step ${get(head.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms vs ${get(base.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms; p99 at ${o.offered}/s offered ${get(head.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms vs ${get(base.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms.`
-      : 'one arm only',
-    surprises: [], limitations: [
-      ...(full ? [] : [`N=${maxN}, not the issue's N=100: the shared host could not hold 2 × 100 Chromium sessions' worth of runs cleanly in the time available`]),
+    arms: o.arms.map((a) => ({
+      name: a.name,
+      description: a.description,
+      image: 'default',
+      status: trials.some((t) => t.arm === a.name && t.valid) ? 'measured' : 'invalid',
+      ...(trials.some((t) => t.arm === a.name && t.valid) ? {} : { reason: trials.find((t) => t.arm === a.name)?.reason ?? 'not run' }),
+      isolation: { verdict: 'not-audited', failedProbes: [] },
+    })),
+    trials,
+    results,
+    verdicts,
+    summary:
+      head && base
+        ? `${head.name}: ${get(head.name, `steps_per_sec.N${maxN}`) ?? '–'} steps/s at N=${maxN} (${base.name}: ${get(base.name, `steps_per_sec.N${maxN}`) ?? '–'}, ratio ${get(head.name, `ratio.steps_per_sec.N${maxN}`) ?? '–'}); daemon CPU per PNG step ${get(head.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms vs ${get(base.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms; p99 at ${o.offered}/s offered ${get(head.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms vs ${get(base.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms.`
+        : 'one arm only',
+    surprises: [],
+    limitations: [
+      ...(full
+        ? []
+        : [`N=${maxN}, not the issue's N=100: the shared host could not hold 2 × 100 Chromium sessions' worth of runs cleanly in the time available`]),
     ],
     failures,
     plots: { latency: latencyPlot, throughput },

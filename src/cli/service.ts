@@ -6,7 +6,9 @@ const ROOT = resolve(import.meta.dirname, '..', '..');
 
 /** The systemd unit (scripts/drums.service) with this checkout's paths filled in. */
 export function renderUnit(stateDir = process.env.DRUMS_STATE_DIR || DEFAULT_STATE_DIR): string {
-  return readFileSync(join(ROOT, 'scripts', 'drums.service'), 'utf8').replaceAll('@ROOT@', ROOT).replaceAll('@STATE_DIR@', resolve(stateDir));
+  return readFileSync(join(ROOT, 'scripts', 'drums.service'), 'utf8')
+    .replaceAll('@ROOT@', ROOT)
+    .replaceAll('@STATE_DIR@', resolve(stateDir));
 }
 
 /** Writes the unit to `dir` (default /etc/systemd/system); returns its path. */

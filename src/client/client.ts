@@ -2,9 +2,32 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import WebSocket from 'ws';
 import type {
-  A11yTree, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord, FileList, FileStatResult,
-  FileWritten, ForkRequest, ForkResult, Generation, HostReport, Pool, PoolClaim, PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest,
-  ScreenshotData, ScreenshotOptions, Session, SessionSpec, TerminalText, WindowOpResult, WindowsView,
+  A11yTree,
+  ActionsRequest,
+  ActionsResponse,
+  ExecRequest,
+  ExecResult,
+  ExecStreamRecord,
+  FileList,
+  FileStatResult,
+  FileWritten,
+  ForkRequest,
+  ForkResult,
+  Generation,
+  HostReport,
+  Pool,
+  PoolClaim,
+  PoolSpec,
+  ReleaseRequest,
+  ReleaseResult,
+  ResetRequest,
+  ScreenshotData,
+  ScreenshotOptions,
+  Session,
+  SessionSpec,
+  TerminalText,
+  WindowOpResult,
+  WindowsView,
 } from '../protocol/generated/types.ts';
 
 import { ClientTimeoutError, DrumsApiError, NoDaemonError } from './errors.ts';
@@ -23,10 +46,40 @@ export * from './generated/errors.ts';
  * src/protocol/generated/types.ts. The client's older names are aliases of them.
  */
 export type {
-  A11yNode, A11yTree, Action, ActionResult, ActionsRequest, ActionsResponse, ExecRequest, ExecResult, ExecStreamRecord,
-  FileList, FileStat, FileStatResult, FileWritten, ForkRequest, ForkResult, Generation, HostDisk, HostReport, OsworldEndpoint, Pool, PoolClaim,
-  PoolSpec, ReleaseRequest, ReleaseResult, ResetRequest, ScreenshotData,
-  ScreenshotOptions, Session, SessionSpec, SessionState, TerminalText, Window, WindowOpResult, WindowsView,
+  A11yNode,
+  A11yTree,
+  Action,
+  ActionResult,
+  ActionsRequest,
+  ActionsResponse,
+  ExecRequest,
+  ExecResult,
+  ExecStreamRecord,
+  FileList,
+  FileStat,
+  FileStatResult,
+  FileWritten,
+  ForkRequest,
+  ForkResult,
+  Generation,
+  HostDisk,
+  HostReport,
+  OsworldEndpoint,
+  Pool,
+  PoolClaim,
+  PoolSpec,
+  ReleaseRequest,
+  ReleaseResult,
+  ResetRequest,
+  ScreenshotData,
+  ScreenshotOptions,
+  Session,
+  SessionSpec,
+  SessionState,
+  TerminalText,
+  Window,
+  WindowOpResult,
+  WindowsView,
 } from '../protocol/generated/types.ts';
 
 const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream' };
@@ -51,7 +104,9 @@ export type ScreenshotQuery = ScreenshotOptions & { generation?: Generation };
 
 /** Rebuilds the typed error from the one error body `{error: {code, message, details}}`. */
 async function apiError(res: Response): Promise<DrumsApiError> {
-  let code = 'http_' + res.status, message = res.statusText, details: unknown;
+  let code = 'http_' + res.status,
+    message = res.statusText,
+    details: unknown;
   try {
     const j = (await res.json()) as { error?: { code: string; message: string; details?: unknown } };
     if (j.error) ({ code, message, details } = j.error);
@@ -96,8 +151,9 @@ export class DrumsClient {
       if (name === 'TimeoutError' || name === 'AbortError') {
         throw new ClientTimeoutError(0, 'client_timeout', `${init.method} ${path}: no answer within ${timeoutMs} ms (or aborted)`, undefined, { cause: e });
       }
-      const code = ((e as { cause?: { code?: string } })?.cause?.code) ?? '';
-      if (code === 'ECONNREFUSED' || code === 'ENOENT') throw new NoDaemonError(0, 'no_daemon', `no daemon answers at ${this.url} (${code})`, undefined, { cause: e });
+      const code = (e as { cause?: { code?: string } })?.cause?.code ?? '';
+      if (code === 'ECONNREFUSED' || code === 'ENOENT')
+        throw new NoDaemonError(0, 'no_daemon', `no daemon answers at ${this.url} (${code})`, undefined, { cause: e });
       throw e;
     }
   }
@@ -107,18 +163,23 @@ export class DrumsClient {
     if (env.DRUMS_URL) return new DrumsClient(env.DRUMS_URL, env.DRUMS_TOKEN ?? '');
     const stateDir = resolve(env.DRUMS_STATE_DIR || '/var/lib/drums');
     const rec = join(stateDir, 'daemon.json');
-    if (!existsSync(rec)) throw new NoDaemonError(0, 'no_daemon', `no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
+    if (!existsSync(rec))
+      throw new NoDaemonError(0, 'no_daemon', `no daemon found for ${stateDir}: start one with 'drums serve', or set DRUMS_URL and DRUMS_TOKEN`);
     const { url } = JSON.parse(readFileSync(rec, 'utf8')) as { url: string };
     const token = env.DRUMS_TOKEN ?? readFileSync(join(stateDir, 'token'), 'utf8').trim();
     return new DrumsClient(url, token);
   }
 
   async request(method: string, path: string, body?: unknown, o: { timeoutMs?: number } = {}): Promise<Response> {
-    return this._fetch(path, {
-      method,
-      headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    }, o);
+    return this._fetch(
+      path,
+      {
+        method,
+        headers: { authorization: `Bearer ${this._token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      },
+      o,
+    );
   }
 
   private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -196,7 +257,10 @@ export class DrumsClient {
     });
   }
   /** Screenshot with options; returns the bytes and the geometry headers. */
-  async screenshotEx(id: string, o: ScreenshotQuery = {}): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number; serverMs?: number }> {
+  async screenshotEx(
+    id: string,
+    o: ScreenshotQuery = {},
+  ): Promise<{ data: Buffer; width: number; height: number; generation: number; mimeType: string; scaleX?: number; scaleY?: number; serverMs?: number }> {
     const q = new URLSearchParams();
     if (o.format) q.set('format', o.format);
     if (o.quality !== undefined) q.set('quality', String(o.quality));
@@ -210,7 +274,9 @@ export class DrumsClient {
     const st = /capture;dur=([\d.]+)/.exec(h.get('server-timing') ?? '');
     return {
       data: Buffer.from(await res.arrayBuffer()),
-      width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')), generation: Number(h.get('x-drums-generation')),
+      width: Number(h.get('x-drums-width')),
+      height: Number(h.get('x-drums-height')),
+      generation: Number(h.get('x-drums-generation')),
       mimeType: h.get('content-type') ?? '',
       ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
       ...(st ? { serverMs: Number(st[1]) } : {}),
@@ -245,8 +311,10 @@ export class DrumsClient {
       return {
         ...j,
         image: {
-          data: Buffer.from(await res.arrayBuffer()), mimeType: h.get('content-type') ?? '',
-          width: Number(h.get('x-drums-width')), height: Number(h.get('x-drums-height')),
+          data: Buffer.from(await res.arrayBuffer()),
+          mimeType: h.get('content-type') ?? '',
+          width: Number(h.get('x-drums-width')),
+          height: Number(h.get('x-drums-height')),
           ...(sx ? { scaleX: Number(sx), scaleY: Number(h.get('x-drums-scale-y')) } : {}),
         },
       };
@@ -255,7 +323,16 @@ export class DrumsClient {
     const { screenshot, ...rest } = j;
     if (!screenshot) return rest;
     const { data, ...geom } = screenshot;
-    return { ...rest, image: { data: Buffer.from(data, 'base64'), mimeType: geom.mimeType, width: geom.width, height: geom.height, ...(geom.scaleX !== undefined ? { scaleX: geom.scaleX, scaleY: geom.scaleY } : {}) } };
+    return {
+      ...rest,
+      image: {
+        data: Buffer.from(data, 'base64'),
+        mimeType: geom.mimeType,
+        width: geom.width,
+        height: geom.height,
+        ...(geom.scaleX !== undefined ? { scaleX: geom.scaleX, scaleY: geom.scaleY } : {}),
+      },
+    };
   }
   async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number } = {}): Promise<string | A11yTree> {
     const q = new URLSearchParams({ format: o.format ?? 'xml' });
@@ -277,8 +354,7 @@ export class DrumsClient {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/windows/${wid}/close`, {});
   }
   /** Exec with streamed output: calls onData per chunk, resolves with the final record. */
-  async execStream(id: string, req: ExecRequest,
-    onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<ExecExit> {
+  async execStream(id: string, req: ExecRequest, onData: (stream: 'stdout' | 'stderr', data: string) => void): Promise<ExecExit> {
     // The output streams for as long as the command runs: the server's own timeoutMs bounds it, not the client's.
     const res = await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/exec?stream=1`, req, { timeoutMs: 0 });
     const dec = new TextDecoder();
@@ -294,7 +370,8 @@ export class DrumsClient {
         else last = rec;
       }
     }
-    if (!last || last.error) throw new DrumsApiError(500, 'internal', `exec stream ended without an exit record${last?.error ? ': ' + JSON.stringify(last.error) : ''}`);
+    if (!last || last.error)
+      throw new DrumsApiError(500, 'internal', `exec stream ended without an exit record${last?.error ? ': ' + JSON.stringify(last.error) : ''}`);
     return last as ExecExit;
   }
   private _fileQ(path: string, extra: Record<string, string | undefined> = {}): string {
@@ -308,16 +385,26 @@ export class DrumsClient {
   }
   async writeFile(id: string, path: string, data: Uint8Array | string, o: { root?: boolean; mode?: string } = {}): Promise<FileWritten> {
     const body = typeof data === 'string' ? Buffer.from(data) : data;
-    const res = await this.requestRaw('PUT', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, mode: o.mode })}`, body);
+    const res = await this.requestRaw(
+      'PUT',
+      `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, mode: o.mode })}`,
+      body,
+    );
     return (await res.json()) as FileWritten;
   }
   async deleteFile(id: string, path: string, o: { root?: boolean; recursive?: boolean } = {}): Promise<void> {
-    await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, recursive: o.recursive ? '1' : undefined })}`);
+    await this.request(
+      'DELETE',
+      `/v1/sessions/${encodeURIComponent(id)}/files?${this._fileQ(path, { root: o.root ? '1' : undefined, recursive: o.recursive ? '1' : undefined })}`,
+    );
   }
   async listFiles(id: string, path: string, o: { root?: boolean } = {}): Promise<FileList> {
     return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/list?${this._fileQ(path, { root: o.root ? '1' : undefined })}`);
   }
   async statFile(id: string, path: string, o: { root?: boolean; follow?: boolean } = {}): Promise<FileStatResult> {
-    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/files/stat?${this._fileQ(path, { root: o.root ? '1' : undefined, follow: o.follow ? '1' : undefined })}`);
+    return this.json(
+      'GET',
+      `/v1/sessions/${encodeURIComponent(id)}/files/stat?${this._fileQ(path, { root: o.root ? '1' : undefined, follow: o.follow ? '1' : undefined })}`,
+    );
   }
 }

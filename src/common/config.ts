@@ -100,12 +100,34 @@ const GiB = 1024 ** 3;
 export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   stateDir: { env: 'DRUMS_STATE_DIR', doc: 'state directory; one directory = one independent instance', default: '/var/lib/drums', parse: dirPath },
   instance: {
-    env: 'DRUMS_INSTANCE', doc: 'short name in every host object this instance makes (1-5 of a-z, 0-9)', default: undefined, defaultDoc: 'hash of the state directory',
-    parse: (raw) => { if (!/^[a-z0-9]{1,5}$/.test(raw)) throw 'must be 1-5 lowercase letters or digits'; return raw; },
+    env: 'DRUMS_INSTANCE',
+    doc: 'short name in every host object this instance makes (1-5 of a-z, 0-9)',
+    default: undefined,
+    defaultDoc: 'hash of the state directory',
+    parse: (raw) => {
+      if (!/^[a-z0-9]{1,5}$/.test(raw)) throw 'must be 1-5 lowercase letters or digits';
+      return raw;
+    },
   },
-  imagesDir: { env: 'DRUMS_IMAGE_DIR', doc: 'built images (shared by instances; content-addressed by recipe hash)', default: '/var/lib/drums/images', parse: dirPath },
-  claimsDir: { env: 'DRUMS_CLAIMS_DIR', doc: 'where instances claim subnets (host-wide, shared by all instances)', default: '/run/drums/subnets', parse: dirPath },
-  token: { env: 'DRUMS_TOKEN', doc: 'bearer token (the CLI and clients send it too)', default: undefined, defaultDoc: 'generated into `<state>/token`', parse: str },
+  imagesDir: {
+    env: 'DRUMS_IMAGE_DIR',
+    doc: 'built images (shared by instances; content-addressed by recipe hash)',
+    default: '/var/lib/drums/images',
+    parse: dirPath,
+  },
+  claimsDir: {
+    env: 'DRUMS_CLAIMS_DIR',
+    doc: 'where instances claim subnets (host-wide, shared by all instances)',
+    default: '/run/drums/subnets',
+    parse: dirPath,
+  },
+  token: {
+    env: 'DRUMS_TOKEN',
+    doc: 'bearer token (the CLI and clients send it too)',
+    default: undefined,
+    defaultDoc: 'generated into `<state>/token`',
+    parse: str,
+  },
   listen: { env: 'DRUMS_LISTEN', doc: 'address to listen on (non-loopback needs `--allow-remote`)', default: '127.0.0.1', parse: str },
   port: { env: 'DRUMS_PORT', doc: 'port to listen on (0: any free port)', default: 7450, parse: int(0, 65535) },
   runtime: { env: 'DRUMS_RUNTIME', doc: '`runc`, `crun` or a path', default: undefined, defaultDoc: 'crun on cgroup v2, else runc', parse: str },
@@ -115,29 +137,125 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   readyTimeoutMs: { env: 'DRUMS_READY_TIMEOUT_MS', doc: 'how long a create or reset waits for the desktop to be ready', default: 60_000, parse: int(1) },
   rateLimit: { env: 'DRUMS_RATE_LIMIT', doc: 'API requests per second per token (0: no limit)', default: 5000, parse: number(0) },
   rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
-  fairSlots: { env: 'DRUMS_FAIR_SLOTS', doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session', default: undefined, defaultDoc: 'max(4, 2 × cores)', parse: int(1) },
+  fairSlots: {
+    env: 'DRUMS_FAIR_SLOTS',
+    doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session',
+    default: undefined,
+    defaultDoc: 'max(4, 2 × cores)',
+    parse: int(1),
+  },
   fairQueue: { env: 'DRUMS_FAIR_QUEUE', doc: "one session's observe/act requests that may wait; more get 429", default: 64, parse: int(1) },
   logFormat: { env: 'DRUMS_LOG', doc: '`json` for JSON lines on stderr', default: 'text', parse: oneOf('text', 'json') },
   logLevel: { env: 'DRUMS_LOG_LEVEL', doc: '`debug`, `info`, `warn` or `error`', default: 'info', parse: oneOf('debug', 'info', 'warn', 'error') },
-  debianMirror: { env: 'DRUMS_DEBIAN_MIRROR', doc: 'Debian mirror for image builds', default: undefined, defaultDoc: "the host's apt sources, else deb.debian.org", parse: str },
-  debianSecurityMirror: { env: 'DRUMS_DEBIAN_SECURITY_MIRROR', doc: 'Debian security mirror for image builds', default: undefined, defaultDoc: "the host's apt sources, else security.debian.org", parse: str },
-  osworldUids: {
-    env: 'DRUMS_OSWORLD_UIDS', doc: "host uids (comma-separated) besides the daemon's own that may connect to a session's OSWorld ports", default: [], defaultDoc: '',
-    parse: (raw) => raw.split(',').map((u) => u.trim()).filter(Boolean).map((u) => { if (!/^\d+$/.test(u)) throw 'must be uids separated by commas'; return Number(u); }),
+  debianMirror: {
+    env: 'DRUMS_DEBIAN_MIRROR',
+    doc: 'Debian mirror for image builds',
+    default: undefined,
+    defaultDoc: "the host's apt sources, else deb.debian.org",
+    parse: str,
   },
-  osworldPeerCheck: { env: 'DRUMS_OSWORLD_PEER_CHECK', doc: "`0` lets any local uid connect to the OSWorld ports", default: true, defaultDoc: '`1`', parse: bool },
-  osworldOpenTimeoutS: { env: 'DRUMS_OSWORLD_OPEN_TIMEOUT_S', doc: "OSWorld `open_file`'s longest wait for the window, in seconds", default: 1800, parse: int(1) },
-  osworldMaxBodyBytes: { env: 'DRUMS_OSWORLD_MAX_BODY', doc: "OSWorld guest server's largest request or file, in bytes", default: GiB, defaultDoc: '1 GiB', parse: int(1) },
-  debugKeepFailed: { env: 'DRUMS_DEBUG_KEEP_FAILED', doc: '`1` leaves a failed create in place for inspection (the sweep removes it)', default: false, defaultDoc: '`0`', parse: bool },
-  keepSessions: { env: 'DRUMS_KEEP_SESSIONS', doc: '`1`: a stopped daemon leaves its sessions running, for the next daemon of the instance to adopt', default: false, defaultDoc: '`0`', parse: bool },
-  hostId: { env: 'DRUMS_HOST_ID', doc: "this host's stable id in `GET /v1/host` (e.g. the Kubernetes node name)", default: undefined, defaultDoc: 'generated once into `<state>/host-id`', parse: str },
-  pools: { env: 'DRUMS_POOLS', doc: 'warm pools, as JSON: `{"web": {"size": 8, "template": {SessionSpec}}}` ([docs/pools.md](docs/pools.md))', default: undefined, defaultDoc: 'none', parse: str },
+  debianSecurityMirror: {
+    env: 'DRUMS_DEBIAN_SECURITY_MIRROR',
+    doc: 'Debian security mirror for image builds',
+    default: undefined,
+    defaultDoc: "the host's apt sources, else security.debian.org",
+    parse: str,
+  },
+  osworldUids: {
+    env: 'DRUMS_OSWORLD_UIDS',
+    doc: "host uids (comma-separated) besides the daemon's own that may connect to a session's OSWorld ports",
+    default: [],
+    defaultDoc: '',
+    parse: (raw) =>
+      raw
+        .split(',')
+        .map((u) => u.trim())
+        .filter(Boolean)
+        .map((u) => {
+          if (!/^\d+$/.test(u)) throw 'must be uids separated by commas';
+          return Number(u);
+        }),
+  },
+  osworldPeerCheck: {
+    env: 'DRUMS_OSWORLD_PEER_CHECK',
+    doc: '`0` lets any local uid connect to the OSWorld ports',
+    default: true,
+    defaultDoc: '`1`',
+    parse: bool,
+  },
+  osworldOpenTimeoutS: {
+    env: 'DRUMS_OSWORLD_OPEN_TIMEOUT_S',
+    doc: "OSWorld `open_file`'s longest wait for the window, in seconds",
+    default: 1800,
+    parse: int(1),
+  },
+  osworldMaxBodyBytes: {
+    env: 'DRUMS_OSWORLD_MAX_BODY',
+    doc: "OSWorld guest server's largest request or file, in bytes",
+    default: GiB,
+    defaultDoc: '1 GiB',
+    parse: int(1),
+  },
+  debugKeepFailed: {
+    env: 'DRUMS_DEBUG_KEEP_FAILED',
+    doc: '`1` leaves a failed create in place for inspection (the sweep removes it)',
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+  },
+  keepSessions: {
+    env: 'DRUMS_KEEP_SESSIONS',
+    doc: '`1`: a stopped daemon leaves its sessions running, for the next daemon of the instance to adopt',
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+  },
+  hostId: {
+    env: 'DRUMS_HOST_ID',
+    doc: "this host's stable id in `GET /v1/host` (e.g. the Kubernetes node name)",
+    default: undefined,
+    defaultDoc: 'generated once into `<state>/host-id`',
+    parse: str,
+  },
+  pools: {
+    env: 'DRUMS_POOLS',
+    doc: 'warm pools, as JSON: `{"web": {"size": 8, "template": {SessionSpec}}}` ([docs/pools.md](docs/pools.md))',
+    default: undefined,
+    defaultDoc: 'none',
+    parse: str,
+  },
   poolsFile: { env: 'DRUMS_POOLS_FILE', doc: 'warm pools, as a JSON file of the same shape', default: undefined, defaultDoc: 'none', parse: dirPath },
-  poolRefillConcurrency: { env: 'DRUMS_POOL_REFILL_CONCURRENCY', doc: 'pool refills in flight at once (a share of the create admission)', default: undefined, defaultDoc: 'half of `DRUMS_START_CONCURRENCY`', parse: int(1) },
-  defaultCpus: { env: 'DRUMS_DEFAULT_CPUS', doc: "a session's CPU quota in cores when its spec sets none (0: no quota)", default: undefined, defaultDoc: 'half the host\'s cores, at least 1', parse: number(0) },
+  poolRefillConcurrency: {
+    env: 'DRUMS_POOL_REFILL_CONCURRENCY',
+    doc: 'pool refills in flight at once (a share of the create admission)',
+    default: undefined,
+    defaultDoc: 'half of `DRUMS_START_CONCURRENCY`',
+    parse: int(1),
+  },
+  defaultCpus: {
+    env: 'DRUMS_DEFAULT_CPUS',
+    doc: "a session's CPU quota in cores when its spec sets none (0: no quota)",
+    default: undefined,
+    defaultDoc: "half the host's cores, at least 1",
+    parse: number(0),
+  },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },
-  testHooks: { env: 'DRUMS_TEST_HOOKS', doc: '`1` honours the `drums.test.failStep` label (tests)', default: false, defaultDoc: '`0`', parse: bool, audience: 'test' },
-  benchHooks: { env: 'DRUMS_BENCH_HOOKS', doc: "`1` honours the bench's `drums.bench.*` labels (the bench's private daemon)", default: false, defaultDoc: '`0`', parse: bool, audience: 'test' },
+  testHooks: {
+    env: 'DRUMS_TEST_HOOKS',
+    doc: '`1` honours the `drums.test.failStep` label (tests)',
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+    audience: 'test',
+  },
+  benchHooks: {
+    env: 'DRUMS_BENCH_HOOKS',
+    doc: "`1` honours the bench's `drums.bench.*` labels (the bench's private daemon)",
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+    audience: 'test',
+  },
 };
 
 /**
@@ -150,7 +268,11 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
   { env: 'DRUMS_PYTHON', doc: 'Python for `drums osworld run`', default: '`.runtime/venv/bin/python`' },
   { env: 'DRUMS_NODE', doc: 'Node for `bin/drums`', default: '`.runtime/node/bin/node`' },
   { env: 'DRUMS_OSWORLD_CACHE', doc: 'the shared OSWorld asset cache (`drums osworld run|assets --cache`)', default: '`<state dir>/osworld-cache`' },
-  { env: 'DRUMS_OSWORLD_MIRROR', doc: "a mirror of OSWorld's file store for `drums osworld assets fetch` (`--mirror`)", default: 'the Hugging Face file store' },
+  {
+    env: 'DRUMS_OSWORLD_MIRROR',
+    doc: "a mirror of OSWorld's file store for `drums osworld assets fetch` (`--mirror`)",
+    default: 'the Hugging Face file store',
+  },
   { env: 'DRUMS_OSWORLD_SRC', doc: 'set by `drums osworld run --osworld-src DIR` for the Python driver (the checkout whose desktop_env runs)', default: '' },
 ];
 
@@ -160,13 +282,21 @@ export type ConfigOverrides = { [K in keyof DaemonConfig]?: DaemonConfig[K] | un
 export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: ConfigOverrides = {}): DaemonConfig {
   const out: Record<string, unknown> = {};
   for (const [key, f] of Object.entries(FIELDS) as [keyof DaemonConfig, Field<unknown>][]) {
-    if (overrides[key] !== undefined) { out[key] = overrides[key]; continue; }
+    if (overrides[key] !== undefined) {
+      out[key] = overrides[key];
+      continue;
+    }
     const raw = env[f.env];
-    if (raw === undefined || raw === '') { out[key] = f.default; continue; }
+    if (raw === undefined || raw === '') {
+      out[key] = f.default;
+      continue;
+    }
     try {
       out[key] = f.parse(raw);
     } catch (e) {
-      throw new DrumsError('invalid_config', `${f.env}=${JSON.stringify(raw)}: ${typeof e === 'string' ? e : (e as Error).message}`, { details: { variable: f.env } });
+      throw new DrumsError('invalid_config', `${f.env}=${JSON.stringify(raw)}: ${typeof e === 'string' ? e : (e as Error).message}`, {
+        details: { variable: f.env },
+      });
     }
   }
   return out as unknown as DaemonConfig;

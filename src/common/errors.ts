@@ -9,7 +9,15 @@ import type { ErrorCode } from '../protocol/generated/error-codes.ts';
 
 export type { ErrorCode };
 /** Codes of errors that stay on this host (CLI, daemon start-up, image builds): never an HTTP answer. */
-export type LocalErrorCode = 'cancelled' | 'daemon_running' | 'invalid_config' | 'runtime_missing' | 'image_in_use' | 'image_lock_timeout' | 'invalid_recipe' | 'image_build_failed';
+export type LocalErrorCode =
+  | 'cancelled'
+  | 'daemon_running'
+  | 'invalid_config'
+  | 'runtime_missing'
+  | 'image_in_use'
+  | 'image_lock_timeout'
+  | 'invalid_recipe'
+  | 'image_build_failed';
 export type DrumsErrorCode = ErrorCode | LocalErrorCode;
 export type ErrorDetails = Record<string, unknown>;
 
@@ -78,7 +86,12 @@ export class SessionCreateError extends DrumsError {
     const step = e instanceof StepError ? e.step : 'unknown';
     const cause = e instanceof StepError ? e.cause : e;
     super('session_create_failed', `session create failed at step '${step}': ${errorMessage(cause)}`, {
-      details: { step, cleanupErrors, ...(e instanceof StepError ? { steps: e.steps } : {}), ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
+      details: {
+        step,
+        cleanupErrors,
+        ...(e instanceof StepError ? { steps: e.steps } : {}),
+        ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}),
+      },
       cause,
     });
     this.step = step;

@@ -16,7 +16,9 @@ export function log(level: LogLevel, msg: string, fields: Record<string, unknown
   if (json) {
     process.stderr.write(JSON.stringify({ t: new Date().toISOString(), level, msg, ...fields }) + '\n');
   } else {
-    const extra = Object.entries(fields).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' ');
+    const extra = Object.entries(fields)
+      .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)
+      .join(' ');
     process.stderr.write(`[drums] ${level} ${msg}${extra ? ' ' + extra : ''}\n`);
   }
 }

@@ -21,7 +21,10 @@ export interface ConformanceOptions {
 /** URL and token: arguments, else DRUMS_URL/DRUMS_TOKEN, else the state dir's daemon.json and token. */
 export function resolveTarget(url?: string, token?: string, env = process.env): { url: string; token: string } {
   const stateDir = resolve(env.DRUMS_STATE_DIR || '/var/lib/drums');
-  const u = url ?? env.DRUMS_URL ?? (existsSync(join(stateDir, 'daemon.json')) ? (JSON.parse(readFileSync(join(stateDir, 'daemon.json'), 'utf8')) as { url: string }).url : undefined);
+  const u =
+    url ??
+    env.DRUMS_URL ??
+    (existsSync(join(stateDir, 'daemon.json')) ? (JSON.parse(readFileSync(join(stateDir, 'daemon.json'), 'utf8')) as { url: string }).url : undefined);
   if (!u) throw new Error(`no daemon URL: pass one, set DRUMS_URL, or start 'drums serve' for ${stateDir}`);
   const t = token ?? env.DRUMS_TOKEN ?? (existsSync(join(stateDir, 'token')) ? readFileSync(join(stateDir, 'token'), 'utf8').trim() : undefined);
   if (!t) throw new Error('no token: pass --token or set DRUMS_TOKEN');
@@ -58,7 +61,10 @@ export async function runConformance(url: string, token: string, opts: Conforman
 
 export function formatTable(results: CheckResult[]): string {
   const w = Math.max(...results.map((r) => r.area.length + r.name.length + 2), 20);
-  const lines = results.map((r) => `${r.pass ? 'PASS' : r.skipped ? 'SKIP' : 'FAIL'}  ${`${r.area}: ${r.name}`.padEnd(w)}  ${String(Math.round(r.ms)).padStart(6)} ms${r.error ? `  ${r.error}` : ''}`);
+  const lines = results.map(
+    (r) =>
+      `${r.pass ? 'PASS' : r.skipped ? 'SKIP' : 'FAIL'}  ${`${r.area}: ${r.name}`.padEnd(w)}  ${String(Math.round(r.ms)).padStart(6)} ms${r.error ? `  ${r.error}` : ''}`,
+  );
   const pass = results.filter((r) => r.pass).length;
   lines.push(`${pass}/${results.length} checks passed${pass === results.length ? '' : `, ${results.length - pass} failed or skipped`}`);
   return lines.join('\n');

@@ -16,7 +16,10 @@ import type { Region, ScreenshotFormat, ScreenshotResult } from './screenshot.ts
 import type { XDisplay } from './x-display.ts';
 
 export type Button = 'left' | 'middle' | 'right' | 'back' | 'forward';
-export interface Point { x: number; y: number }
+export interface Point {
+  x: number;
+  y: number;
+}
 
 export type CanonicalAction =
   | { type: 'move'; x: number; y: number }
@@ -86,8 +89,12 @@ class Space {
   }
 
   /** A length along an axis (for zoom regions given as corners). */
-  toScreenX(v: number): number { return Math.min(this.screen.width, Math.round(v * this.sx)); }
-  toScreenY(v: number): number { return Math.min(this.screen.height, Math.round(v * this.sy)); }
+  toScreenX(v: number): number {
+    return Math.min(this.screen.width, Math.round(v * this.sx));
+  }
+  toScreenY(v: number): number {
+    return Math.min(this.screen.height, Math.round(v * this.sy));
+  }
 }
 
 // ---------- field readers (each error names the field path) ----------
@@ -131,7 +138,11 @@ function text(p: Obj, k: string, path: string): string {
   const chars = [...t];
   if (chars.length > MAX_TEXT_LENGTH) throw invalidAction(`${path}.${k}`, `is too long (${chars.length} characters, max ${MAX_TEXT_LENGTH})`);
   chars.forEach((ch, i) => {
-    try { charToKeysyms(ch); } catch (err) { throw invalidAction(`${path}.${k}[${i}]`, (err as Error).message); }
+    try {
+      charToKeysyms(ch);
+    } catch (err) {
+      throw invalidAction(`${path}.${k}[${i}]`, (err as Error).message);
+    }
   });
   return t;
 }
@@ -151,12 +162,12 @@ function chord(v: unknown, path: string): string[] {
   let names: string[];
   if (typeof v === 'string') {
     names = splitChord(v);
-    names.forEach(n => keyName(n, path));
+    names.forEach((n) => keyName(n, path));
   } else if (Array.isArray(v)) {
     if (v.length === 0) throw invalidAction(path, 'must name at least one key');
     names = [];
     v.forEach((k, i) => {
-      if (typeof k === 'string' && k.length > 1 && k.includes('+')) splitChord(k).forEach(n => names.push(keyName(n, `${path}[${i}]`)));
+      if (typeof k === 'string' && k.length > 1 && k.includes('+')) splitChord(k).forEach((n) => names.push(keyName(n, `${path}[${i}]`)));
       else names.push(keyName(k, `${path}[${i}]`));
     });
   } else {
@@ -169,7 +180,8 @@ function chord(v: unknown, path: string): string[] {
 function button(p: Obj, k: string, path: string, dflt: Button = 'left'): Button {
   const v = p[k];
   if (v === undefined || v === null) return dflt;
-  if (typeof v === 'number' && [1, 2, 3, 8, 9].includes(v)) return ({ 1: 'left', 2: 'middle', 3: 'right', 8: 'back', 9: 'forward' } as Record<number, Button>)[v];
+  if (typeof v === 'number' && [1, 2, 3, 8, 9].includes(v))
+    return ({ 1: 'left', 2: 'middle', 3: 'right', 8: 'back', 9: 'forward' } as Record<number, Button>)[v];
   if (typeof v === 'string') {
     const b = v.toLowerCase() as Button;
     if (BUTTONS.includes(b)) return b;
@@ -180,9 +192,11 @@ function button(p: Obj, k: string, path: string, dflt: Button = 'left'): Button 
 /** A point from `coordinate: [x, y]` (or another array key) or from `x`/`y` keys. */
 function point(p: Obj, path: string, sp: Space, opts: { required: boolean; arrayKey?: string; xKey?: string; yKey?: string }): Point | undefined {
   const ak = opts.arrayKey ?? 'coordinate';
-  const xk = opts.xKey ?? 'x', yk = opts.yKey ?? 'y';
+  const xk = opts.xKey ?? 'x',
+    yk = opts.yKey ?? 'y';
   if (has(p, ak)) return pointValue(p[ak], `${path}.${ak}`, sp);
-  const hasX = has(p, xk), hasY = has(p, yk);
+  const hasX = has(p, xk),
+    hasY = has(p, yk);
   if (hasX || hasY) {
     if (!hasX) throw invalidAction(`${path}.${xk}`, `is required when ${yk} is given`);
     if (!hasY) throw invalidAction(`${path}.${yk}`, `is required when ${xk} is given`);
@@ -233,7 +247,9 @@ function scrollAction(pt: Point | undefined, dx: number, dy: number, path: strin
 }
 
 function screenshotAction(p: Obj, path: string, opts: NormalizeOptions): CanonicalAction {
-  const a: { type: 'screenshot'; format?: ScreenshotFormat; quality?: number; region?: Region; scale?: { width: number; height: number } } = { type: 'screenshot' };
+  const a: { type: 'screenshot'; format?: ScreenshotFormat; quality?: number; region?: Region; scale?: { width: number; height: number } } = {
+    type: 'screenshot',
+  };
   if (has(p, 'format')) {
     const f = p.format;
     if (typeof f !== 'string' || !FORMATS.includes(f as ScreenshotFormat)) throw invalidAction(`${path}.format`, `must be one of ${FORMATS.join(', ')}`);
@@ -246,7 +262,8 @@ function screenshotAction(p: Obj, path: string, opts: NormalizeOptions): Canonic
     const x = int(r, 'x', `${path}.region`, 0, opts.screen.width - 1);
     const y = int(r, 'y', `${path}.region`, 0, opts.screen.height - 1);
     a.region = {
-      x, y,
+      x,
+      y,
       width: int(r, 'width', `${path}.region`, 1, opts.screen.width - x),
       height: int(r, 'height', `${path}.region`, 1, opts.screen.height - y),
     };
@@ -267,7 +284,14 @@ type Handler = (p: Obj, path: string, sp: Space, opts: NormalizeOptions) => Cano
 
 const canonical: Record<string, Handler> = {
   move: (p, path, sp) => [{ type: 'move', ...point(p, path, sp, { required: true })! }],
-  click: (p, path, sp) => [clickAction(point(p, path, sp, { required: false }), button(p, 'button', path), int(p, 'count', path, 1, 3, 1), modifiersFrom(p.modifiers, `${path}.modifiers`))],
+  click: (p, path, sp) => [
+    clickAction(
+      point(p, path, sp, { required: false }),
+      button(p, 'button', path),
+      int(p, 'count', path, 1, 3, 1),
+      modifiersFrom(p.modifiers, `${path}.modifiers`),
+    ),
+  ],
   mouse_down: (p, path, sp) => [withPoint({ type: 'mouse_down', button: button(p, 'button', path) }, point(p, path, sp, { required: false }))],
   mouse_up: (p, path, sp) => [withPoint({ type: 'mouse_up', button: button(p, 'button', path) }, point(p, path, sp, { required: false }))],
   drag: (p, path, sp) => {
@@ -276,14 +300,15 @@ const canonical: Record<string, Handler> = {
     if (raw.length > 1000) throw invalidAction(`${path}.path`, 'has more than 1000 points');
     return [{ type: 'drag', path: raw.map((v, i) => pointValue(v, `${path}.path[${i}]`, sp)), button: button(p, 'button', path) }];
   },
-  scroll: (p, path, sp) => scrollActionFrom(p, path, sp, int(p, 'dx', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), int(p, 'dy', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0)),
+  scroll: (p, path, sp) =>
+    scrollActionFrom(p, path, sp, int(p, 'dx', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), int(p, 'dy', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0)),
   key: (p, path) => {
     if (has(p, 'keys')) return [{ type: 'key', keys: chord(p.keys, `${path}.keys`) }];
     if (has(p, 'key')) return [{ type: 'key', keys: chord(p.key, `${path}.key`) }];
     // Anthropic/xdotool: "ctrl+a Delete" = two chords in sequence.
     const t = str(p, 'text', path).trim();
     if (!t) throw invalidAction(`${path}.text`, 'must name at least one key');
-    return t.split(/\s+/).map(c => ({ type: 'key' as const, keys: chord(c, `${path}.text`) }));
+    return t.split(/\s+/).map((c) => ({ type: 'key' as const, keys: chord(c, `${path}.text`) }));
   },
   key_down: (p, path) => [{ type: 'key_down', key: keyName(p.key, `${path}.key`) }],
   key_up: (p, path) => [{ type: 'key_up', key: keyName(p.key, `${path}.key`) }],
@@ -333,9 +358,12 @@ const anthropic: Record<string, Handler> = {
     const keys = chord(str(p, 'text', path), `${path}.text`);
     const ms = Math.round(num(p, 'duration', path, 0, MAX_WAIT_MS / 1000) * 1000);
     return [
-      ...keys.map(k => ({ type: 'key_down' as const, key: k })),
+      ...keys.map((k) => ({ type: 'key_down' as const, key: k })),
       { type: 'wait', ms },
-      ...keys.slice().reverse().map(k => ({ type: 'key_up' as const, key: k })),
+      ...keys
+        .slice()
+        .reverse()
+        .map((k) => ({ type: 'key_up' as const, key: k })),
     ];
   },
   scroll: (p, path, sp, o) => {
@@ -350,10 +378,14 @@ const anthropic: Record<string, Handler> = {
   zoom: (p, path, sp) => {
     const r = p.region;
     if (!Array.isArray(r) || r.length !== 4) throw invalidAction(`${path}.region`, 'must be [x0, y0, x1, y1]');
-    const x0 = sp.coord(r[0], 'x', `${path}.region[0]`), y0 = sp.coord(r[1], 'y', `${path}.region[1]`);
-    if (typeof r[2] !== 'number' || !Number.isInteger(r[2]) || r[2] <= (r[0] as number) || r[2] > sp.w) throw invalidAction(`${path}.region[2]`, `must be an integer within ${(r[0] as number) + 1}..${sp.w}`);
-    if (typeof r[3] !== 'number' || !Number.isInteger(r[3]) || r[3] <= (r[1] as number) || r[3] > sp.h) throw invalidAction(`${path}.region[3]`, `must be an integer within ${(r[1] as number) + 1}..${sp.h}`);
-    const x1 = sp.toScreenX(r[2]), y1 = sp.toScreenY(r[3]);
+    const x0 = sp.coord(r[0], 'x', `${path}.region[0]`),
+      y0 = sp.coord(r[1], 'y', `${path}.region[1]`);
+    if (typeof r[2] !== 'number' || !Number.isInteger(r[2]) || r[2] <= (r[0] as number) || r[2] > sp.w)
+      throw invalidAction(`${path}.region[2]`, `must be an integer within ${(r[0] as number) + 1}..${sp.w}`);
+    if (typeof r[3] !== 'number' || !Number.isInteger(r[3]) || r[3] <= (r[1] as number) || r[3] > sp.h)
+      throw invalidAction(`${path}.region[3]`, `must be an integer within ${(r[1] as number) + 1}..${sp.h}`);
+    const x1 = sp.toScreenX(r[2]),
+      y1 = sp.toScreenY(r[3]);
     return [{ type: 'screenshot', region: { x: x0, y: y0, width: Math.max(1, x1 - x0), height: Math.max(1, y1 - y0) } }];
   },
 };
@@ -364,11 +396,16 @@ function e2bClick(btn: Button, count: number): Handler {
 
 /** E2B Desktop SDK method names (JS camelCase and Python snake_case). */
 const e2b: Record<string, Handler> = {
-  leftClick: e2bClick('left', 1), rightClick: e2bClick('right', 1), middleClick: e2bClick('middle', 1),
+  leftClick: e2bClick('left', 1),
+  rightClick: e2bClick('right', 1),
+  middleClick: e2bClick('middle', 1),
   doubleClick: e2bClick('left', 2),
-  moveMouse: canonical.move, move_mouse: canonical.move,
-  mousePress: canonical.mouse_down, mouse_press: canonical.mouse_down,
-  mouseRelease: canonical.mouse_up, mouse_release: canonical.mouse_up,
+  moveMouse: canonical.move,
+  move_mouse: canonical.move,
+  mousePress: canonical.mouse_down,
+  mouse_press: canonical.mouse_down,
+  mouseRelease: canonical.mouse_up,
+  mouse_release: canonical.mouse_up,
   drag: (p, path, sp) => {
     if (has(p, 'path')) return canonical.drag(p, path, sp, undefined as never);
     const from = pointValue(p.from ?? p.fr, `${path}.from`, sp);
@@ -385,24 +422,32 @@ const e2b: Record<string, Handler> = {
   write: canonical.type,
   press: (p, path) => [{ type: 'key', keys: chord(p.key ?? p.keys, `${path}.${has(p, 'key') ? 'key' : 'keys'}`) }],
   wait: canonical.wait,
-  getCursorPosition: canonical.cursor_position, get_cursor_position: canonical.cursor_position,
+  getCursorPosition: canonical.cursor_position,
+  get_cursor_position: canonical.cursor_position,
   screenshot: canonical.screenshot,
 };
 
 /** cua computer-server command names (`{command, params}`). */
 const cua: Record<string, Handler> = {
-  left_click: e2bClick('left', 1), click: e2bClick('left', 1), right_click: e2bClick('right', 1),
-  double_click: e2bClick('left', 2), middle_click: e2bClick('middle', 1),
+  left_click: e2bClick('left', 1),
+  click: e2bClick('left', 1),
+  right_click: e2bClick('right', 1),
+  double_click: e2bClick('left', 2),
+  middle_click: e2bClick('middle', 1),
   move_cursor: canonical.move,
-  mouse_down: canonical.mouse_down, mouse_up: canonical.mouse_up,
+  mouse_down: canonical.mouse_down,
+  mouse_up: canonical.mouse_up,
   drag_to: (p, path, sp) => [{ type: 'drag', path: [point(p, path, sp, { required: true })!], button: button(p, 'button', path) }],
   drag: canonical.drag,
   type_text: canonical.type,
   press_key: (p, path) => [{ type: 'key', keys: chord(p.key, `${path}.key`) }],
   hotkey: (p, path) => [{ type: 'key', keys: chord(p.keys, `${path}.keys`) }],
-  key_down: canonical.key_down, key_up: canonical.key_up,
+  key_down: canonical.key_down,
+  key_up: canonical.key_up,
   // cua scroll(x, y): amounts, pyautogui signs (y > 0 scrolls up, x > 0 scrolls right).
-  scroll: (p, path) => [scrollAction(undefined, int(p, 'x', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), -int(p, 'y', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), path)],
+  scroll: (p, path) => [
+    scrollAction(undefined, int(p, 'x', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), -int(p, 'y', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), path),
+  ],
   scroll_up: (p, path) => [scrollAction(undefined, 0, -int(p, 'clicks', path, 1, MAX_SCROLL_CLICKS, 1), path)],
   scroll_down: (p, path) => [scrollAction(undefined, 0, int(p, 'clicks', path, 1, MAX_SCROLL_CLICKS, 1), path)],
   scroll_direction: (p, path) => {
@@ -425,7 +470,9 @@ const osworld: Record<string, Handler> = {
   DOUBLE_CLICK: e2bClick('left', 2),
   DRAG_TO: (p, path, sp) => [{ type: 'drag', path: [point(p, path, sp, { required: true })!], button: 'left' }],
   // pyautogui: vscroll(dy > 0) scrolls up, hscroll(dx > 0) scrolls right.
-  SCROLL: (p, path) => [scrollAction(undefined, int(p, 'dx', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), -int(p, 'dy', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), path)],
+  SCROLL: (p, path) => [
+    scrollAction(undefined, int(p, 'dx', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), -int(p, 'dy', path, -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0), path),
+  ],
   TYPING: canonical.type,
   PRESS: (p, path) => [{ type: 'key', keys: [keyName(p.key, `${path}.key`)] }],
   KEY_DOWN: canonical.key_down,
@@ -510,20 +557,45 @@ export interface ActionResult {
 /** Execute one canonical action (already normalized, screen coordinates). */
 export async function runAction(d: XDisplay, a: CanonicalAction): Promise<Omit<ActionResult, 'index' | 'ms'>> {
   switch (a.type) {
-    case 'move': await d.move(a.x, a.y); break;
-    case 'click': await d.click({ x: a.x, y: a.y, button: a.button, count: a.count, modifiers: a.modifiers }); break;
-    case 'mouse_down': await d.mouseDown(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! }); break;
-    case 'mouse_up': await d.mouseUp(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! }); break;
-    case 'drag': await d.drag(a.path, { button: a.button }); break;
-    case 'scroll': await d.scroll({ x: a.x, y: a.y, dx: a.dx, dy: a.dy, modifiers: a.modifiers }); break;
-    case 'key': await d.key(a.keys); break;
-    case 'key_down': await d.keyDown(a.key); break;
-    case 'key_up': await d.keyUp(a.key); break;
-    case 'type': await d.type(a.text); break;
-    case 'wait': await d.wait(a.ms); break;
-    case 'screenshot': return { type: a.type, screenshot: await d.screenshot({ format: a.format, quality: a.quality, region: a.region, scale: a.scale }) };
-    case 'cursor_position': return { type: a.type, cursor: await d.cursorPosition() };
-    case 'done': return { type: a.type, status: a.status };
+    case 'move':
+      await d.move(a.x, a.y);
+      break;
+    case 'click':
+      await d.click({ x: a.x, y: a.y, button: a.button, count: a.count, modifiers: a.modifiers });
+      break;
+    case 'mouse_down':
+      await d.mouseDown(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! });
+      break;
+    case 'mouse_up':
+      await d.mouseUp(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! });
+      break;
+    case 'drag':
+      await d.drag(a.path, { button: a.button });
+      break;
+    case 'scroll':
+      await d.scroll({ x: a.x, y: a.y, dx: a.dx, dy: a.dy, modifiers: a.modifiers });
+      break;
+    case 'key':
+      await d.key(a.keys);
+      break;
+    case 'key_down':
+      await d.keyDown(a.key);
+      break;
+    case 'key_up':
+      await d.keyUp(a.key);
+      break;
+    case 'type':
+      await d.type(a.text);
+      break;
+    case 'wait':
+      await d.wait(a.ms);
+      break;
+    case 'screenshot':
+      return { type: a.type, screenshot: await d.screenshot({ format: a.format, quality: a.quality, region: a.region, scale: a.scale }) };
+    case 'cursor_position':
+      return { type: a.type, cursor: await d.cursorPosition() };
+    case 'done':
+      return { type: a.type, status: a.status };
   }
   return { type: a.type };
 }
@@ -537,7 +609,8 @@ export async function runAction(d: XDisplay, a: CanonicalAction): Promise<Omit<A
 export async function runCanonical(d: XDisplay, steps: readonly BatchStep[], opts: { signal?: AbortSignal } = {}): Promise<ActionResult[]> {
   const { signal } = opts;
   const results: ActionResult[] = [];
-  const cancelled = (index: number) => new CancelledError(`actions[${index}]: the batch was cancelled after ${results.length} of ${steps.length} steps`, { index, results });
+  const cancelled = (index: number) =>
+    new CancelledError(`actions[${index}]: the batch was cancelled after ${results.length} of ${steps.length} steps`, { index, results });
   for (const { index, action } of steps) {
     if (signal?.aborted) throw cancelled(index);
     const t0 = performance.now();
@@ -564,6 +637,10 @@ async function abortableWait(ms: number, signal: AbortSignal): Promise<Omit<Acti
  * Coordinates are taken in `scale` space when given (else screen space). Nothing runs if any
  * action is malformed.
  */
-export async function runActions(d: XDisplay, actions: readonly unknown[], opts: { scale?: { width: number; height: number }; signal?: AbortSignal } = {}): Promise<ActionResult[]> {
+export async function runActions(
+  d: XDisplay,
+  actions: readonly unknown[],
+  opts: { scale?: { width: number; height: number }; signal?: AbortSignal } = {},
+): Promise<ActionResult[]> {
   return runCanonical(d, normalizeBatch(actions, { screen: { width: d.width, height: d.height }, scale: opts.scale }), { signal: opts.signal });
 }

@@ -6,15 +6,15 @@
 import { DrumsError } from '../common/errors.ts';
 
 export type DisplayErrorCode =
-  | 'display_closed'   // the X connection is gone (server died, socket closed, close() called)
-  | 'display_timeout'  // an X request got no answer within its deadline
-  | 'wait_timeout'     // waitForWindow saw no matching window in time
-  | 'connect_failed'   // could not open the socket or finish the X handshake
-  | 'x_error'          // the X server answered a request with a protocol error
-  | 'invalid_region'   // screenshot region/scale outside the screen or malformed
-  | 'invalid_key'      // a key name that resolves to no keysym
-  | 'invalid_action'   // an action failed validation (message starts with the field path)
-  | 'unsupported';     // the server lacks something required (e.g. XTEST)
+  | 'display_closed' // the X connection is gone (server died, socket closed, close() called)
+  | 'display_timeout' // an X request got no answer within its deadline
+  | 'wait_timeout' // waitForWindow saw no matching window in time
+  | 'connect_failed' // could not open the socket or finish the X handshake
+  | 'x_error' // the X server answered a request with a protocol error
+  | 'invalid_region' // screenshot region/scale outside the screen or malformed
+  | 'invalid_key' // a key name that resolves to no keysym
+  | 'invalid_action' // an action failed validation (message starts with the field path)
+  | 'unsupported'; // the server lacks something required (e.g. XTEST)
 
 export class DisplayError extends DrumsError {
   declare readonly code: DisplayErrorCode;

@@ -33,7 +33,10 @@ const CACHE_ENTRIES = 4;
 const CACHE_BYTES = 8 * 1024 * 1024;
 
 const MIME: Record<ScreenshotFormat, string> = {
-  png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream',
+  png: 'image/png',
+  jpeg: 'image/jpeg',
+  webp: 'image/webp',
+  raw: 'application/octet-stream',
 };
 
 export interface FrameStats {
@@ -43,7 +46,12 @@ export interface FrameStats {
   damage: boolean;
 }
 
-interface CacheEntry { key: string; epoch: number; cursorKey: string; result: ScreenshotResult }
+interface CacheEntry {
+  key: string;
+  epoch: number;
+  cursorKey: string;
+  result: ScreenshotResult;
+}
 
 /** Per-connection state: the damage object, the epoch counter and the cache. */
 class FrameState {
@@ -60,11 +68,16 @@ class FrameState {
   private _ready: Promise<void> | null = null;
 
   private readonly d: XDisplay;
-  constructor(d: XDisplay) { this.d = d; }
+  constructor(d: XDisplay) {
+    this.d = d;
+  }
 
   /** Creates the DAMAGE object once; without the extension every frame is captured. */
   ready(): Promise<void> {
-    if (!this._ready) this._ready = this._attach().catch(() => { this.damageOk = false; });
+    if (!this._ready)
+      this._ready = this._attach().catch(() => {
+        this.damageOk = false;
+      });
     return this._ready;
   }
 
@@ -73,7 +86,10 @@ class FrameState {
     const ext = await d.request<any>('DAMAGE QueryExtension', (cb) => d._x.require('damage', cb as any));
     const id = d._x.AllocID();
     d.on('xevent', (ev: { name?: string; damage?: number }) => {
-      if (ev.name === 'DamageNotify' && ev.damage === id) { this.epoch++; this.damageEvents++; }
+      if (ev.name === 'DamageNotify' && ev.damage === id) {
+        this.epoch++;
+        this.damageEvents++;
+      }
     });
     ext.Create(id, d.root, ext.ReportLevel.NonEmpty);
     await d.sync();
@@ -101,7 +117,10 @@ class FrameState {
     const i = this.cache.findIndex((e) => e.key === key);
     if (i < 0) return null;
     const e = this.cache[i];
-    if (e.epoch !== this.epoch || e.cursorKey !== cursorKey) { this.cache.splice(i, 1); return null; }
+    if (e.epoch !== this.epoch || e.cursorKey !== cursorKey) {
+      this.cache.splice(i, 1);
+      return null;
+    }
     this.cache.splice(i, 1);
     this.cache.unshift(e);
     return e.result;
@@ -115,7 +134,10 @@ class FrameState {
     let bytes = 0;
     for (let j = 0; j < this.cache.length; j++) {
       bytes += this.cache[j].result.data.length;
-      if (j >= CACHE_ENTRIES || (j > 0 && bytes > CACHE_BYTES)) { this.cache.length = j; break; }
+      if (j >= CACHE_ENTRIES || (j > 0 && bytes > CACHE_BYTES)) {
+        this.cache.length = j;
+        break;
+      }
     }
   }
 }
@@ -123,7 +145,10 @@ class FrameState {
 const states = new WeakMap<XDisplay, FrameState>();
 function stateOf(d: XDisplay): FrameState {
   let s = states.get(d);
-  if (!s) { s = new FrameState(d); states.set(d, s); }
+  if (!s) {
+    s = new FrameState(d);
+    states.set(d, s);
+  }
   return s;
 }
 
@@ -164,9 +189,9 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
       if (a === 0) continue;
       const o = (ty * width + tx) * 4;
       const inv = 255 - a;
-      bgrx[o + 2] = Math.min(255, ((p >>> 16) & 0xff) + ((bgrx[o + 2] * inv + 127) / 255 | 0));
-      bgrx[o + 1] = Math.min(255, ((p >>> 8) & 0xff) + ((bgrx[o + 1] * inv + 127) / 255 | 0));
-      bgrx[o] = Math.min(255, (p & 0xff) + ((bgrx[o] * inv + 127) / 255 | 0));
+      bgrx[o + 2] = Math.min(255, ((p >>> 16) & 0xff) + (((bgrx[o + 2] * inv + 127) / 255) | 0));
+      bgrx[o + 1] = Math.min(255, ((p >>> 8) & 0xff) + (((bgrx[o + 1] * inv + 127) / 255) | 0));
+      bgrx[o] = Math.min(255, (p & 0xff) + (((bgrx[o] * inv + 127) / 255) | 0));
     }
   }
 }
@@ -180,7 +205,8 @@ async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () =>
       if (!shm) return false;
       beforeGet();
       const rep = await d.request<{ size: number }>('ShmGetImage', (cb) =>
-        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb));
+        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
+      );
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment straight into this frame's buffer (the client does not mmap it).
       fs.readSync(shm.fd, out, 0, bytes, 0);
@@ -189,8 +215,7 @@ async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () =>
     if (got) return out;
   }
   beforeGet();
-  const img = await d.request<{ data: Buffer }>('GetImage', (cb) =>
-    d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
+  const img = await d.request<{ data: Buffer }>('GetImage', (cb) => d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
   if (img.data.length < bytes) {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
   }
@@ -225,11 +250,19 @@ export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<Scr
     img = sharp(rgb, { raw: { width: region.width, height: region.height, channels: 3 } }).resize(scale.width, scale.height, { fit: 'fill' });
   }
   switch (format) {
-    case 'png': img = img.png({ compressionLevel: FAST_PNG_COMPRESSION_LEVEL, adaptiveFiltering: false }); break;
+    case 'png':
+      img = img.png({ compressionLevel: FAST_PNG_COMPRESSION_LEVEL, adaptiveFiltering: false });
+      break;
     // No Huffman optimisation pass: it halves encode time (16 → 8 ms at 1280x800) for a few % in size.
-    case 'jpeg': img = img.jpeg({ quality, optimiseCoding: false }); break;
-    case 'webp': img = img.webp({ quality, effort: 0 }); break;
-    case 'raw': img = img.raw(); break;
+    case 'jpeg':
+      img = img.jpeg({ quality, optimiseCoding: false });
+      break;
+    case 'webp':
+      img = img.webp({ quality, effort: 0 });
+      break;
+    case 'raw':
+      img = img.raw();
+      break;
   }
   const data = await img.toBuffer();
   const out: ScreenshotResult = {
@@ -257,17 +290,24 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
   let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
-  if (o.wantCursor) cursor = await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null);
+  if (o.wantCursor)
+    cursor = await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null);
   else await d.sync();
   const cursorKey = cursor ? `${cursor.x},${cursor.y},${cursor.cursorSerial ?? cursor.cursorImage.length}` : '-';
   const key = cacheKey(o);
   const hit = st.lookup(key, cursorKey);
-  if (hit) { st.cacheHits++; return { ...hit, cached: true }; }
+  if (hit) {
+    st.cacheHits++;
+    return { ...hit, cached: true };
+  }
   let epoch = st.epoch;
   const buf = st.take(o.region.width * o.region.height * 4);
   let result: ScreenshotResult;
   try {
-    const bgrx = await captureBgrx(d, o.region, buf, () => { epoch = st.epoch; st.subtract(); });
+    const bgrx = await captureBgrx(d, o.region, buf, () => {
+      epoch = st.epoch;
+      st.subtract();
+    });
     st.captures++;
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
     result = await encodeBgrx(bgrx, o);

@@ -40,7 +40,11 @@ export interface ScrollOptions {
   modifiers?: string[];
 }
 
-const KEY_PRESS = 2, KEY_RELEASE = 3, BUTTON_PRESS = 4, BUTTON_RELEASE = 5, MOTION = 6;
+const KEY_PRESS = 2,
+  KEY_RELEASE = 3,
+  BUTTON_PRESS = 4,
+  BUTTON_RELEASE = 5,
+  MOTION = 6;
 const BUTTONS: Record<string, number> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
 /** Round trip every this many typed characters, so a long text does not flood the server queue. */
 const TYPE_SYNC_EVERY = 64;
@@ -67,20 +71,25 @@ export const RESTORE_IDLE_MS = 5_000;
 export const BIND_SETTLE_MS = 50;
 
 export function sleep(ms: number): Promise<void> {
-  return new Promise(resolve => setTimeout(resolve, ms));
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 export function buttonNumber(button: MouseButton | undefined): number {
   if (button === undefined) return 1;
   if (typeof button === 'number' && Number.isInteger(button) && button >= 1 && button <= 255) return button;
   const n = typeof button === 'string' ? BUTTONS[button.toLowerCase()] : undefined;
-  if (n === undefined) throw new DisplayError('invalid_action', `button: must be left, middle, right, back, forward or 1..255 (got ${JSON.stringify(button)})`, { field: 'button' });
+  if (n === undefined)
+    throw new DisplayError('invalid_action', `button: must be left, middle, right, back, forward or 1..255 (got ${JSON.stringify(button)})`, {
+      field: 'button',
+    });
   return n;
 }
 
 function checkPoint(d: XDisplay, x: number, y: number): void {
-  if (!Number.isInteger(x) || x < 0 || x >= d.width) throw new DisplayError('invalid_action', `x: must be an integer within 0..${d.width - 1}`, { field: 'x', value: x });
-  if (!Number.isInteger(y) || y < 0 || y >= d.height) throw new DisplayError('invalid_action', `y: must be an integer within 0..${d.height - 1}`, { field: 'y', value: y });
+  if (!Number.isInteger(x) || x < 0 || x >= d.width)
+    throw new DisplayError('invalid_action', `x: must be an integer within 0..${d.width - 1}`, { field: 'x', value: x });
+  if (!Number.isInteger(y) || y < 0 || y >= d.height)
+    throw new DisplayError('invalid_action', `y: must be an integer within 0..${d.height - 1}`, { field: 'y', value: y });
 }
 
 function fake(d: XDisplay, type: number, detail: number, x = 0, y = 0): void {
@@ -150,7 +159,7 @@ export async function drag(d: XDisplay, path: Array<{ x: number; y: number }>, o
     let points = path;
     if (points.length === 1) {
       // Drag from wherever the pointer is now.
-      const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', cb => d._x.QueryPointer(d.root, cb));
+      const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => d._x.QueryPointer(d.root, cb));
       points = [{ x: p.rootX, y: p.rootY }, path[0]];
     }
     fakeMotion(d, points[0].x, points[0].y);
@@ -160,7 +169,8 @@ export async function drag(d: XDisplay, path: Array<{ x: number; y: number }>, o
     let pressed = true;
     try {
       for (let i = 1; i < points.length; i++) {
-        const a = points[i - 1], b = points[i];
+        const a = points[i - 1],
+          b = points[i];
         const steps = Math.min(50, Math.max(2, Math.ceil(Math.hypot(b.x - a.x, b.y - a.y) / stepPx)));
         for (let s = 1; s <= steps; s++) {
           fakeMotion(d, Math.round(a.x + ((b.x - a.x) * s) / steps), Math.round(a.y + ((b.y - a.y) * s) / steps));
@@ -173,14 +183,24 @@ export async function drag(d: XDisplay, path: Array<{ x: number; y: number }>, o
       await d.sync();
     } finally {
       // Never leave the button pressed on a live display.
-      if (pressed && !d.closed) { try { fakeButton(d, button, false); } catch { /* closed */ } }
+      if (pressed && !d.closed) {
+        try {
+          fakeButton(d, button, false);
+        } catch {
+          /* closed */
+        }
+      }
     }
   });
 }
 
 export async function scroll(d: XDisplay, opts: ScrollOptions): Promise<void> {
-  const dx = opts.dx ?? 0, dy = opts.dy ?? 0;
-  for (const [k, v] of [['dx', dx], ['dy', dy]] as const) {
+  const dx = opts.dx ?? 0,
+    dy = opts.dy ?? 0;
+  for (const [k, v] of [
+    ['dx', dx],
+    ['dy', dy],
+  ] as const) {
     if (!Number.isInteger(v) || Math.abs(v) > 1000) throw new DisplayError('invalid_action', `${k}: must be an integer within -1000..1000`, { field: k });
   }
   if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
@@ -189,9 +209,16 @@ export async function scroll(d: XDisplay, opts: ScrollOptions): Promise<void> {
   return d._inputLock.run(async () => {
     if (opts.x !== undefined) fakeMotion(d, opts.x, opts.y!);
     await d._keyboard.withKeysHeld(mods, async () => {
-      const vb = dy > 0 ? 5 : 4, hb = dx > 0 ? 7 : 6;
-      for (let i = 0; i < Math.abs(dy); i++) { fakeButton(d, vb, true); fakeButton(d, vb, false); }
-      for (let i = 0; i < Math.abs(dx); i++) { fakeButton(d, hb, true); fakeButton(d, hb, false); }
+      const vb = dy > 0 ? 5 : 4,
+        hb = dx > 0 ? 7 : 6;
+      for (let i = 0; i < Math.abs(dy); i++) {
+        fakeButton(d, vb, true);
+        fakeButton(d, vb, false);
+      }
+      for (let i = 0; i < Math.abs(dx); i++) {
+        fakeButton(d, hb, true);
+        fakeButton(d, hb, false);
+      }
     });
     d._keyboard.scheduleRestore();
     await d.sync();
@@ -200,9 +227,10 @@ export async function scroll(d: XDisplay, opts: ScrollOptions): Promise<void> {
 
 /** Key names → keysyms; a name containing `+` (and longer than one char) is split as a chord. */
 export function resolveKeyList(keys: string | string[], allowEmpty = false): number[] {
-  const names = typeof keys === 'string' ? splitChord(keys) : keys.flatMap(k => (typeof k === 'string' && k.length > 1 && k.includes('+') ? splitChord(k) : [k]));
+  const names =
+    typeof keys === 'string' ? splitChord(keys) : keys.flatMap((k) => (typeof k === 'string' && k.length > 1 && k.includes('+') ? splitChord(k) : [k]));
   if (names.length === 0 && !allowEmpty) throw new DisplayError('invalid_key', 'no key given', { key: keys });
-  return names.map(n => keysymFromName(n));
+  return names.map((n) => keysymFromName(n));
 }
 
 export async function keyChord(d: XDisplay, keys: string | string[]): Promise<void> {
@@ -253,7 +281,10 @@ export function wait(ms: number): Promise<void> {
   return sleep(ms);
 }
 
-interface KeyLoc { keycode: number; level: number }
+interface KeyLoc {
+  keycode: number;
+  level: number;
+}
 
 /** Keymap cache, spare-keycode binding and held-key state for one display. */
 export class Keyboard {
@@ -273,24 +304,34 @@ export class Keyboard {
   private shiftKeycode = 0;
   private restoreTimer: NodeJS.Timeout | null = null;
 
-  constructor(d: XDisplay) { this.d = d; }
+  constructor(d: XDisplay) {
+    this.d = d;
+  }
 
   /** Number of spare keycodes available for temporary binding. */
-  get spareCount(): number { return this.spare.length; }
+  get spareCount(): number {
+    return this.spare.length;
+  }
   /** Keysyms currently bound to spare keycodes. */
-  get boundCount(): number { return this.bound.size; }
+  get boundCount(): number {
+    return this.bound.size;
+  }
 
   async load(): Promise<void> {
     const d = this.d;
-    const min = d._info.min_keycode, max = d._info.max_keycode;
-    const rows = await d.request<number[][]>('GetKeyboardMapping', cb => d._x.GetKeyboardMapping(min, max - min + 1, cb));
+    const min = d._info.min_keycode,
+      max = d._info.max_keycode;
+    const rows = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(min, max - min + 1, cb));
     this.perKeycode = rows[0]?.length ?? 2;
     const lookup = new Map<number, KeyLoc>();
     const spare: number[] = [];
     const ours = new Set(this.bound.values());
     rows.forEach((row, i) => {
       const kc = min + i;
-      if (ours.has(kc) || row.every(s => s === 0)) { spare.push(kc); return; }
+      if (ours.has(kc) || row.every((s) => s === 0)) {
+        spare.push(kc);
+        return;
+      }
       // Only group 1, levels 1-2 (columns 0 and 1) are reachable with Shift alone.
       for (let level = 0; level < Math.min(2, row.length); level++) {
         const sym = row[level];
@@ -306,7 +347,7 @@ export class Keyboard {
     });
     this.lookup = lookup;
     // Keycode 8 is the lowest X keycode but XKB keymaps commonly leave it undefined: skip it.
-    this.spare = spare.filter(kc => kc > 8);
+    this.spare = spare.filter((kc) => kc > 8);
     this.shiftKeycode = lookup.get(KEYSYM_SHIFT_L)?.keycode ?? 0;
     this.stale = false;
   }
@@ -345,17 +386,17 @@ export class Keyboard {
       if (kc !== undefined) return { keycode: kc, level: 0 };
     }
     const sym = candidates[0];
-    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
+    const heldCodes = new Set([...this.held.values()].map((h) => h.keycode));
     const busy = () => new Set([...this.bound.values(), ...heldCodes]);
     let used = busy();
-    let kc = this.spare.find(k => !used.has(k));
+    let kc = this.spare.find((k) => !used.has(k));
     if (kc === undefined) {
       // All spare keycodes are bound: let clients catch up once, then free every binding that is
       // not held or part of the current chord (so the next ~19 new characters need no wait).
       await this.quiet();
       for (const [s, k] of this.bound) if (!pinned.has(k) && !heldCodes.has(k)) this.bound.delete(s);
       used = busy();
-      kc = this.spare.find(k => !used.has(k));
+      kc = this.spare.find((k) => !used.has(k));
     }
     if (kc === undefined) {
       throw new DisplayError('unsupported', `no spare keycode left to bind keysym 0x${sym.toString(16)} (${this.spare.length} spare keycodes)`);
@@ -378,11 +419,11 @@ export class Keyboard {
   async prebind(chars: number[][]): Promise<void> {
     const need = new Set<number>();
     for (const candidates of chars) {
-      if (candidates.some(sym => this.lookup.has(sym) || this.bound.has(sym))) continue;
+      if (candidates.some((sym) => this.lookup.has(sym) || this.bound.has(sym))) continue;
       need.add(candidates[0]);
     }
-    const used = new Set([...this.bound.values(), ...[...this.held.values()].map(h => h.keycode)]);
-    let free = this.spare.filter(k => !used.has(k)).length;
+    const used = new Set([...this.bound.values(), ...[...this.held.values()].map((h) => h.keycode)]);
+    let free = this.spare.filter((k) => !used.has(k)).length;
     for (const sym of need) {
       if (free-- <= 0) break;
       await this.locate([sym], new Set());
@@ -429,7 +470,7 @@ export class Keyboard {
     await this.ensureFresh();
     const pinned = new Set<number>();
     const pressed: number[] = [];
-    const hasShift = syms.some(s => s === KEYSYM_SHIFT_L || s === 0xffe2) || this.shiftHeld();
+    const hasShift = syms.some((s) => s === KEYSYM_SHIFT_L || s === 0xffe2) || this.shiftHeld();
     let shiftAdded = false;
     try {
       for (const sym of syms) {
@@ -474,7 +515,10 @@ export class Keyboard {
   }
 
   private cancelRestore(): void {
-    if (this.restoreTimer) { clearTimeout(this.restoreTimer); this.restoreTimer = null; }
+    if (this.restoreTimer) {
+      clearTimeout(this.restoreTimer);
+      this.restoreTimer = null;
+    }
   }
 
   /**
@@ -485,7 +529,11 @@ export class Keyboard {
     if (this.bound.size === 0 || this.restoreTimer) return;
     this.restoreTimer = setTimeout(() => {
       this.restoreTimer = null;
-      this.d._inputLock.run(() => this.restoreNow()).catch(() => { /* display gone: nothing to restore */ });
+      this.d._inputLock
+        .run(() => this.restoreNow())
+        .catch(() => {
+          /* display gone: nothing to restore */
+        });
     }, RESTORE_IDLE_MS);
     this.restoreTimer.unref();
   }
@@ -494,7 +542,7 @@ export class Keyboard {
   async restoreNow(): Promise<void> {
     this.cancelRestore();
     if (this.bound.size === 0 || this.d.closed) return;
-    const heldCodes = new Set([...this.held.values()].map(h => h.keycode));
+    const heldCodes = new Set([...this.held.values()].map((h) => h.keycode));
     const toReset = [...this.bound].filter(([, kc]) => !heldCodes.has(kc));
     if (toReset.length === 0) return;
     await this.quiet();
@@ -511,6 +559,6 @@ export class Keyboard {
 /** Upper-case keysym for Latin-1 letters (enough for the core lone-keysym rule on Xvfb's map). */
 function upperKeysym(sym: number): number {
   if (sym >= 0x61 && sym <= 0x7a) return sym - 0x20;
-  if ((sym >= 0xe0 && sym <= 0xfe && sym !== 0xf7)) return sym - 0x20;
+  if (sym >= 0xe0 && sym <= 0xfe && sym !== 0xf7) return sym - 0x20;
   return sym;
 }

@@ -10,7 +10,12 @@ import type { XDisplay } from './x-display.ts';
 
 export type ScreenshotFormat = 'png' | 'jpeg' | 'webp' | 'raw';
 
-export interface Region { x: number; y: number; width: number; height: number }
+export interface Region {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+}
 
 export interface ScreenshotOptions {
   format?: ScreenshotFormat;
@@ -40,7 +45,10 @@ export const PNG_COMPRESSION_LEVEL = 6;
 const MAX_SCALE_SIDE = 8192;
 
 const MIME: Record<ScreenshotFormat, string> = {
-  png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp', raw: 'application/octet-stream',
+  png: 'image/png',
+  jpeg: 'image/jpeg',
+  webp: 'image/webp',
+  raw: 'application/octet-stream',
 };
 
 function regionError(field: string, problem: string, details?: Record<string, unknown>): DisplayError {
@@ -72,8 +80,12 @@ function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number): 
   if (scale === null || typeof scale !== 'object') throw regionError('scale', 'must be an object {width, height}');
   let { width, height } = scale;
   if (width === undefined && height === undefined) throw regionError('scale', 'needs width and/or height');
-  for (const [k, v] of [['width', width], ['height', height]] as const) {
-    if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE)) throw regionError(`scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
+  for (const [k, v] of [
+    ['width', width],
+    ['height', height],
+  ] as const) {
+    if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE))
+      throw regionError(`scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
   }
   if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
   if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
@@ -108,7 +120,15 @@ export function bgrxToRgb(src: Buffer, pixels: number, dst: Buffer = Buffer.allo
   return dst;
 }
 
-export interface CursorImage { x: number; y: number; width: number; height: number; xhot: number; yhot: number; cursorImage: Buffer }
+export interface CursorImage {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+  xhot: number;
+  yhot: number;
+  cursorImage: Buffer;
+}
 
 /** Draw a premultiplied ARGB32 cursor onto an RGB image whose top-left is (originX, originY) on screen. */
 export function compositeCursor(rgb: Buffer, width: number, height: number, cur: CursorImage, originX: number, originY: number): void {
@@ -127,9 +147,9 @@ export function compositeCursor(rgb: Buffer, width: number, height: number, cur:
       if (a === 0) continue;
       const o = (ty * width + tx) * 3;
       const inv = 255 - a;
-      rgb[o] = Math.min(255, ((p >>> 16) & 0xff) + ((rgb[o] * inv + 127) / 255 | 0));
-      rgb[o + 1] = Math.min(255, ((p >>> 8) & 0xff) + ((rgb[o + 1] * inv + 127) / 255 | 0));
-      rgb[o + 2] = Math.min(255, (p & 0xff) + ((rgb[o + 2] * inv + 127) / 255 | 0));
+      rgb[o] = Math.min(255, ((p >>> 16) & 0xff) + (((rgb[o] * inv + 127) / 255) | 0));
+      rgb[o + 1] = Math.min(255, ((p >>> 8) & 0xff) + (((rgb[o + 1] * inv + 127) / 255) | 0));
+      rgb[o + 2] = Math.min(255, (p & 0xff) + (((rgb[o + 2] * inv + 127) / 255) | 0));
     }
   }
 }
@@ -141,8 +161,9 @@ export async function captureRgb(d: XDisplay, r: Region): Promise<Buffer> {
     return d._shmLock.run(async () => {
       const shm = d._shm;
       if (!shm) return captureCoreRgb(d, r);
-      const rep = await d.request<{ size: number }>('ShmGetImage', cb =>
-        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb));
+      const rep = await d.request<{ size: number }>('ShmGetImage', (cb) =>
+        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
+      );
       const bytes = pixels * 4;
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment into the reused buffer (the client does not mmap it).
@@ -154,8 +175,9 @@ export async function captureRgb(d: XDisplay, r: Region): Promise<Buffer> {
 }
 
 async function captureCoreRgb(d: XDisplay, r: Region): Promise<Buffer> {
-  const img = await d.request<{ data: Buffer; depth: number }>('GetImage', cb =>
-    d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
+  const img = await d.request<{ data: Buffer; depth: number }>('GetImage', (cb) =>
+    d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb),
+  );
   if (img.data.length < r.width * r.height * 4) {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
   }
@@ -164,9 +186,11 @@ async function captureCoreRgb(d: XDisplay, r: Region): Promise<Buffer> {
 
 export async function captureScreenshot(d: XDisplay, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
   const format = options.format ?? 'png';
-  if (!(format in MIME)) throw new DisplayError('invalid_action', `format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, { field: 'format' });
+  if (!(format in MIME))
+    throw new DisplayError('invalid_action', `format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, { field: 'format' });
   const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
-  if (!isInt(quality) || quality < 1 || quality > 100) throw new DisplayError('invalid_action', 'quality: must be an integer within 1..100', { field: 'quality' });
+  if (!isInt(quality) || quality < 1 || quality > 100)
+    throw new DisplayError('invalid_action', 'quality: must be an integer within 1..100', { field: 'quality' });
   const region = validateRegion(options.region, d);
   const scale = resolveScale(options.scale, region.width, region.height);
   const wantCursor = options.cursor !== false && d.hasCursorImage;

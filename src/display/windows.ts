@@ -27,15 +27,19 @@ export interface WaitForWindowOptions {
   timeoutMs?: number;
 }
 
-const ATOM_WINDOW = 33, ATOM_CARDINAL = 6, ATOM_STRING = 31, ANY = 0;
+const ATOM_WINDOW = 33,
+  ATOM_CARDINAL = 6,
+  ATOM_STRING = 31,
+  ANY = 0;
 const SUBSTRUCTURE_MASK = 0x00080000 | 0x00100000; // SubstructureNotify | SubstructureRedirect
 const PROPERTY_CHANGE = 0x00400000;
 const STRUCTURE_NOTIFY = 0x00020000;
 
 async function getProp(d: XDisplay, wid: number, name: string, type: number, longLength = 4096): Promise<Buffer | null> {
   const atom = await d._atom(name);
-  const rep = await d.request<{ type: number; format: number; data: Buffer }>(`GetProperty(${name})`,
-    cb => d._x.GetProperty(0, wid, atom, type, 0, longLength, cb));
+  const rep = await d.request<{ type: number; format: number; data: Buffer }>(`GetProperty(${name})`, (cb) =>
+    d._x.GetProperty(0, wid, atom, type, 0, longLength, cb),
+  );
   if (!rep || rep.type === 0) return null;
   return rep.data;
 }
@@ -61,9 +65,9 @@ export async function windowInfo(d: XDisplay, id: number): Promise<WindowInfo | 
       getProp(d, id, 'WM_NAME', ANY),
       getProp(d, id, 'WM_CLASS', ATOM_STRING),
       getProp(d, id, '_NET_WM_PID', ATOM_CARDINAL),
-      d.request<{ width: number; height: number }>('GetGeometry', cb => d._x.GetGeometry(id, cb)),
-      d.request<{ destX: number; destY: number }>('TranslateCoordinates', cb => d._x.TranslateCoordinates(id, d.root, 0, 0, cb)),
-      d.request<{ mapState: number }>('GetWindowAttributes', cb => d._x.GetWindowAttributes(id, cb)),
+      d.request<{ width: number; height: number }>('GetGeometry', (cb) => d._x.GetGeometry(id, cb)),
+      d.request<{ destX: number; destY: number }>('TranslateCoordinates', (cb) => d._x.TranslateCoordinates(id, d.root, 0, 0, cb)),
+      d.request<{ mapState: number }>('GetWindowAttributes', (cb) => d._x.GetWindowAttributes(id, cb)),
     ]);
     const title = netName?.length ? netName.toString('utf8') : wmName ? wmName.toString('latin1') : '';
     const cls = wmClass ? wmClass.toString('latin1').split('\0') : [];
@@ -87,7 +91,7 @@ export async function windowInfo(d: XDisplay, id: number): Promise<WindowInfo | 
 
 export async function listWindows(d: XDisplay): Promise<WindowInfo[]> {
   const ids = await clientList(d);
-  const infos = await Promise.all(ids.map(id => windowInfo(d, id)));
+  const infos = await Promise.all(ids.map((id) => windowInfo(d, id)));
   return infos.filter((w): w is WindowInfo => w !== null);
 }
 
@@ -106,9 +110,9 @@ export async function activateWindow(d: XDisplay, id: number): Promise<void> {
   if (await hasWindowManager(d)) {
     const atom = await d._atom('_NET_ACTIVE_WINDOW');
     // data: source indication 2 (pager: obey it), timestamp CurrentTime, requestor's active window 0
-    await d.request<void>('SendEvent(_NET_ACTIVE_WINDOW)', cb => d._x.SendClientMessage(d.root, id, atom, 32, [2, 0, 0], SUBSTRUCTURE_MASK, cb));
+    await d.request<void>('SendEvent(_NET_ACTIVE_WINDOW)', (cb) => d._x.SendClientMessage(d.root, id, atom, 32, [2, 0, 0], SUBSTRUCTURE_MASK, cb));
   } else {
-    await d.request<void>('SetInputFocus', cb => d._x.SetInputFocus(id, 1, cb));
+    await d.request<void>('SetInputFocus', (cb) => d._x.SetInputFocus(id, 1, cb));
   }
   await d.sync();
 }
@@ -116,12 +120,12 @@ export async function activateWindow(d: XDisplay, id: number): Promise<void> {
 /** Ask the window manager to close a window (_NET_CLOSE_WINDOW: the WM sends WM_DELETE_WINDOW). */
 export async function closeWindow(d: XDisplay, id: number): Promise<void> {
   const atom = await d._atom('_NET_CLOSE_WINDOW');
-  await d.request<void>('SendEvent(_NET_CLOSE_WINDOW)', cb => d._x.SendClientMessage(d.root, id, atom, 32, [0, 2], SUBSTRUCTURE_MASK, cb));
+  await d.request<void>('SendEvent(_NET_CLOSE_WINDOW)', (cb) => d._x.SendClientMessage(d.root, id, atom, 32, [0, 2], SUBSTRUCTURE_MASK, cb));
   await d.sync();
 }
 
 export async function cursorPosition(d: XDisplay): Promise<{ x: number; y: number }> {
-  const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', cb => d._x.QueryPointer(d.root, cb));
+  const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => d._x.QueryPointer(d.root, cb));
   return { x: p.rootX, y: p.rootY };
 }
 
@@ -153,7 +157,10 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
 
     const check = async () => {
       if (done) return;
-      if (running) { dirty = true; return; }
+      if (running) {
+        dirty = true;
+        return;
+      }
       running = true;
       try {
         do {
@@ -169,9 +176,12 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
               if (!d.closed) d._x.ChangeWindowAttributes(id, { eventMask: PROPERTY_CHANGE | STRUCTURE_NOTIFY });
             }
           }
-          const infos = await Promise.all(ids.map(id => windowInfo(d, id)));
+          const infos = await Promise.all(ids.map((id) => windowInfo(d, id)));
           for (const w of infos) {
-            if (w && predicate(w)) { finish(null, w); return; }
+            if (w && predicate(w)) {
+              finish(null, w);
+              return;
+            }
           }
         } while (dirty && !done);
       } catch (err) {
@@ -182,19 +192,28 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
     };
 
     const onEvent = (ev: XEvent) => {
-      if (ev.name === 'PropertyNotify' ? watchedAtoms.has(ev.atom as number)
-        : (ev.name === 'ConfigureNotify' || ev.name === 'MapNotify' || ev.name === 'UnmapNotify') && selected.has(ev.wid as number)) {
+      if (
+        ev.name === 'PropertyNotify'
+          ? watchedAtoms.has(ev.atom as number)
+          : (ev.name === 'ConfigureNotify' || ev.name === 'MapNotify' || ev.name === 'UnmapNotify') && selected.has(ev.wid as number)
+      ) {
         void check();
       }
     };
     const onClosed = () => finish(new DisplayError('display_closed', `X display ${d.socketPath} closed while waiting for a window`));
     const timer = setTimeout(() => finish(new DisplayError('wait_timeout', `no matching window within ${timeoutMs} ms`, { timeoutMs })), timeoutMs);
 
-    if (d.closed) { onClosed(); return; }
+    if (d.closed) {
+      onClosed();
+      return;
+    }
     d.on('xevent', onEvent);
     d.on('closed', onClosed);
-    Promise.all(WATCHED.map(n => d._atom(n)))
-      .then(atoms => { atoms.forEach(a => watchedAtoms.add(a)); return check(); })
-      .catch(err => finish(err as Error));
+    Promise.all(WATCHED.map((n) => d._atom(n)))
+      .then((atoms) => {
+        atoms.forEach((a) => watchedAtoms.add(a));
+        return check();
+      })
+      .catch((err) => finish(err as Error));
   });
 }

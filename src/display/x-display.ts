@@ -69,7 +69,10 @@ class Lock {
   private _tail: Promise<unknown> = Promise.resolve();
   run<T>(fn: () => Promise<T>): Promise<T> {
     const result = this._tail.then(fn, fn);
-    this._tail = result.then(() => undefined, () => undefined);
+    this._tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
     return result;
   }
 }
@@ -103,8 +106,12 @@ export class XDisplay extends EventEmitter {
   private readonly _pending = new Set<Pending>();
 
   private constructor(init: {
-    socketPath: string; timeoutMs: number; client: XClient; info: XDisplayInfo;
-    xtest: any; fixes: any;
+    socketPath: string;
+    timeoutMs: number;
+    client: XClient;
+    info: XDisplayInfo;
+    xtest: any;
+    fixes: any;
   }) {
     super();
     this.socketPath = init.socketPath;
@@ -135,8 +142,10 @@ export class XDisplay extends EventEmitter {
     let display: XDisplay | null = null;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DisplayError('display_timeout',
-        `opening X display at ${socketPath} timed out after ${timeoutMs} ms`, { socketPath })), timeoutMs);
+      timer = setTimeout(
+        () => reject(new DisplayError('display_timeout', `opening X display at ${socketPath} timed out after ${timeoutMs} ms`, { socketPath })),
+        timeoutMs,
+      );
     });
     // Errors that arrive after open() settled must not become unhandled.
     deadline.catch(() => {});
@@ -162,16 +171,21 @@ export class XDisplay extends EventEmitter {
       return display;
     } catch (err) {
       if (display) display._markClosed('open failed');
-      try { stream?.destroy(); } catch { /* ignore */ }
+      try {
+        stream?.destroy();
+      } catch {
+        /* ignore */
+      }
       if (err instanceof DisplayError) throw err;
-      throw new DisplayError('connect_failed', `cannot open X display at ${socketPath}: ${(err as Error).message}`,
-        { socketPath }, err);
+      throw new DisplayError('connect_failed', `cannot open X display at ${socketPath}: ${(err as Error).message}`, { socketPath }, err);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  get closed(): boolean { return this._closed; }
+  get closed(): boolean {
+    return this._closed;
+  }
 
   /** @internal Attach lifecycle listeners once the object exists. */
   private _wire(stream: Duplex): void {
@@ -203,15 +217,19 @@ export class XDisplay extends EventEmitter {
 
   /** @internal */
   async _setupShm(ext: any): Promise<void> {
-    const usable = await this.request<boolean>('MIT-SHM probe', cb => ext.usable(cb));
+    const usable = await this.request<boolean>('MIT-SHM probe', (cb) => ext.usable(cb));
     if (!usable || !ext.provider) return;
     const size = this.width * this.height * 4;
     const seg = ext.provider.create(size) as { fd: number; size: number };
     const xid = this._x.AllocID();
     try {
-      await this.request<void>('ShmAttachFd', cb => ext.AttachFd(xid, seg.fd, false, cb));
+      await this.request<void>('ShmAttachFd', (cb) => ext.AttachFd(xid, seg.fd, false, cb));
     } catch (err) {
-      try { fs.closeSync(seg.fd); } catch { /* ignore */ }
+      try {
+        fs.closeSync(seg.fd);
+      } catch {
+        /* ignore */
+      }
       throw err;
     }
     this._shm = { ext, xid, fd: seg.fd, size, buffer: Buffer.allocUnsafeSlow(size) };
@@ -227,13 +245,18 @@ export class XDisplay extends EventEmitter {
     return new Promise<T>((resolve, reject) => {
       let done = false;
       const entry: Pending = {
-        reject: (err: Error) => { if (!done) { done = true; clearTimeout(entry.timer); reject(err); } },
+        reject: (err: Error) => {
+          if (!done) {
+            done = true;
+            clearTimeout(entry.timer);
+            reject(err);
+          }
+        },
         timer: setTimeout(() => {
           if (done) return;
           done = true;
           this._pending.delete(entry);
-          reject(new DisplayError('display_timeout', `X request ${label} timed out after ${timeoutMs} ms`,
-            { request: label, socketPath: this.socketPath }));
+          reject(new DisplayError('display_timeout', `X request ${label} timed out after ${timeoutMs} ms`, { request: label, socketPath: this.socketPath }));
         }, timeoutMs),
       };
       this._pending.add(entry);
@@ -249,15 +272,18 @@ export class XDisplay extends EventEmitter {
         });
       } catch (err) {
         this._pending.delete(entry);
-        entry.reject(this._closed ? this._closedError(label)
-          : new DisplayError('x_error', `X request ${label} failed: ${(err as Error).message}`, { request: label }, err));
+        entry.reject(
+          this._closed
+            ? this._closedError(label)
+            : new DisplayError('x_error', `X request ${label} failed: ${(err as Error).message}`, { request: label }, err),
+        );
       }
     });
   }
 
   /** Round trip: resolves once the server has processed every request sent so far. */
   sync(): Promise<void> {
-    return this.request<unknown>('GetInputFocus', cb => this._x.GetInputFocus(cb)).then(() => undefined);
+    return this.request<unknown>('GetInputFocus', (cb) => this._x.GetInputFocus(cb)).then(() => undefined);
   }
 
   /** @internal Throw display_closed if the connection is gone (for fire-and-forget requests). */
@@ -266,8 +292,10 @@ export class XDisplay extends EventEmitter {
   }
 
   private _closedError(what: string): DisplayError {
-    return new DisplayError('display_closed', `X display ${this.socketPath} is closed (${this._closeReason}); ${what} not sent`,
-      { socketPath: this.socketPath, reason: this._closeReason });
+    return new DisplayError('display_closed', `X display ${this.socketPath} is closed (${this._closeReason}); ${what} not sent`, {
+      socketPath: this.socketPath,
+      reason: this._closeReason,
+    });
   }
 
   /** @internal */
@@ -275,15 +303,22 @@ export class XDisplay extends EventEmitter {
     if (this._closed) return;
     this._closed = true;
     this._closeReason = reason;
-    const err = new DisplayError('display_closed', `X display ${this.socketPath} closed: ${reason}`,
-      { socketPath: this.socketPath, reason });
+    const err = new DisplayError('display_closed', `X display ${this.socketPath} closed: ${reason}`, { socketPath: this.socketPath, reason });
     for (const p of this._pending) p.reject(err);
     this._pending.clear();
     if (this._shm) {
-      try { fs.closeSync(this._shm.fd); } catch { /* ignore */ }
+      try {
+        fs.closeSync(this._shm.fd);
+      } catch {
+        /* ignore */
+      }
       this._shm = null;
     }
-    try { this._x.stream.destroy(); } catch { /* ignore */ }
+    try {
+      this._x.stream.destroy();
+    } catch {
+      /* ignore */
+    }
     this.emit('closed', reason);
   }
 
@@ -292,10 +327,14 @@ export class XDisplay extends EventEmitter {
     if (this._closed) return;
     // Put back keycodes still bound for typing (bounded: a wedged server must not block close).
     if (this._keyboard.boundCount > 0) {
-      await Promise.race([this.restoreKeymap().catch(() => {}), new Promise(r => setTimeout(r, 1_000).unref())]);
+      await Promise.race([this.restoreKeymap().catch(() => {}), new Promise((r) => setTimeout(r, 1_000).unref())]);
     }
     if (this._closed) return;
-    try { this._x.terminate(); } catch { /* ignore */ }
+    try {
+      this._x.terminate();
+    } catch {
+      /* ignore */
+    }
     this._markClosed('closed by client');
   }
 
@@ -303,7 +342,7 @@ export class XDisplay extends EventEmitter {
   async _atom(name: string): Promise<number> {
     const cached = this._atoms.get(name) ?? this._x.atoms[name];
     if (cached !== undefined) return cached;
-    const atom = await this.request<number>(`InternAtom(${name})`, cb => this._x.InternAtom(false, name, cb));
+    const atom = await this.request<number>(`InternAtom(${name})`, (cb) => this._x.InternAtom(false, name, cb));
     this._atoms.set(name, atom);
     return atom;
   }
@@ -314,31 +353,67 @@ export class XDisplay extends EventEmitter {
   }
 
   // ---- input (each call ends with a round trip) ----
-  move(x: number, y: number): Promise<void> { return input.move(this, x, y); }
-  click(opts: input.ClickOptions = {}): Promise<void> { return input.click(this, opts); }
-  mouseDown(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> { return input.mouseButton(this, button, true, at); }
-  mouseUp(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> { return input.mouseButton(this, button, false, at); }
-  drag(path: Array<{ x: number; y: number }>, opts: input.DragOptions = {}): Promise<void> { return input.drag(this, path, opts); }
-  scroll(opts: input.ScrollOptions): Promise<void> { return input.scroll(this, opts); }
+  move(x: number, y: number): Promise<void> {
+    return input.move(this, x, y);
+  }
+  click(opts: input.ClickOptions = {}): Promise<void> {
+    return input.click(this, opts);
+  }
+  mouseDown(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
+    return input.mouseButton(this, button, true, at);
+  }
+  mouseUp(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
+    return input.mouseButton(this, button, false, at);
+  }
+  drag(path: Array<{ x: number; y: number }>, opts: input.DragOptions = {}): Promise<void> {
+    return input.drag(this, path, opts);
+  }
+  scroll(opts: input.ScrollOptions): Promise<void> {
+    return input.scroll(this, opts);
+  }
   /** Press and release a chord: `'ctrl+shift+t'`, `['ctrl','c']`, `'Return'`. */
-  key(keys: string | string[]): Promise<void> { return input.keyChord(this, keys); }
-  keyDown(key: string): Promise<void> { return input.keyToggle(this, key, true); }
-  keyUp(key: string): Promise<void> { return input.keyToggle(this, key, false); }
-  type(text: string): Promise<void> { return input.typeText(this, text); }
-  wait(ms: number): Promise<void> { return input.wait(ms); }
+  key(keys: string | string[]): Promise<void> {
+    return input.keyChord(this, keys);
+  }
+  keyDown(key: string): Promise<void> {
+    return input.keyToggle(this, key, true);
+  }
+  keyUp(key: string): Promise<void> {
+    return input.keyToggle(this, key, false);
+  }
+  type(text: string): Promise<void> {
+    return input.typeText(this, text);
+  }
+  wait(ms: number): Promise<void> {
+    return input.wait(ms);
+  }
   /**
    * Reset keycodes temporarily bound for typing to NoSymbol now (otherwise this happens after
    * 5 s of input idle time, see input.ts RESTORE_IDLE_MS).
    */
-  restoreKeymap(): Promise<void> { return this._inputLock.run(() => this._keyboard.restoreNow()); }
+  restoreKeymap(): Promise<void> {
+    return this._inputLock.run(() => this._keyboard.restoreNow());
+  }
 
   // ---- windows ----
-  listWindows(): Promise<WindowInfo[]> { return windows.listWindows(this); }
-  activeWindow(): Promise<WindowInfo | null> { return windows.activeWindow(this); }
-  activateWindow(id: number): Promise<void> { return windows.activateWindow(this, id); }
-  closeWindow(id: number): Promise<void> { return windows.closeWindow(this, id); }
-  cursorPosition(): Promise<{ x: number; y: number }> { return windows.cursorPosition(this); }
-  screenSize(): { width: number; height: number } { return { width: this.width, height: this.height }; }
+  listWindows(): Promise<WindowInfo[]> {
+    return windows.listWindows(this);
+  }
+  activeWindow(): Promise<WindowInfo | null> {
+    return windows.activeWindow(this);
+  }
+  activateWindow(id: number): Promise<void> {
+    return windows.activateWindow(this, id);
+  }
+  closeWindow(id: number): Promise<void> {
+    return windows.closeWindow(this, id);
+  }
+  cursorPosition(): Promise<{ x: number; y: number }> {
+    return windows.cursorPosition(this);
+  }
+  screenSize(): { width: number; height: number } {
+    return { width: this.width, height: this.height };
+  }
   waitForWindow(predicate: (w: WindowInfo) => boolean, options?: WaitForWindowOptions): Promise<WindowInfo> {
     return windows.waitForWindow(this, predicate, options);
   }
@@ -346,26 +421,46 @@ export class XDisplay extends EventEmitter {
 
 function xError(label: string, err: XProtocolError): DisplayError {
   if (err instanceof DisplayError) return err;
-  return new DisplayError('x_error', `X request ${label} failed: ${err.message || 'X error ' + err.error}`,
-    { request: label, xError: err.error, badValue: err.badParam, majorOpcode: err.majorOpcode, minorOpcode: err.minorOpcode });
+  return new DisplayError('x_error', `X request ${label} failed: ${err.message || 'X error ' + err.error}`, {
+    request: label,
+    xError: err.error,
+    badValue: err.badParam,
+    majorOpcode: err.majorOpcode,
+    minorOpcode: err.minorOpcode,
+  });
 }
 
 /** Open the unix socket, fd-capable if possible (MIT-SHM), else a plain net socket. */
 function connectStream(socketPath: string, wantFd: boolean): Promise<net.Socket & { _fdCapable?: boolean }> {
-  const attempt = (fdCapable: boolean) => new Promise<net.Socket & { _fdCapable?: boolean }>((resolve, reject) => {
-    let sock: (net.Socket & { _fdCapable?: boolean }) | null = null;
-    if (fdCapable) {
-      try { sock = fdpass()?.connect(socketPath) ?? null; } catch { sock = null; }
-      if (!sock) { reject(new Error('fd passing unavailable')); return; }
-    } else {
-      sock = net.createConnection(socketPath);
-    }
-    const s = sock;
-    const onError = (err: Error) => { s.removeListener('connect', onConnect); s.destroy(); reject(err); };
-    const onConnect = () => { s.removeListener('error', onError); resolve(s); };
-    s.once('error', onError);
-    s.once('connect', onConnect);
-  });
+  const attempt = (fdCapable: boolean) =>
+    new Promise<net.Socket & { _fdCapable?: boolean }>((resolve, reject) => {
+      let sock: (net.Socket & { _fdCapable?: boolean }) | null = null;
+      if (fdCapable) {
+        try {
+          sock = fdpass()?.connect(socketPath) ?? null;
+        } catch {
+          sock = null;
+        }
+        if (!sock) {
+          reject(new Error('fd passing unavailable'));
+          return;
+        }
+      } else {
+        sock = net.createConnection(socketPath);
+      }
+      const s = sock;
+      const onError = (err: Error) => {
+        s.removeListener('connect', onConnect);
+        s.destroy();
+        reject(err);
+      };
+      const onConnect = () => {
+        s.removeListener('error', onError);
+        resolve(s);
+      };
+      s.once('error', onError);
+      s.once('connect', onConnect);
+    });
   if (!wantFd) return attempt(false);
   return attempt(true).catch((err: NodeJS.ErrnoException) => {
     // A missing socket fails the same way either way: report it instead of retrying.
@@ -385,7 +480,10 @@ function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo
       else resolve({ c, info });
     });
     c.on('error', (err: Error) => {
-      if (!settled) { settled = true; reject(err); }
+      if (!settled) {
+        settled = true;
+        reject(err);
+      }
     });
   });
 }

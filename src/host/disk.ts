@@ -19,17 +19,25 @@ import { mountsUnder } from './overlay.ts';
  * the space back.
  */
 const MKFS_OPTS = [
-  '-q', '-F',
-  '-m', '0', // no blocks reserved for root: the session gets all of its quota
-  '-O', '^has_journal', // ephemeral data: a journal would only cost writes
-  '-E', 'lazy_itable_init=1,nodiscard',
+  '-q',
+  '-F',
+  '-m',
+  '0', // no blocks reserved for root: the session gets all of its quota
+  '-O',
+  '^has_journal', // ephemeral data: a journal would only cost writes
+  '-E',
+  'lazy_itable_init=1,nodiscard',
 ];
 
 /** Makes (or remakes, emptying it) the session disk and mounts it at `mountpoint`. */
 export async function makeSessionDisk(image: string, mountpoint: string, bytes: number): Promise<void> {
   await unmountSessionDisk(image, mountpoint);
   const fd = openSync(image, 'w', 0o600);
-  try { ftruncateSync(fd, bytes); } finally { closeSync(fd); }
+  try {
+    ftruncateSync(fd, bytes);
+  } finally {
+    closeSync(fd);
+  }
   await run(['mkfs.ext4', ...MKFS_OPTS, image]);
   mkdirSync(mountpoint, { recursive: true, mode: 0o700 });
   // A loop device with direct I/O (the image's pages are not cached twice, once per filesystem),
@@ -72,10 +80,12 @@ export async function loopsBackedBy(file: string): Promise<string[]> {
   const list = (JSON.parse(r.stdout) as { loopdevices?: { name: string; 'back-file'?: string }[] }).loopdevices ?? [];
   const under = file.endsWith('/') ? file : file + '/';
   // losetup appends " (deleted)" once the backing file is gone.
-  return list.filter((l) => {
-    const back = (l['back-file'] ?? '').replace(/ \(deleted\)$/, '');
-    return back === file || back.startsWith(under);
-  }).map((l) => l.name);
+  return list
+    .filter((l) => {
+      const back = (l['back-file'] ?? '').replace(/ \(deleted\)$/, '');
+      return back === file || back.startsWith(under);
+    })
+    .map((l) => l.name);
 }
 
 /** Detaches loop devices left on `file` (or under it): the backstop for a mount that was lost. */
@@ -87,7 +97,11 @@ export async function detachLoops(file: string): Promise<string[]> {
 
 /** Host bytes the image really occupies (it is sparse). */
 export function allocatedBytes(image: string): number {
-  try { return statSync(image).blocks * 512; } catch { return 0; }
+  try {
+    return statSync(image).blocks * 512;
+  } catch {
+    return 0;
+  }
 }
 
 /** Free and total bytes of the filesystem holding `path` (what an unprivileged writer could use). */

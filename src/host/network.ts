@@ -85,21 +85,13 @@ export function listClaims(inst: Instance): { file: string; sessionId: string }[
  */
 export async function createNetwork(netns: string, hostVeth: string, sub: Subnet): Promise<void> {
   await run(['ip', '-batch', '-'], {
-    input: [
-      `netns add ${netns}`,
-      `link add ${hostVeth} type veth peer name eth0 netns ${netns}`,
-      `addr add ${sub.gateway}/30 dev ${hostVeth}`,
-    ].join('\n') + '\n',
+    input:
+      [`netns add ${netns}`, `link add ${hostVeth} type veth peer name eth0 netns ${netns}`, `addr add ${sub.gateway}/30 dev ${hostVeth}`].join('\n') + '\n',
   });
   // Note: no IPv6 on the host end, so the session has no v6 peer at all.
   writeFileSync(`/proc/sys/net/ipv6/conf/${hostVeth}/disable_ipv6`, '1');
   await run(['ip', '-n', netns, '-batch', '-'], {
-    input: [
-      `link set lo up`,
-      `addr add ${sub.address}/30 dev eth0`,
-      `link set eth0 up`,
-      `route add default via ${sub.gateway}`,
-    ].join('\n') + '\n',
+    input: [`link set lo up`, `addr add ${sub.address}/30 dev eth0`, `link set eth0 up`, `route add default via ${sub.gateway}`].join('\n') + '\n',
   });
   await run(['ip', 'link', 'set', hostVeth, 'up']);
 }

@@ -90,7 +90,9 @@ export class OciRuntime {
     if (code !== 0) {
       liveness.destroy();
       let tail = '';
-      try { tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n'); } catch {}
+      try {
+        tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n');
+      } catch {}
       throw new HostError(`${this.info.name} run`, `exit ${code}: ${tail}`, { container: id });
     }
     // The pid file saves a `state` round trip.

@@ -2,8 +2,18 @@ import { seccompProfile } from './seccomp.ts';
 
 /** Capabilities a root-in-session exec may hold (no SYS_ADMIN, NET_RAW, MKNOD, SYS_MODULE, SYS_PTRACE...). */
 export const ROOT_CAPS = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID', 'CAP_SETUID',
-  'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_AUDIT_WRITE', 'CAP_SETFCAP',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SYS_CHROOT',
+  'CAP_AUDIT_WRITE',
+  'CAP_SETFCAP',
 ];
 
 export interface SpecInput {
@@ -68,10 +78,7 @@ export function buildSpec(i: SpecInput) {
       { destination: '/usr/lib/drums/session-init', type: 'bind', source: i.initPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
-      namespaces: [
-        { type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
-        { type: 'network', path: i.netnsPath },
-      ],
+      namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }, { type: 'network', path: i.netnsPath }],
       cgroupsPath: i.cgroupsPath,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
@@ -84,8 +91,17 @@ export function buildSpec(i: SpecInput) {
         'net.ipv6.conf.default.disable_ipv6': '1',
       },
       maskedPaths: [
-        '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-        '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
+        '/proc/acpi',
+        '/proc/asound',
+        '/proc/kcore',
+        '/proc/keys',
+        '/proc/latency_stats',
+        '/proc/timer_list',
+        '/proc/timer_stats',
+        '/proc/sched_debug',
+        '/proc/scsi',
+        '/sys/firmware',
+        '/sys/devices/virtual/powercap',
       ],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
       seccomp: seccompProfile({ allowMemoryMerge: i.allowMemoryMerge }),

@@ -41,7 +41,11 @@ function daemonCgroupDirs(instName: string): string[] {
 export function enterDaemonCgroup(instName: string): string {
   try {
     if (cgroupMode() === 'v2') {
-      const own = readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((l) => l.startsWith('0::'))?.slice(3).trim();
+      const own = readFileSync('/proc/self/cgroup', 'utf8')
+        .split('\n')
+        .find((l) => l.startsWith('0::'))
+        ?.slice(3)
+        .trim();
       if (own && own !== '/') return `kept cgroup ${own} (set by the service manager)`;
     }
     for (const dir of daemonCgroupDirs(instName)) {
@@ -75,7 +79,10 @@ export function leaveDaemonCgroup(instName: string): void {
 export function removeDaemonCgroup(instName: string): string[] {
   const removed: string[] = [];
   for (const dir of daemonCgroupDirs(instName)) {
-    try { rmdirSync(dir); removed.push(dir); } catch {}
+    try {
+      rmdirSync(dir);
+      removed.push(dir);
+    } catch {}
   }
   return removed;
 }
@@ -106,7 +113,8 @@ export function oomKills(cgroupPath: string): number {
 /** Memory the session's cgroup uses now, in bytes (0 if unknown). */
 export function memoryUsage(cgroupPath: string): number {
   try {
-    const file = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.current') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.usage_in_bytes');
+    const file =
+      cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.current') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.usage_in_bytes');
     return Number(readFileSync(file, 'utf8').trim()) || 0;
   } catch {
     return 0;
@@ -125,7 +133,11 @@ export interface Pressure {
 /** Parses a PSI file (/proc/pressure/* or a v2 cgroup's *.pressure); [] where the kernel has no PSI. */
 export function readPressure(file: string, resource: Pressure['resource']): Pressure[] {
   let text: string;
-  try { text = readFileSync(file, 'utf8'); } catch { return []; }
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return [];
+  }
   const out: Pressure[] = [];
   for (const line of text.split('\n')) {
     const m = /^(some|full) avg10=([\d.]+) avg60=([\d.]+) avg300=[\d.]+ total=(\d+)$/.exec(line.trim());

@@ -9,18 +9,26 @@
 
 import { spawn } from 'node:child_process';
 import {
-  closeSync, existsSync, openSync, readFileSync, readdirSync, readlinkSync, mkdirSync,
-  renameSync, rmSync, statSync, writeFileSync, writeSync, copyFileSync,
+  closeSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  mkdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+  copyFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { type DaemonConfig, loadConfig } from '../common/config.ts';
 import { ImageBuildError, ImageError } from './errors.ts';
 import { acquireLock } from './lock.ts';
 import type { ProgressCallback } from './progress.ts';
-import {
-  BUILDER_VERSION, isDebootstrapBase, resolveRecipe, rootSuite, REPO_ROOT,
-  type Recipe, type RecipeOptions, type ResolvedRecipe,
-} from './recipe.ts';
+import { BUILDER_VERSION, isDebootstrapBase, resolveRecipe, rootSuite, REPO_ROOT, type Recipe, type RecipeOptions, type ResolvedRecipe } from './recipe.ts';
 
 export const DEFAULT_IMAGES_DIR = '/var/lib/drums/images';
 const DEFAULT_MIRROR = 'http://deb.debian.org/debian';
@@ -90,16 +98,27 @@ export function imagesDirOf(opts?: ImageDirOptions): string {
 
 // ---------------------------------------------------------------- mirrors
 
-interface AptEntry { uri: string; suites: string[] }
+interface AptEntry {
+  uri: string;
+  suites: string[];
+}
 
 function hostAptEntries(): AptEntry[] {
   const entries: AptEntry[] = [];
   const read = (f: string): string => {
-    try { return readFileSync(f, 'utf8'); } catch { return ''; }
+    try {
+      return readFileSync(f, 'utf8');
+    } catch {
+      return '';
+    }
   };
   const oneLine = (text: string): void => {
     for (const raw of text.split('\n')) {
-      const line = raw.replace(/#.*/, '').replace(/\[[^\]]*\]/, ' ').trim().split(/\s+/);
+      const line = raw
+        .replace(/#.*/, '')
+        .replace(/\[[^\]]*\]/, ' ')
+        .trim()
+        .split(/\s+/);
       if (line[0] === 'deb' && line.length >= 3) entries.push({ uri: line[1], suites: [line[2]] });
     }
   };
@@ -119,7 +138,11 @@ function hostAptEntries(): AptEntry[] {
   };
   oneLine(read('/etc/apt/sources.list'));
   let files: string[] = [];
-  try { files = readdirSync('/etc/apt/sources.list.d').sort(); } catch { /* none */ }
+  try {
+    files = readdirSync('/etc/apt/sources.list.d').sort();
+  } catch {
+    /* none */
+  }
   for (const f of files) {
     const text = read(join('/etc/apt/sources.list.d', f));
     if (f.endsWith('.sources')) deb822(text);
@@ -170,10 +193,7 @@ exec chroot "$r" /usr/bin/env -i "$@"
 // setpriv --pdeathsig: unshare is SIGKILLed if the builder dies, and
 // --kill-child then takes the namespace's init (and so the whole pid
 // namespace and its mounts) with it.
-const UNSHARE = [
-  'setpriv', '--pdeathsig', 'KILL', '--',
-  'unshare', '--mount', '--pid', '--fork', '--kill-child', '--propagation', 'private', '--',
-];
+const UNSHARE = ['setpriv', '--pdeathsig', 'KILL', '--', 'unshare', '--mount', '--pid', '--fork', '--kill-child', '--propagation', 'private', '--'];
 
 function countInstalledPackages(rootfs: string): number {
   const status = readFileSync(join(rootfs, 'var/lib/dpkg/status'), 'utf8');
@@ -246,7 +266,9 @@ class Build {
       this.signal?.addEventListener('abort', onAbort, { once: true });
       child.on('close', () => this.signal?.removeEventListener('abort', onAbort));
       if (input !== undefined) {
-        child.stdin!.on('error', () => { /* reported via exit status */ });
+        child.stdin!.on('error', () => {
+          /* reported via exit status */
+        });
         child.stdin!.end(input);
       }
       child.on('error', (err) => reject(new ImageBuildError(this.name, step, `cannot run ${argv[0]}: ${err.message}`, this.logTail())));
@@ -263,15 +285,21 @@ class Build {
   /** Runs a shell script inside the rootfs (private mount + pid namespace, chroot). */
   chroot(step: string, script: string, opts: { env?: Record<string, string>; input?: Buffer | string } = {}): Promise<void> {
     const env = {
-      PATH: CHROOT_PATH, HOME: '/root', LANG: 'C.UTF-8', TERM: 'dumb',
-      DEBIAN_FRONTEND: 'noninteractive', DEBCONF_NONINTERACTIVE_SEEN: 'true',
-      ...proxyEnv(), ...(opts.env ?? {}),
+      PATH: CHROOT_PATH,
+      HOME: '/root',
+      LANG: 'C.UTF-8',
+      TERM: 'dumb',
+      DEBIAN_FRONTEND: 'noninteractive',
+      DEBCONF_NONINTERACTIVE_SEEN: 'true',
+      ...proxyEnv(),
+      ...(opts.env ?? {}),
     };
-    return this.exec(step, [
-      ...UNSHARE, '/bin/sh', '-c', NS_SCRIPT, 'drums-chroot', this.rootfs,
-      ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
-      '/bin/sh', '-ec', script,
-    ], opts.input, `(chroot) $ ${script.replaceAll('\n', '\n(chroot) $ ')}`);
+    return this.exec(
+      step,
+      [...UNSHARE, '/bin/sh', '-c', NS_SCRIPT, 'drums-chroot', this.rootfs, ...Object.entries(env).map(([k, v]) => `${k}=${v}`), '/bin/sh', '-ec', script],
+      opts.input,
+      `(chroot) $ ${script.replaceAll('\n', '\n(chroot) $ ')}`,
+    );
   }
 
   close(): void {
@@ -301,8 +329,10 @@ function aptSources(suite: string, mirrors: { main: string; security: string }):
   if (['sid', 'unstable', 'experimental'].includes(suite)) {
     return `Types: deb\nURIs: ${mirrors.main}\nSuites: ${suite}\nComponents: main\nSigned-By: ${keyring}\n`;
   }
-  return `Types: deb\nURIs: ${mirrors.main}\nSuites: ${suite} ${suite}-updates\nComponents: main\nSigned-By: ${keyring}\n\n`
-    + `Types: deb\nURIs: ${mirrors.security}\nSuites: ${suite}-security\nComponents: main\nSigned-By: ${keyring}\n`;
+  return (
+    `Types: deb\nURIs: ${mirrors.main}\nSuites: ${suite} ${suite}-updates\nComponents: main\nSigned-By: ${keyring}\n\n` +
+    `Types: deb\nURIs: ${mirrors.security}\nSuites: ${suite}-security\nComponents: main\nSigned-By: ${keyring}\n`
+  );
 }
 
 const APT_CONF = `// Written by the drums image builder.
@@ -329,8 +359,14 @@ const APT_GET = 'apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Optio
 
 const HOSTS = `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n`;
 
-function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: string,
-  emit: (step: string, message?: string) => void, mirrors: { main: string; security: string }): Step[] {
+function planSteps(
+  b: Build,
+  r: ResolvedRecipe,
+  opts: BuildOptions,
+  imagesDir: string,
+  emit: (step: string, message?: string) => void,
+  mirrors: { main: string; security: string },
+): Step[] {
   const recipe = r.recipe;
   const suite = rootSuite(r);
   const steps: Step[] = [];
@@ -340,9 +376,7 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
     const { variant } = recipe.base.debootstrap;
     steps.push({
       name: 'debootstrap',
-      run: () => b.exec('debootstrap', [
-        ...UNSHARE, 'debootstrap', `--variant=${variant}`, '--components=main', suite, b.rootfs, mirrors.main,
-      ]),
+      run: () => b.exec('debootstrap', [...UNSHARE, 'debootstrap', `--variant=${variant}`, '--components=main', suite, b.rootfs, mirrors.main]),
     });
   } else {
     const parentName = recipe.base.from;
@@ -352,7 +386,11 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
       run: async () => {
         try {
           const parent = await buildImage(parentName, {
-            recipesDir: opts.recipesDir, repoRoot: opts.repoRoot, imagesDir, lockTimeoutMs: opts.lockTimeoutMs, mirrors: opts.mirrors,
+            recipesDir: opts.recipesDir,
+            repoRoot: opts.repoRoot,
+            imagesDir,
+            lockTimeoutMs: opts.lockTimeoutMs,
+            mirrors: opts.mirrors,
             onProgress: (ev) => {
               if (ev.step !== 'done' && ev.step !== 'failed') emit(`parent image ${parentName}`, `[${ev.index}/${ev.total}] ${ev.step}`);
             },
@@ -378,7 +416,11 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
     name: 'configure apt and dpkg',
     run: async () => {
       let resolv = '';
-      try { resolv = readFileSync('/etc/resolv.conf', 'utf8'); } catch { /* no host resolver config */ }
+      try {
+        resolv = readFileSync('/etc/resolv.conf', 'utf8');
+      } catch {
+        /* no host resolver config */
+      }
       const script = [
         writeFileSh('/etc/dpkg/dpkg.cfg.d/90drums-nodoc', DPKG_NODOC),
         writeFileSh('/etc/apt/apt.conf.d/90drums', APT_CONF),
@@ -401,11 +443,17 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
     steps.push({ name: 'apt-get update', run: () => b.chroot('apt-get update', 'apt-get -q update') });
     steps.push({
       name,
-      run: () => b.chroot(name, [
-        // dist-upgrade first: debootstrap installs the point release, without -security/-updates.
-        `${APT_GET} dist-upgrade`,
-        pkgs.length ? `${APT_GET} install --no-install-recommends ${pkgs.map(shq).join(' ')}` : '',
-      ].filter(Boolean).join('\n')),
+      run: () =>
+        b.chroot(
+          name,
+          [
+            // dist-upgrade first: debootstrap installs the point release, without -security/-updates.
+            `${APT_GET} dist-upgrade`,
+            pkgs.length ? `${APT_GET} install --no-install-recommends ${pkgs.map(shq).join(' ')}` : '',
+          ]
+            .filter(Boolean)
+            .join('\n'),
+        ),
     });
   }
   if (wantsPip) {
@@ -419,9 +467,11 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
         const caEnv: Record<string, string> = existsSync(hostCa) ? { PIP_CERT: inside } : {};
         if (existsSync(hostCa)) copyFileSync(hostCa, join(b.rootfs, inside));
         try {
-          await b.chroot('pip install',
+          await b.chroot(
+            'pip install',
             `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore --disable-pip-version-check ${recipe.pip.map(shq).join(' ')}`,
-            { env: { ...b.env, ...caEnv } });
+            { env: { ...b.env, ...caEnv } },
+          );
         } finally {
           rmSync(join(b.rootfs, inside), { force: true });
         }
@@ -440,8 +490,9 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
           script += `getent group ${gid} >/dev/null || getent group ${n} >/dev/null || groupadd -g ${gid} ${n}\n`;
           for (const g of u.groups) script += `getent group ${shq(g)} >/dev/null || groupadd ${shq(g)}\n`;
           const groups = u.groups.length ? `-G ${shq(u.groups.join(','))}` : '';
-          script += `if id -u ${n} >/dev/null 2>&1; then usermod -u ${u.uid} -g ${gid} -d ${shq(u.home)} -s ${shq(u.shell)} ${groups} ${n}; `
-            + `else useradd -m -u ${u.uid} -g ${gid} -d ${shq(u.home)} -s ${shq(u.shell)} ${groups} ${n}; fi\n`;
+          script +=
+            `if id -u ${n} >/dev/null 2>&1; then usermod -u ${u.uid} -g ${gid} -d ${shq(u.home)} -s ${shq(u.shell)} ${groups} ${n}; ` +
+            `else useradd -m -u ${u.uid} -g ${gid} -d ${shq(u.home)} -s ${shq(u.shell)} ${groups} ${n}; fi\n`;
           script += `mkdir -p ${shq(u.home)} && chown ${u.uid}:${gid} ${shq(u.home)}\n`;
           if (u.password !== undefined) passwords += `${u.name}:${u.password}\n`;
         }
@@ -462,9 +513,9 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
           const tmp = `${f.dest}.drums-new`;
           b.log(`copy ${f.src} -> ${f.dest} (${f.mode})`);
           // Written from inside the chroot so symlinks in the rootfs resolve there.
-          await b.chroot('copy files',
-            `mkdir -p ${shq(dir)}\ncat > ${shq(tmp)}\nchmod ${f.mode} ${shq(tmp)}\nmv -f ${shq(tmp)} ${shq(f.dest)}`,
-            { input: bytes });
+          await b.chroot('copy files', `mkdir -p ${shq(dir)}\ncat > ${shq(tmp)}\nchmod ${f.mode} ${shq(tmp)}\nmv -f ${shq(tmp)} ${shq(f.dest)}`, {
+            input: bytes,
+          });
         }
       },
     });
@@ -477,24 +528,28 @@ function planSteps(b: Build, r: ResolvedRecipe, opts: BuildOptions, imagesDir: s
 
   steps.push({
     name: 'clean up',
-    run: () => b.chroot('clean up', [
-      wantsPip && !pipRequested
-        ? 'apt-get -q -y purge python3-pip && apt-get -q -y --purge autoremove'
-        : '',
-      'apt-get -q clean',
-      'rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/partial/* /var/cache/debconf/*-old /var/lib/dpkg/*-old',
-      'rm -rf /tmp/* /tmp/.[!.]* /var/tmp/* /root/.cache /var/cache/ldconfig/aux-cache',
-      // Docs and man pages of packages installed before the dpkg excludes existed.
-      'if [ -d /usr/share/doc ]; then find /usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete; find /usr/share/doc -mindepth 1 -type d -empty -delete; fi',
-      'rm -rf /usr/share/man/* /usr/share/info/* /usr/share/groff/* /usr/share/lintian/*',
-      'if [ -d /usr/share/locale ]; then find /usr/share/locale -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +; fi',
-      'find /var/log -type f -delete',
-      'rm -f /usr/sbin/policy-rc.d',
-      // Per-session machine id: empty here, written by the session runtime.
-      ': > /etc/machine-id && chmod 0444 /etc/machine-id',
-      'mkdir -p /var/lib/dbus && rm -f /var/lib/dbus/machine-id && ln -s /etc/machine-id /var/lib/dbus/machine-id',
-      'rm -f /etc/resolv.conf && : > /etc/resolv.conf',
-    ].filter(Boolean).join('\n')),
+    run: () =>
+      b.chroot(
+        'clean up',
+        [
+          wantsPip && !pipRequested ? 'apt-get -q -y purge python3-pip && apt-get -q -y --purge autoremove' : '',
+          'apt-get -q clean',
+          'rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/partial/* /var/cache/debconf/*-old /var/lib/dpkg/*-old',
+          'rm -rf /tmp/* /tmp/.[!.]* /var/tmp/* /root/.cache /var/cache/ldconfig/aux-cache',
+          // Docs and man pages of packages installed before the dpkg excludes existed.
+          'if [ -d /usr/share/doc ]; then find /usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete; find /usr/share/doc -mindepth 1 -type d -empty -delete; fi',
+          'rm -rf /usr/share/man/* /usr/share/info/* /usr/share/groff/* /usr/share/lintian/*',
+          'if [ -d /usr/share/locale ]; then find /usr/share/locale -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +; fi',
+          'find /var/log -type f -delete',
+          'rm -f /usr/sbin/policy-rc.d',
+          // Per-session machine id: empty here, written by the session runtime.
+          ': > /etc/machine-id && chmod 0444 /etc/machine-id',
+          'mkdir -p /var/lib/dbus && rm -f /var/lib/dbus/machine-id && ln -s /etc/machine-id /var/lib/dbus/machine-id',
+          'rm -f /etc/resolv.conf && : > /etc/resolv.conf',
+        ]
+          .filter(Boolean)
+          .join('\n'),
+      ),
   });
   return steps;
 }
@@ -525,9 +580,14 @@ export async function buildImage(name: string, opts: BuildOptions = {}): Promise
 
   const lock = await acquireLock(join(imagesDir, `.lock-${name}-${hash12}`), {
     timeoutMs: opts.lockTimeoutMs,
-    onWait: (pid) => onProgress({
-      step: 'waiting for concurrent build', index: 0, total: 0, elapsedMs: Date.now() - started, message: `pid ${pid}`,
-    }),
+    onWait: (pid) =>
+      onProgress({
+        step: 'waiting for concurrent build',
+        index: 0,
+        total: 0,
+        elapsedMs: Date.now() - started,
+        message: `pid ${pid}`,
+      }),
   });
   try {
     if (!opts.force) {
@@ -549,8 +609,7 @@ export async function buildImage(name: string, opts: BuildOptions = {}): Promise
   }
 }
 
-async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: string,
-  opts: BuildOptions, started: number): Promise<BuiltImage> {
+async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: string, opts: BuildOptions, started: number): Promise<BuiltImage> {
   const { recipe, hash } = resolved;
   const hash12 = hash.slice(0, 12);
   const onProgress = opts.onProgress ?? (() => {});
@@ -565,10 +624,11 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
   let index = 0;
   let total = 0;
   let current = 'prepare';
-  const emit = (step: string, message?: string): void =>
-    onProgress({ step, index, total, elapsedMs: Date.now() - started, message });
+  const emit = (step: string, message?: string): void => onProgress({ step, index, total, elapsedMs: Date.now() - started, message });
   try {
-    b.log(`drums image build ${recipe.name} ${hash}\nbuilder version ${BUILDER_VERSION}, mirror ${mirrors.main}, security ${mirrors.security}\nstarted ${new Date(started).toISOString()}`);
+    b.log(
+      `drums image build ${recipe.name} ${hash}\nbuilder version ${BUILDER_VERSION}, mirror ${mirrors.main}, security ${mirrors.security}\nstarted ${new Date(started).toISOString()}`,
+    );
     const steps = planSteps(b, resolved, opts, imagesDir, emit, mirrors);
     steps.push({ name: 'finalize', run: async () => {} });
     total = steps.length;
@@ -589,7 +649,9 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
     const sizeOut = await new Promise<string>((resolve, reject) => {
       const child = spawn('du', ['-sx', '--block-size=1', b.rootfs], { stdio: ['ignore', 'pipe', 'inherit'] });
       let out = '';
-      child.stdout.on('data', (d) => { out += d; });
+      child.stdout.on('data', (d) => {
+        out += d;
+      });
       child.on('error', reject);
       child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`du exited with ${code}`))));
     });
@@ -627,7 +689,11 @@ async function buildLocked(resolved: ResolvedRecipe, dir: string, imagesDir: str
   } catch (err) {
     b.log(`\nFAILED at step '${current}': ${(err as Error).message}`);
     b.close();
-    try { copyFileSync(b.logPath, failedLog); } catch { /* best effort */ }
+    try {
+      copyFileSync(b.logPath, failedLog);
+    } catch {
+      /* best effort */
+    }
     onProgress({ step: 'failed', index, total, elapsedMs: Date.now() - started, message: current });
     if (err instanceof ImageBuildError) {
       if (err.logFile === undefined && err.logTail) err.message += `\n(full log: ${failedLog})`;
@@ -675,7 +741,11 @@ export function listImages(opts: ImageDirOptions & RecipeOptions = {}): ListedIm
     if (!img || img.name !== m[1]) continue;
     if (!currentHash.has(img.name)) {
       let h: string | undefined;
-      try { h = resolveRecipe(img.name, opts).hash; } catch { h = undefined; }
+      try {
+        h = resolveRecipe(img.name, opts).hash;
+      } catch {
+        h = undefined;
+      }
       currentHash.set(img.name, h);
     }
     out.push({ ...img, current: currentHash.get(img.name) === img.hash });
@@ -688,7 +758,11 @@ function mountsUsing(dir: string): string[] {
   const seen = new Set<string>();
   const hits: string[] = [];
   let pids: string[] = [];
-  try { pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p)); } catch { /* no /proc */ }
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    /* no /proc */
+  }
   for (const pid of ['self', ...pids]) {
     let ns: string;
     let info: string;
@@ -715,9 +789,7 @@ function mountsUsing(dir: string): string[] {
  */
 export function removeImage(name: string, opts: ImageDirOptions = {}): BuiltImage[] {
   const imagesDir = imagesDirOf(opts);
-  const matches = listImages({ imagesDir }).filter(
-    (img) => img.name === name || `${img.name}-${img.hash.slice(0, 12)}` === name,
-  );
+  const matches = listImages({ imagesDir }).filter((img) => img.name === name || `${img.name}-${img.hash.slice(0, 12)}` === name);
   if (matches.length === 0) throw new ImageError('image_not_found', `no built image ${JSON.stringify(name)} in ${imagesDir}`);
   for (const img of matches) {
     const used = mountsUsing(img.dir);

@@ -2,12 +2,7 @@
 // the CLI and the HTTP API can map to exit codes / status codes.
 import { DrumsError } from '../common/errors.ts';
 
-export type ImageErrorCode =
-  | 'invalid_recipe'
-  | 'image_not_found'
-  | 'image_build_failed'
-  | 'image_in_use'
-  | 'image_lock_timeout';
+export type ImageErrorCode = 'invalid_recipe' | 'image_not_found' | 'image_build_failed' | 'image_in_use' | 'image_lock_timeout';
 
 export class ImageError extends DrumsError {
   declare readonly code: ImageErrorCode;

@@ -1,12 +1,34 @@
 // Public API of the image builder (see docs/images.md).
 export {
-  loadRecipe, recipeHash, listRecipes, validateRecipe, resolveRecipe, canonicalJson,
-  BUILDER_VERSION, DEFAULT_RECIPES_DIR, REPO_ROOT,
-  type Recipe, type RecipeBase, type RecipeUser, type RecipeFile, type RecipeOptions, type ResolvedRecipe,
+  loadRecipe,
+  recipeHash,
+  listRecipes,
+  validateRecipe,
+  resolveRecipe,
+  canonicalJson,
+  BUILDER_VERSION,
+  DEFAULT_RECIPES_DIR,
+  REPO_ROOT,
+  type Recipe,
+  type RecipeBase,
+  type RecipeUser,
+  type RecipeFile,
+  type RecipeOptions,
+  type ResolvedRecipe,
 } from './recipe.ts';
 export {
-  buildImage, findImage, listImages, removeImage, debianMirrors, imagesDirOf, DEFAULT_IMAGES_DIR,
-  type BuiltImage, type ListedImage, type ImageManifest, type BuildOptions, type ImageDirOptions,
+  buildImage,
+  findImage,
+  listImages,
+  removeImage,
+  debianMirrors,
+  imagesDirOf,
+  DEFAULT_IMAGES_DIR,
+  type BuiltImage,
+  type ListedImage,
+  type ImageManifest,
+  type BuildOptions,
+  type ImageDirOptions,
 } from './build.ts';
 export { renderProgressToStderr, type BuildProgress, type ProgressCallback } from './progress.ts';
 export { ImageError, RecipeError, ImageBuildError, type ImageErrorCode } from './errors.ts';

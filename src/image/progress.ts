@@ -24,9 +24,7 @@ function secs(ms: number): string {
  * TTY one line is redrawn with a spinner, `[i/n] step (12.3s)`; otherwise one
  * line is printed per step.
  */
-export function renderProgressToStderr(
-  opts: { stream?: NodeJS.WriteStream; label?: string } = {},
-): ProgressCallback {
+export function renderProgressToStderr(opts: { stream?: NodeJS.WriteStream; label?: string } = {}): ProgressCallback {
   const out = opts.stream ?? process.stderr;
   const label = opts.label ? `${opts.label}: ` : '';
   const tty = Boolean(out.isTTY);
@@ -53,9 +51,7 @@ export function renderProgressToStderr(
   return (p: BuildProgress): void => {
     const final = p.step === 'done' || p.step === 'failed';
     if (!tty) {
-      out.write(final
-        ? `${label}${p.step} (${secs(p.elapsedMs)})${p.message ? ` ${p.message}` : ''}\n`
-        : `${line(p, p.elapsedMs)}\n`);
+      out.write(final ? `${label}${p.step} (${secs(p.elapsedMs)})${p.message ? ` ${p.message}` : ''}\n` : `${line(p, p.elapsedMs)}\n`);
       return;
     }
     if (final) {

@@ -140,12 +140,7 @@ class Checker {
  */
 export function validateRecipe(raw: unknown, file: string, expectedName?: string): Recipe {
   const c = new Checker(file);
-  const top = c.object(
-    raw,
-    '',
-    ['name', 'description', 'base', 'packages', 'pip', 'users', 'files', 'run', 'env'],
-    ['name', 'base'],
-  );
+  const top = c.object(raw, '', ['name', 'description', 'base', 'packages', 'pip', 'users', 'files', 'run', 'env'], ['name', 'base']);
   const name = c.string(top.name, 'name', NAME_RE, 'a valid image name (lowercase letters, digits, - and _)');
   if (expectedName !== undefined && name !== expectedName) {
     c.fail('name', `${JSON.stringify(name)} does not match the file name (${JSON.stringify(expectedName)})`);
@@ -253,7 +248,9 @@ export function listRecipes(opts?: RecipeOptions): string[] {
 export function canonicalJson(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
   if (isObj(v)) {
-    const keys = Object.keys(v).filter((k) => v[k] !== undefined).sort();
+    const keys = Object.keys(v)
+      .filter((k) => v[k] !== undefined)
+      .sort();
     return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(v[k])}`).join(',')}}`;
   }
   return JSON.stringify(v);
@@ -269,16 +266,14 @@ export interface ResolvedRecipe {
 /** Loads a recipe with its `from` chain and computes the hashes. */
 export function resolveRecipe(name: string, opts?: RecipeOptions, seen: string[] = []): ResolvedRecipe {
   if (seen.includes(name)) {
-    throw new RecipeError(join(recipesDirOf(opts), `${seen[seen.length - 1]}.json`), 'base.from',
-      `cycle in "from" chain: ${[...seen, name].join(' -> ')}`);
+    throw new RecipeError(join(recipesDirOf(opts), `${seen[seen.length - 1]}.json`), 'base.from', `cycle in "from" chain: ${[...seen, name].join(' -> ')}`);
   }
   let recipe: Recipe;
   try {
     recipe = loadRecipe(name, opts);
   } catch (err) {
     if (seen.length > 0 && err instanceof ImageError && err.code === 'image_not_found') {
-      throw new RecipeError(join(recipesDirOf(opts), `${seen[seen.length - 1]}.json`), 'base.from',
-        `parent recipe ${JSON.stringify(name)} does not exist`);
+      throw new RecipeError(join(recipesDirOf(opts), `${seen[seen.length - 1]}.json`), 'base.from', `parent recipe ${JSON.stringify(name)} does not exist`);
     }
     throw err;
   }
@@ -293,8 +288,7 @@ export function resolveRecipe(name: string, opts?: RecipeOptions, seen: string[]
       bytes = readFileSync(join(repoRoot, f.src));
     } catch (err) {
       const idx = recipe.files.indexOf(f);
-      throw new RecipeError(join(recipesDirOf(opts), `${name}.json`), `files[${idx}].src`,
-        `cannot read ${JSON.stringify(f.src)}: ${(err as Error).message}`);
+      throw new RecipeError(join(recipesDirOf(opts), `${name}.json`), `files[${idx}].src`, `cannot read ${JSON.stringify(f.src)}: ${(err as Error).message}`);
     }
     h.update(`\nfile ${f.src} ${bytes.length}\n`);
     h.update(bytes);

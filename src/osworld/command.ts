@@ -29,8 +29,16 @@ export function shlexSplit(s: string): string[] {
       let closed = false;
       while (i < s.length) {
         const c = s[i]!;
-        if (c === '"') { closed = true; i++; break; }
-        if (c === '\\' && i + 1 < s.length && '\\"$`\n'.includes(s[i + 1]!)) { cur += s[i + 1]; i += 2; continue; }
+        if (c === '"') {
+          closed = true;
+          i++;
+          break;
+        }
+        if (c === '\\' && i + 1 < s.length && '\\"$`\n'.includes(s[i + 1]!)) {
+          cur += s[i + 1];
+          i += 2;
+          continue;
+        }
         cur += c;
         i++;
       }
@@ -42,7 +50,11 @@ export function shlexSplit(s: string): string[] {
       inWord = true;
       i += 2;
     } else if (/\s/.test(ch)) {
-      if (inWord) { out.push(cur); cur = ''; inWord = false; }
+      if (inWord) {
+        out.push(cur);
+        cur = '';
+        inWord = false;
+      }
       i++;
     } else {
       cur += ch;

@@ -53,8 +53,15 @@ export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts
 export async function runGuest(mgr: SessionManager, s: Session, req: GuestRun): Promise<GuestResult> {
   const root = req.root === true;
   const r = await runInSession(target(mgr, s), {
-    argv: req.argv, root, cwd: req.cwd ?? HOME, env: guestEnv(root), stdin: req.stdin, timeoutMs: req.timeoutMs,
-    mergeStderr: req.mergeStderr, maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, signal: req.signal,
+    argv: req.argv,
+    root,
+    cwd: req.cwd ?? HOME,
+    env: guestEnv(root),
+    stdin: req.stdin,
+    timeoutMs: req.timeoutMs,
+    mergeStderr: req.mergeStderr,
+    maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,
+    signal: req.signal,
   });
   return { code: r.exitCode, stdout: r.stdout, stderr: r.stderr.toString('utf8'), timedOut: r.timedOut };
 }

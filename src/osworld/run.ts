@@ -12,12 +12,17 @@ const SDK = join(ROOT, 'sdk', 'python');
 /** Why DIR is not an OSWorld checkout (null when it is one). */
 export function notOsworldCheckout(dir: string): string | null {
   for (const f of ['desktop_env/desktop_env.py', 'desktop_env/evaluators/metrics/__init__.py', 'desktop_env/evaluators/getters/__init__.py']) {
-    if (!existsSync(join(dir, f))) return `--osworld-src ${dir} is not an OSWorld checkout: it has no ${f} (point it at the directory that holds OSWorld's desktop_env package)`;
+    if (!existsSync(join(dir, f)))
+      return `--osworld-src ${dir} is not an OSWorld checkout: it has no ${f} (point it at the directory that holds OSWorld's desktop_env package)`;
   }
   return null;
 }
 
-interface PyOpts { osworldSrc?: string; boot?: boolean; noDaemon?: boolean }
+interface PyOpts {
+  osworldSrc?: string;
+  boot?: boolean;
+  noDaemon?: boolean;
+}
 
 async function runPython(args: string[], o: PyOpts): Promise<number> {
   const python = process.env.DRUMS_PYTHON ?? join(ROOT, '.runtime', 'venv', 'bin', 'python');
@@ -58,7 +63,16 @@ async function runPython(args: string[], o: PyOpts): Promise<number> {
   }
 }
 
-export interface RunOptions { parallel: string; oracle?: string; out?: string; allowInternet?: boolean; verbose?: boolean; cache?: string; osworldSrc?: string; group?: string }
+export interface RunOptions {
+  parallel: string;
+  oracle?: string;
+  out?: string;
+  allowInternet?: boolean;
+  verbose?: boolean;
+  cache?: string;
+  osworldSrc?: string;
+  group?: string;
+}
 
 export async function osworldRun(tasks: string[], o: RunOptions): Promise<number> {
   const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel];
@@ -71,7 +85,12 @@ export async function osworldRun(tasks: string[], o: RunOptions): Promise<number
   return runPython(args, { osworldSrc: o.osworldSrc });
 }
 
-export interface AssetsOptions { cache?: string; mirror?: string; fonts?: boolean; json?: boolean }
+export interface AssetsOptions {
+  cache?: string;
+  mirror?: string;
+  fonts?: boolean;
+  json?: boolean;
+}
 
 export async function osworldAssets(action: 'fetch' | 'check', tasks: string[], o: AssetsOptions): Promise<number> {
   const args = ['-m', 'drums.osworld', 'assets', action, ...tasks];

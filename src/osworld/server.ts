@@ -62,7 +62,9 @@ function parseJson(req: Req): Record<string, unknown> {
   try {
     const v = JSON.parse(t);
     if (v && typeof v === 'object' && !Array.isArray(v)) return v as Record<string, unknown>;
-  } catch { /* below */ }
+  } catch {
+    /* below */
+  }
   // Flask's request.json on a malformed body: 400 Bad Request page.
   throw new HttpError(400, 'Failed to decode JSON object');
 }
@@ -93,14 +95,22 @@ const OWNER = `${DESKTOP_UID}:${DESKTOP_GID}`;
 async function prepare(ctx: GuestContext, s: Session): Promise<void> {
   if (prepared.get(s.id) === s.generation) return;
   const r = await runGuest(ctx.mgr, s, {
-    argv: ['/bin/sh', '-c', `mkdir -p ${RUN_USER} && ln -sfn /run/drums/bus ${RUN_USER}/bus && chown -h ${OWNER} ${RUN_USER} ${RUN_USER}/bus && chmod 700 ${RUN_USER}`
-      // python-xlib (pyautogui) insists on an ~/.Xauthority file, even an empty one.
-      + ` && { [ -e ${HOME}/.Xauthority ] || install -o ${DESKTOP_UID} -g ${DESKTOP_GID} -m 600 /dev/null ${HOME}/.Xauthority; }`],
-    root: true, timeoutMs: 10_000,
+    argv: [
+      '/bin/sh',
+      '-c',
+      `mkdir -p ${RUN_USER} && ln -sfn /run/drums/bus ${RUN_USER}/bus && chown -h ${OWNER} ${RUN_USER} ${RUN_USER}/bus && chmod 700 ${RUN_USER}` +
+        // python-xlib (pyautogui) insists on an ~/.Xauthority file, even an empty one.
+        ` && { [ -e ${HOME}/.Xauthority ] || install -o ${DESKTOP_UID} -g ${DESKTOP_GID} -m 600 /dev/null ${HOME}/.Xauthority; }`,
+    ],
+    root: true,
+    timeoutMs: 10_000,
   });
   if (r.code !== 0) log('warn', 'osworld prepare failed', { id: s.id, stderr: r.stderr });
   // A real entry, or python-xlib prints 'no xauthority details' warnings into every pyautogui command's stdout.
-  const x = await runGuest(ctx.mgr, s, { argv: ['xauth', '-q', '-f', `${HOME}/.Xauthority`, 'add', ':0', 'MIT-MAGIC-COOKIE-1', randomUUID().replace(/-/g, '')], timeoutMs: 10_000 });
+  const x = await runGuest(ctx.mgr, s, {
+    argv: ['xauth', '-q', '-f', `${HOME}/.Xauthority`, 'add', ':0', 'MIT-MAGIC-COOKIE-1', randomUUID().replace(/-/g, '')],
+    timeoutMs: 10_000,
+  });
   if (x.code !== 0) log('warn', 'osworld xauth failed', { id: s.id, stderr: x.stderr });
   prepared.set(s.id, s.generation);
 }
@@ -174,7 +184,8 @@ const routeLaunch: Handler = async (ctx, s, req) => {
   ensureReady(s);
   await prepare(ctx, s);
   // Detached: setsid -f forks and returns; the program's stdio is /dev/null. A missing program is an error (Popen raises).
-  const script = 'command -v "$1" >/dev/null 2>&1 || { echo "[Errno 2] No such file or directory: \'$1\'" >&2; exit 127; }; setsid -f "$@" >/dev/null 2>&1 </dev/null';
+  const script =
+    'command -v "$1" >/dev/null 2>&1 || { echo "[Errno 2] No such file or directory: \'$1\'" >&2; exit 127; }; setsid -f "$@" >/dev/null 2>&1 </dev/null';
   const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', ...norm.argv], root: norm.sudo, timeoutMs: 15_000 });
   if (r.code !== 0) return json(500, { status: 'error', message: r.stderr.trim() || `launch failed with code ${r.code}` });
   const shown = pyTruthy(b.shell) || typeof b.command === 'string' ? String(b.command) : (b.command as string[]).join(' ');
@@ -247,10 +258,23 @@ const routePlatform: Handler = async () => text(200, 'Linux');
 // ------------------------------------------------------------------ files
 
 const MIME: Record<string, string> = {
-  '.txt': 'text/plain', '.json': 'application/json', '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif', '.webp': 'image/webp', '.svg': 'image/svg+xml', '.pdf': 'application/pdf', '.html': 'text/html',
-  '.csv': 'text/csv', '.xml': 'application/xml', '.mp4': 'video/mp4', '.mp3': 'audio/mpeg', '.zip': 'application/zip',
-  '.sh': 'application/x-sh', '.py': 'text/x-python',
+  '.txt': 'text/plain',
+  '.json': 'application/json',
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.gif': 'image/gif',
+  '.webp': 'image/webp',
+  '.svg': 'image/svg+xml',
+  '.pdf': 'application/pdf',
+  '.html': 'text/html',
+  '.csv': 'text/csv',
+  '.xml': 'application/xml',
+  '.mp4': 'video/mp4',
+  '.mp3': 'audio/mpeg',
+  '.zip': 'application/zip',
+  '.sh': 'application/x-sh',
+  '.py': 'text/x-python',
   '.docx': 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
   '.xlsx': 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
   '.pptx': 'application/vnd.openxmlformats-officedocument.presentationml.presentation',
@@ -259,7 +283,9 @@ const MIME: Record<string, string> = {
 function attachment(data: Buffer, path: string, type?: string): Reply {
   const name = basename(path).replace(/["\\\r\n]/g, '_');
   return {
-    status: 200, body: data, type: type ?? MIME[extname(path).toLowerCase()] ?? 'application/octet-stream',
+    status: 200,
+    body: data,
+    type: type ?? MIME[extname(path).toLowerCase()] ?? 'application/octet-stream',
     headers: { 'content-disposition': `attachment; filename="${name}"` },
   };
 }
@@ -281,14 +307,23 @@ function badGuestPath(p: string): string | undefined {
  */
 function guestFailure(stderr: string): number | undefined {
   if (/Permission denied|Operation not permitted/.test(stderr)) return 403;
-  if (/Is a directory|Not a directory|No such device or address|File name too long|Too many levels of symbolic links|Read-only file system|Invalid argument|No such file or directory|Text file busy|File exists/.test(stderr)) return 400;
+  if (
+    /Is a directory|Not a directory|No such device or address|File name too long|Too many levels of symbolic links|Read-only file system|Invalid argument|No such file or directory|Text file busy|File exists/.test(
+      stderr,
+    )
+  )
+    return 400;
   if (/No space left on device|Disk quota exceeded/.test(stderr)) return 507;
   return undefined;
 }
 
 /** Reads a regular file inside the session as the desktop user: exit 44 = missing. */
 async function readGuestFile(ctx: GuestContext, s: Session, path: string) {
-  return runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path], timeoutMs: 120_000, maxOutputBytes: ctx.mgr.config.osworldMaxBodyBytes });
+  return runGuest(ctx.mgr, s, {
+    argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path],
+    timeoutMs: 120_000,
+    maxOutputBytes: ctx.mgr.config.osworldMaxBodyBytes,
+  });
 }
 
 const routeFile: Handler = async (ctx, s, req) => {
@@ -369,7 +404,11 @@ const routeWallpaper: Handler = async (ctx, s) => {
   ensureReady(s);
   const g = await runGuest(ctx.mgr, s, { argv: ['gsettings', 'get', 'org.gnome.desktop.background', 'picture-uri'], timeoutMs: 10_000 });
   if (g.code !== 0) return flaskPage(500, 'Internal Server Error', 'Could not read the wallpaper setting.');
-  const path = g.stdout.toString('utf8').trim().replace(/^'|'$/g, '').replace(/^file:\/\//, '');
+  const path = g.stdout
+    .toString('utf8')
+    .trim()
+    .replace(/^'|'$/g, '')
+    .replace(/^file:\/\//, '');
   if (!path) return flaskPage(404, 'Not Found', 'Wallpaper file not found.');
   const r = await readGuestFile(ctx, s, path);
   if (r.code === 44) return flaskPage(404, 'Not Found', 'Wallpaper file not found.');
@@ -384,7 +423,8 @@ const routeChangeWallpaper: Handler = async (ctx, s, req) => {
   ensureReady(s);
   await prepare(ctx, s);
   const r = await runGuest(ctx.mgr, s, {
-    argv: ['/bin/sh', '-c', '[ -e "$1" ] || exit 44; gsettings set org.gnome.desktop.background picture-uri "file://$1"; exit 0', 'sh', path], timeoutMs: 15_000,
+    argv: ['/bin/sh', '-c', '[ -e "$1" ] || exit 44; gsettings set org.gnome.desktop.background picture-uri "file://$1"; exit 0', 'sh', path],
+    timeoutMs: 15_000,
   });
   if (r.code === 44) return text(404, `File not found: ${path}`);
   return text(200, 'Wallpaper changed successfully');
@@ -411,14 +451,16 @@ const routeOpenFile: Handler = async (ctx, s, req) => {
   ensureReady(s);
   await prepare(ctx, s);
   // A file is opened with xdg-open; otherwise an executable name found with `which` is started.
-  const script = 'if [ -e "$1" ]; then setsid -f xdg-open "$1" >/dev/null 2>&1 </dev/null; exit 0; fi; '
-    + 'p=$(command -v "$2" 2>/dev/null) || exit 44; setsid -f "$p" >/dev/null 2>&1 </dev/null';
+  const script =
+    'if [ -e "$1" ]; then setsid -f xdg-open "$1" >/dev/null 2>&1 </dev/null; exit 0; fi; ' +
+    'p=$(command -v "$2" 2>/dev/null) || exit 44; setsid -f "$p" >/dev/null 2>&1 </dev/null';
   const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', path, b.path], timeoutMs: 15_000 });
   if (r.code === 44) return text(404, `Application/file not found: ${b.path}`);
   if (r.code !== 0) return text(500, `Failed to open ${b.path}. Error: ${r.stderr.trim()}`);
   const base = basename(path);
   const stem = base.includes('.') ? base.slice(0, base.lastIndexOf('.')) : base;
-  const timeoutS = typeof b.timeout === 'number' && b.timeout > 0 ? Math.min(b.timeout, ctx.mgr.config.osworldOpenTimeoutS) : ctx.mgr.config.osworldOpenTimeoutS;
+  const timeoutS =
+    typeof b.timeout === 'number' && b.timeout > 0 ? Math.min(b.timeout, ctx.mgr.config.osworldOpenTimeoutS) : ctx.mgr.config.osworldOpenTimeoutS;
   const t0 = Date.now();
   while ((Date.now() - t0) / 1000 < timeoutS) {
     if (req.signal.aborted) return text(499, 'client closed the request');
@@ -466,14 +508,33 @@ const routeStartRecording: Handler = async (ctx, s, _req, rec) => {
   const rm = await runGuest(ctx.mgr, s, { argv: ['rm', '-f', RECORDING], timeoutMs: 10_000 });
   if (rm.code !== 0) return json(500, { status: 'error', message: `Failed to remove old recording file: ${rm.stderr.trim()}` });
   const { width, height } = (await ctx.display.connection(s)).screenSize();
-  const child = spawnGuest(ctx.mgr, s, ['ffmpeg', '-y', '-f', 'x11grab', '-draw_mouse', '1', '-s', `${width}x${height}`, '-i', ':0.0',
-    '-c:v', 'libx264', '-preset', 'ultrafast', '-r', '30', RECORDING]);
+  const child = spawnGuest(ctx.mgr, s, [
+    'ffmpeg',
+    '-y',
+    '-f',
+    'x11grab',
+    '-draw_mouse',
+    '1',
+    '-s',
+    `${width}x${height}`,
+    '-i',
+    ':0.0',
+    '-c:v',
+    'libx264',
+    '-preset',
+    'ultrafast',
+    '-r',
+    '30',
+    RECORDING,
+  ]);
   rec.child = child;
   rec.generation = s.generation;
   rec.stderr = '';
   child.stdin!.on('error', () => {});
   child.stdout!.resume();
-  child.stderr!.on('data', (d: Buffer) => { rec.stderr = (rec.stderr! + d.toString()).slice(-4000); });
+  child.stderr!.on('data', (d: Buffer) => {
+    rec.stderr = (rec.stderr! + d.toString()).slice(-4000);
+  });
   child.on('error', () => {});
   const exited = await Promise.race([new Promise<boolean>((r) => child.once('close', () => r(true))), sleep(2000).then(() => false)]);
   if (exited) {
@@ -514,7 +575,13 @@ const routeRunPython: Handler = async (ctx, s, req) => {
   const script = 'f=/tmp/python_exec_$1.py; cat > "$f"; /usr/bin/python3 "$f"; rc=$?; rm -f "$f"; exit $rc';
   const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', id], stdin: b.code, timeoutMs: 30_000, signal: req.signal });
   if (r.timedOut) {
-    return json(500, { status: 'error', message: 'Execution timeout: Code execution exceeded 30 seconds', error: 'TimeoutExpired', need_more: false, output: null });
+    return json(500, {
+      status: 'error',
+      message: 'Execution timeout: Code execution exceeded 30 seconds',
+      error: 'TimeoutExpired',
+      need_more: false,
+      output: null,
+    });
   }
   const out = r.stdout.toString('utf8');
   return json(200, {
@@ -542,7 +609,14 @@ const routeRunBash: Handler = async (ctx, s, req) => {
   const body = b.script.includes('#!/bin/bash') ? b.script : `#!/bin/bash\n\n${b.script}`;
   const id = randomUUID();
   const wrapper = 'f=/tmp/bash_script_$1.sh; cat > "$f"; chmod 755 "$f"; /bin/bash "$f"; rc=$?; rm -f "$f"; exit $rc';
-  const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', wrapper, 'sh', id], stdin: body, timeoutMs: timeoutS * 1000, cwd, mergeStderr: true, signal: req.signal });
+  const r = await runGuest(ctx.mgr, s, {
+    argv: ['/bin/sh', '-c', wrapper, 'sh', id],
+    stdin: body,
+    timeoutMs: timeoutS * 1000,
+    cwd,
+    mergeStderr: true,
+    signal: req.signal,
+  });
   if (r.timedOut) return json(500, { status: 'error', output: `Script execution timed out after ${timeoutS} seconds`, error: '', returncode: -1 });
   return json(200, { status: r.code === 0 ? 'success' : 'error', output: r.stdout.toString('utf8'), error: '', returncode: r.code });
 };
@@ -581,7 +655,11 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((r) => {
     const t = setTimeout(done, ms);
-    function done() { clearTimeout(t); signal?.removeEventListener('abort', done); r(); }
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      r();
+    }
     signal?.addEventListener('abort', done, { once: true });
   });
 }
@@ -603,17 +681,28 @@ export function guestHandler(ctx: GuestContext) {
     const path = (req.url ?? '/').split('?')[0]!;
     const route = ROUTES[path];
     const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');
-    if (!route) { req.resume(); return send(res, flaskPage(404, 'Not Found', 'The requested URL was not found on the server.')); }
+    if (!route) {
+      req.resume();
+      return send(res, flaskPage(404, 'Not Found', 'The requested URL was not found on the server.'));
+    }
     const h = route[method];
-    if (!h) { req.resume(); return send(res, flaskPage(405, 'Method Not Allowed', 'The method is not allowed for the requested URL.')); }
+    if (!h) {
+      req.resume();
+      return send(res, flaskPage(405, 'Method Not Allowed', 'The method is not allowed for the requested URL.'));
+    }
     const ac = new AbortController();
-    res.on('close', () => { if (!res.writableFinished) ac.abort(); });
+    res.on('close', () => {
+      if (!res.writableFinished) ac.abort();
+    });
     const chunks: Buffer[] = [];
     let size = 0;
     let tooBig = false;
     req.on('data', (d: Buffer) => {
       size += d.length;
-      if (size > ctx.mgr.config.osworldMaxBodyBytes) { tooBig = true; return; }
+      if (size > ctx.mgr.config.osworldMaxBodyBytes) {
+        tooBig = true;
+        return;
+      }
       chunks.push(d);
     });
     req.on('error', () => ac.abort());
@@ -621,21 +710,26 @@ export function guestHandler(ctx: GuestContext) {
       if (tooBig) return send(res, json(413, { status: 'error', message: `request body is over ${ctx.mgr.config.osworldMaxBodyBytes} bytes` }));
       const s = ctx.session();
       if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
-      h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec).then(
-        (r) => send(res, r),
-        (e) => {
-          if (e instanceof HttpError) {
-            return send(res, e.status === 400 && typeof e.body === 'string' ? flaskPage(400, 'Bad Request', e.body) : json(e.status, e.body));
-          }
-          log('warn', 'osworld route failed', { path, id: s.id, error: errorMessage(e) });
-          send(res, json(500, { status: 'error', message: errorMessage(e) }));
-        },
-      ).catch(() => {});
+      h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec)
+        .then(
+          (r) => send(res, r),
+          (e) => {
+            if (e instanceof HttpError) {
+              return send(res, e.status === 400 && typeof e.body === 'string' ? flaskPage(400, 'Bad Request', e.body) : json(e.status, e.body));
+            }
+            log('warn', 'osworld route failed', { path, id: s.id, error: errorMessage(e) });
+            send(res, json(500, { status: 'error', message: errorMessage(e) }));
+          },
+        )
+        .catch(() => {});
     });
   };
   return {
     handler,
     /** Stops a running recording (session destroy). */
-    close() { rec.child?.kill('SIGKILL'); rec.child = undefined; },
+    close() {
+      rec.child?.kill('SIGKILL');
+      rec.child = undefined;
+    },
   };
 }

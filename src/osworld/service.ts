@@ -53,7 +53,11 @@ const hex4 = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
 /** Owner uid of the client end of a loopback connection, from /proc/net/tcp (undefined if not found). */
 export function peerUid(clientPort: number, serverPort: number): number | undefined {
   let table: string;
-  try { table = readFileSync('/proc/net/tcp', 'utf8'); } catch { return undefined; }
+  try {
+    table = readFileSync('/proc/net/tcp', 'utf8');
+  } catch {
+    return undefined;
+  }
   const local = `0100007F:${hex4(clientPort)}`;
   const remote = `0100007F:${hex4(serverPort)}`;
   for (const line of table.split('\n')) {
@@ -101,24 +105,41 @@ export class OsworldService {
     const guest = guestHandler({
       mgr: this._mgr,
       display: this._display,
-      session: () => { try { return this._mgr.get(id); } catch { return undefined; } },
+      session: () => {
+        try {
+          return this._mgr.get(id);
+        } catch {
+          return undefined;
+        }
+      },
     });
     // Note: a long keep-alive timeout leaves closing an idle socket to the client (as the daemon's API
     // does): with Node's 5 s, a client under load reused a socket the server had just closed ("other side closed").
     const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 70_000, keepAliveTimeout: 65_000 }, guest.handler);
-    http.on('connection', (sock: Socket) => { guard(sock, this._uids); });
-    http.on('clientError', (_e, sock) => { try { sock.destroy(); } catch {} });
-    const forward = (port: number) => createTcpServer((client) => {
-      if (!guard(client, this._uids)) return;
-      joinSockets(client, connect({ host: s.subnet.address, port }));
+    http.on('connection', (sock: Socket) => {
+      guard(sock, this._uids);
     });
+    http.on('clientError', (_e, sock) => {
+      try {
+        sock.destroy();
+      } catch {}
+    });
+    const forward = (port: number) =>
+      createTcpServer((client) => {
+        if (!guard(client, this._uids)) return;
+        joinSockets(client, connect({ host: s.subnet.address, port }));
+      });
     const cdp = forward(9222);
     const vlc = forward(8080);
     const servers: Server[] = [http, cdp, vlc];
     try {
       const [serverPort, chromiumPort, vlcPort] = await Promise.all(servers.map(listen));
       const endpoint: OsworldEndpoint = {
-        host: '127.0.0.1', serverPort: serverPort!, chromiumPort: chromiumPort!, vncPort: 0, vlcPort: vlcPort!,
+        host: '127.0.0.1',
+        serverPort: serverPort!,
+        chromiumPort: chromiumPort!,
+        vncPort: 0,
+        vlcPort: vlcPort!,
         address: `127.0.0.1:${serverPort}:${chromiumPort}:0:${vlcPort}`,
       };
       this._entries.set(id, { endpoint, servers, closeGuest: guest.close });

@@ -61,7 +61,7 @@ export function admissionConfig(env: NodeJS.ProcessEnv = process.env): Admission
     return n;
   };
   return {
-    memoryReserveBytes: num('DRUMS_MEMORY_RESERVE_MB', Math.max(1024, Math.round(total * 0.05 / MiB))) * MiB,
+    memoryReserveBytes: num('DRUMS_MEMORY_RESERVE_MB', Math.max(1024, Math.round((total * 0.05) / MiB))) * MiB,
     sessionMemoryBytes: num('DRUMS_SESSION_MEMORY_MB', 256) * MiB,
     diskReserveBytes: num('DRUMS_DISK_RESERVE_MB', 2048) * MiB,
     diskOvercommit: num('DRUMS_DISK_OVERCOMMIT', 1),
@@ -101,8 +101,22 @@ export class Admission {
     const diskLeft = disk.freeBytes - this.cfg.diskReserveBytes - committed;
     const perDisk = spec.diskBytes * this.cfg.diskOvercommit;
     const more = (left: number, per: number) => (per > 0 ? Math.max(0, Math.floor(left / per)) : Number.MAX_SAFE_INTEGER);
-    const memory = { totalBytes: mem.MemTotal!, availableBytes: mem.MemAvailable!, reserveBytes: this.cfg.memoryReserveBytes, perSessionBytes: perMem, inFlightBytes: inFlight, moreSessions: more(memLeft, perMem) };
-    const diskCap = { totalBytes: disk.totalBytes, freeBytes: disk.freeBytes, reserveBytes: this.cfg.diskReserveBytes, committedBytes: committed, perSessionBytes: perDisk, moreSessions: more(diskLeft, perDisk) };
+    const memory = {
+      totalBytes: mem.MemTotal!,
+      availableBytes: mem.MemAvailable!,
+      reserveBytes: this.cfg.memoryReserveBytes,
+      perSessionBytes: perMem,
+      inFlightBytes: inFlight,
+      moreSessions: more(memLeft, perMem),
+    };
+    const diskCap = {
+      totalBytes: disk.totalBytes,
+      freeBytes: disk.freeBytes,
+      reserveBytes: this.cfg.diskReserveBytes,
+      committedBytes: committed,
+      perSessionBytes: perDisk,
+      moreSessions: more(diskLeft, perDisk),
+    };
     return { memory, disk: diskCap, cpu: { cores: hostCpus().length }, moreSessions: Math.min(memory.moreSessions, diskCap.moreSessions) };
   }
 
@@ -110,14 +124,24 @@ export class Admission {
   check(spec: SessionSpec, sessions: AdmittedSession[]): void {
     const cap = this.capacity(sessions, spec);
     const tooBig = (field: string, what: string) => new DrumsError('limit_exceeds_host', `${field}: ${what}; ask for less`, { details: { field } });
-    if (spec.memoryBytes > cap.memory.totalBytes) throw tooBig('memoryMb', `${spec.memoryBytes / MiB} MiB is more than the host's ${Math.floor(cap.memory.totalBytes / MiB)} MiB of RAM`);
-    if (spec.diskBytes > cap.disk.totalBytes) throw tooBig('diskMb', `${spec.diskBytes / MiB} MiB is more than the state filesystem's ${Math.floor(cap.disk.totalBytes / MiB)} MiB`);
+    if (spec.memoryBytes > cap.memory.totalBytes)
+      throw tooBig('memoryMb', `${spec.memoryBytes / MiB} MiB is more than the host's ${Math.floor(cap.memory.totalBytes / MiB)} MiB of RAM`);
+    if (spec.diskBytes > cap.disk.totalBytes)
+      throw tooBig('diskMb', `${spec.diskBytes / MiB} MiB is more than the state filesystem's ${Math.floor(cap.disk.totalBytes / MiB)} MiB`);
     if (spec.cpus > cap.cpu.cores) throw tooBig('cpus', `${spec.cpus} is more than the host's ${cap.cpu.cores} cores`);
     if (cap.memory.moreSessions < 1) {
-      throw new DrumsError('insufficient_memory', `the host has ${Math.floor(cap.memory.availableBytes / MiB)} MiB available, ${Math.floor(cap.memory.reserveBytes / MiB)} MiB of it reserved and ${Math.floor(cap.memory.inFlightBytes / MiB)} MiB promised to creates in flight; a session needs ${Math.floor(cap.memory.perSessionBytes / MiB)} MiB: retry later or destroy a session`, { details: { ...cap.memory } });
+      throw new DrumsError(
+        'insufficient_memory',
+        `the host has ${Math.floor(cap.memory.availableBytes / MiB)} MiB available, ${Math.floor(cap.memory.reserveBytes / MiB)} MiB of it reserved and ${Math.floor(cap.memory.inFlightBytes / MiB)} MiB promised to creates in flight; a session needs ${Math.floor(cap.memory.perSessionBytes / MiB)} MiB: retry later or destroy a session`,
+        { details: { ...cap.memory } },
+      );
     }
     if (cap.disk.moreSessions < 1) {
-      throw new DrumsError('insufficient_disk', `the state filesystem has ${Math.floor(cap.disk.freeBytes / MiB)} MiB free, ${Math.floor(cap.disk.reserveBytes / MiB)} MiB of it reserved and ${Math.floor(cap.disk.committedBytes / MiB)} MiB promised to sessions' disks; this session's diskMb needs ${Math.floor(cap.disk.perSessionBytes / MiB)} MiB: ask for a smaller diskMb, destroy a session or free host disk`, { details: { ...cap.disk } });
+      throw new DrumsError(
+        'insufficient_disk',
+        `the state filesystem has ${Math.floor(cap.disk.freeBytes / MiB)} MiB free, ${Math.floor(cap.disk.reserveBytes / MiB)} MiB of it reserved and ${Math.floor(cap.disk.committedBytes / MiB)} MiB promised to sessions' disks; this session's diskMb needs ${Math.floor(cap.disk.perSessionBytes / MiB)} MiB: ask for a smaller diskMb, destroy a session or free host disk`,
+        { details: { ...cap.disk } },
+      );
     }
   }
 }

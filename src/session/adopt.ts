@@ -52,8 +52,18 @@ export interface ReadRecords {
 function validRecord(r: unknown, id: string, instance: string): r is SessionRecord {
   if (!r || typeof r !== 'object') return false;
   const x = r as Partial<SessionRecord>;
-  return x.id === id && x.instance === instance && typeof x.phase === 'string' && typeof x.generation === 'number'
-    && !!x.attempt && typeof x.attempt.token === 'string' && !!x.names && !!x.subnet && !!x.spec && typeof x.imageDir === 'string';
+  return (
+    x.id === id &&
+    x.instance === instance &&
+    typeof x.phase === 'string' &&
+    typeof x.generation === 'number' &&
+    !!x.attempt &&
+    typeof x.attempt.token === 'string' &&
+    !!x.names &&
+    !!x.subnet &&
+    !!x.spec &&
+    typeof x.imageDir === 'string'
+  );
 }
 
 export function readRecords(sessionsDir: string, instance: string): ReadRecords {
@@ -80,7 +90,11 @@ export function readRecords(sessionsDir: string, instance: string): ReadRecords 
 export function xAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = createConnection(socketPath);
-    const done = (ok: boolean) => { clearTimeout(timer); sock.destroy(); resolve(ok); };
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(ok);
+    };
     const timer = setTimeout(() => done(false), timeoutMs);
     sock.once('error', () => done(false));
     sock.once('connect', () => {
@@ -95,7 +109,11 @@ export function xAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean>
 }
 
 /** Why a `ready` record's session cannot be adopted, or undefined if everything is there and alive. */
-export async function whyNotAdoptable(rec: SessionRecord, runtime: OciRuntime, paths: { x11Socket: string; rtDir: string; sessionDir: string }): Promise<string | undefined> {
+export async function whyNotAdoptable(
+  rec: SessionRecord,
+  runtime: OciRuntime,
+  paths: { x11Socket: string; rtDir: string; sessionDir: string },
+): Promise<string | undefined> {
   if (rec.phase !== 'ready') return `the daemon stopped while the session was ${rec.phase}`;
   if (!rec.init || !isAlive(rec.init)) return 'its init process is gone';
   const st = await runtime.state(rec.names.container);
@@ -103,7 +121,11 @@ export async function whyNotAdoptable(rec: SessionRecord, runtime: OciRuntime, p
   if (!existsSync(`/run/netns/${rec.names.netns}`)) return 'its network namespace is missing';
   if (!existsSync(`/sys/class/net/${rec.names.hostVeth}`)) return 'its veth is missing';
   if (!existsSync(rec.imageDir)) return 'its image is gone';
-  const mounts: [string, string][] = [['root filesystem', join(paths.sessionDir, 'bundle', 'rootfs')], ['disk', join(paths.sessionDir, 'disk')], ['runtime tmpfs', paths.rtDir]];
+  const mounts: [string, string][] = [
+    ['root filesystem', join(paths.sessionDir, 'bundle', 'rootfs')],
+    ['disk', join(paths.sessionDir, 'disk')],
+    ['runtime tmpfs', paths.rtDir],
+  ];
   for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
   if (!(await xAnswers(paths.x11Socket))) return 'its X server does not answer';
   return undefined;
@@ -120,7 +142,9 @@ export async function planAdoption(inst: Instance, runtime: OciRuntime): Promise
   const plan: AdoptionPlan = { adopt: [], swept: [...corrupt] };
   for (const rec of records) {
     const why = await whyNotAdoptable(rec, runtime, {
-      x11Socket: join(inst.rtDir, rec.id, 'x11', 'X0'), rtDir: join(inst.rtDir, rec.id), sessionDir: join(inst.sessionsDir, rec.id),
+      x11Socket: join(inst.rtDir, rec.id, 'x11', 'X0'),
+      rtDir: join(inst.rtDir, rec.id),
+      sessionDir: join(inst.sessionsDir, rec.id),
     });
     if (why) plan.swept.push({ id: rec.id, why });
     else plan.adopt.push(rec);

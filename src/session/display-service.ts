@@ -42,15 +42,22 @@ export class DisplayService {
     const display = XDisplay.open(s.x11Socket, { timeoutMs: 5000 });
     const conn: Conn = { generation, display, dropping: false };
     this._conns.set(s.id, conn);
-    display.then((d) => {
-      d.once('closed', (reason: string) => {
+    display.then(
+      (d) => {
+        d.once('closed', (reason: string) => {
+          if (this._conns.get(s.id) === conn) this._conns.delete(s.id);
+          if (conn.dropping) return;
+          try {
+            this._onLost(s, generation, `the session's X server went away (${reason})`);
+          } catch {
+            /* never from an event handler */
+          }
+        });
+      },
+      () => {
         if (this._conns.get(s.id) === conn) this._conns.delete(s.id);
-        if (conn.dropping) return;
-        try {
-          this._onLost(s, generation, `the session's X server went away (${reason})`);
-        } catch { /* never from an event handler */ }
-      });
-    }, () => { if (this._conns.get(s.id) === conn) this._conns.delete(s.id); });
+      },
+    );
     return this._await(s, display);
   }
 
@@ -78,7 +85,9 @@ export class DisplayService {
     const client = A11yClient.connect(join(s.runDir, 'xdg', 'at-spi', 'bus_0'), { timeoutMs: 2000 });
     const conn = { generation: s.generation, client };
     this._a11y.set(s.id, conn);
-    client.catch(() => { if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id); });
+    client.catch(() => {
+      if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id);
+    });
     return client;
   }
 
@@ -87,13 +96,23 @@ export class DisplayService {
     this._conns.delete(id);
     if (!cur) return;
     cur.dropping = true;
-    cur.display.then((d) => d.close(), () => {}).catch(() => {});
+    cur.display
+      .then(
+        (d) => d.close(),
+        () => {},
+      )
+      .catch(() => {});
   }
 
   dropA11y(id: string): void {
     const cur = this._a11y.get(id);
     this._a11y.delete(id);
-    cur?.client.then((c) => c.close(), () => {}).catch(() => {});
+    cur?.client
+      .then(
+        (c) => c.close(),
+        () => {},
+      )
+      .catch(() => {});
   }
 
   /** Drops both connections of a session (reset, destroy). */

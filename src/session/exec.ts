@@ -40,7 +40,9 @@ export function parseExec(body: unknown): ExecRequest {
   if ((b.argv === undefined) === (b.shell === undefined)) throw bad('argv', 'give exactly one of argv (array of strings) or shell (string)');
   if (b.argv !== undefined) {
     if (!Array.isArray(b.argv) || b.argv.length === 0 || b.argv.length > 4096) throw bad('argv', 'must be a non-empty array of strings');
-    b.argv.forEach((a, i) => { if (typeof a !== 'string' || a.includes('\0')) throw bad(`argv[${i}]`, 'must be a string without NUL'); });
+    b.argv.forEach((a, i) => {
+      if (typeof a !== 'string' || a.includes('\0')) throw bad(`argv[${i}]`, 'must be a string without NUL');
+    });
   }
   if (b.shell !== undefined && (typeof b.shell !== 'string' || !b.shell || b.shell.length > 1_000_000)) throw bad('shell', 'must be a non-empty string');
   if (b.root !== undefined && typeof b.root !== 'boolean') throw bad('root', 'must be a boolean');
@@ -151,7 +153,10 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
     let size = 0;
     let truncated = false;
     const collect = (stream: 'stdout' | 'stderr', into: Buffer[]) => (d: Buffer) => {
-      if (size >= cap) { truncated = true; return; }
+      if (size >= cap) {
+        truncated = true;
+        return;
+      }
       const take = d.subarray(0, cap - size);
       size += take.length;
       if (o.onData) o.onData(stream, take);
@@ -164,7 +169,10 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
     child.stdout!.on('data', collect('stdout', out));
     child.stderr!.on('data', collect('stderr', err));
     let outerTimedOut = false;
-    const outer = setTimeout(() => { outerTimedOut = true; child.kill('SIGKILL'); }, o.timeoutMs + OUTER_GRACE_MS);
+    const outer = setTimeout(() => {
+      outerTimedOut = true;
+      child.kill('SIGKILL');
+    }, o.timeoutMs + OUTER_GRACE_MS);
     // Note: a SIGKILL to the runtime's exec process cannot be forwarded, and would leave the
     // command running in the session; a TERM is forwarded (runc and crun proxy signals).
     let escalate: NodeJS.Timeout | undefined;
@@ -174,8 +182,15 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
     };
     if (o.signal?.aborted) onAbort();
     else o.signal?.addEventListener('abort', onAbort, { once: true });
-    const done = () => { clearTimeout(outer); clearTimeout(escalate); o.signal?.removeEventListener('abort', onAbort); };
-    child.on('error', (e) => { done(); reject(e); });
+    const done = () => {
+      clearTimeout(outer);
+      clearTimeout(escalate);
+      o.signal?.removeEventListener('abort', onAbort);
+    };
+    child.on('error', (e) => {
+      done();
+      reject(e);
+    });
     child.on('close', (code, signal) => {
       done();
       const exitCode = code ?? (signal ? KILLED_EXIT : 1);
@@ -210,7 +225,14 @@ function execOptions(req: ExecRequest): RunOptions {
 /** POST /v1/sessions/{id}/exec, buffered: output as UTF-8 text. */
 export async function execInSession(t: Target, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
   const r = await runInSession(t, { ...execOptions(req), signal });
-  return { exitCode: r.exitCode, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8'), durationMs: r.durationMs, timedOut: r.timedOut, truncated: r.truncated };
+  return {
+    exitCode: r.exitCode,
+    stdout: r.stdout.toString('utf8'),
+    stderr: r.stderr.toString('utf8'),
+    durationMs: r.durationMs,
+    timedOut: r.timedOut,
+    truncated: r.truncated,
+  };
 }
 
 /**
@@ -218,9 +240,24 @@ export async function execInSession(t: Target, req: ExecRequest, signal?: AbortS
  * arrives (whole UTF-8 characters) and resolves with the exit. Same
  * confinement, timeouts and cap as the buffered exec.
  */
-export async function execStream(t: Target, req: ExecRequest, onData: (stream: 'stdout' | 'stderr', data: string) => void, signal?: AbortSignal): Promise<Omit<ExecResult, 'stdout' | 'stderr'>> {
+export async function execStream(
+  t: Target,
+  req: ExecRequest,
+  onData: (stream: 'stdout' | 'stderr', data: string) => void,
+  signal?: AbortSignal,
+): Promise<Omit<ExecResult, 'stdout' | 'stderr'>> {
   const dec = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-  const r = await runInSession(t, { ...execOptions(req), signal, onData: (stream, d) => { const s = dec[stream].write(d); if (s) onData(stream, s); } });
-  for (const stream of ['stdout', 'stderr'] as const) { const s = dec[stream].end(); if (s) onData(stream, s); }
+  const r = await runInSession(t, {
+    ...execOptions(req),
+    signal,
+    onData: (stream, d) => {
+      const s = dec[stream].write(d);
+      if (s) onData(stream, s);
+    },
+  });
+  for (const stream of ['stdout', 'stderr'] as const) {
+    const s = dec[stream].end();
+    if (s) onData(stream, s);
+  }
   return { exitCode: r.exitCode, durationMs: r.durationMs, timedOut: r.timedOut, truncated: r.truncated };
 }

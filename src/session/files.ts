@@ -19,7 +19,14 @@ const TIMEOUT_MS = 30_000;
 
 /** A small fixed command for a file operation, as the desktop user or root-in-session; output capped, killed past the cap. */
 async function runFileOp(t: Target, argv: string[], o: { root: boolean; stdin?: Buffer; maxOutputBytes: number }): Promise<RunResult & { stderrText: string }> {
-  const r = await runInSession(t, { argv, root: o.root, stdin: o.stdin ?? Buffer.alloc(0), timeoutMs: TIMEOUT_MS, maxOutputBytes: o.maxOutputBytes, killOnOverflow: true });
+  const r = await runInSession(t, {
+    argv,
+    root: o.root,
+    stdin: o.stdin ?? Buffer.alloc(0),
+    timeoutMs: TIMEOUT_MS,
+    maxOutputBytes: o.maxOutputBytes,
+    killOnOverflow: true,
+  });
   return { ...r, stderrText: r.stderr.toString('utf8') };
 }
 
@@ -42,8 +49,10 @@ export function validateMode(m: unknown): string {
 function fileError(path: string, r: RunResult & { stderrText: string }, op: string): DrumsError {
   const e = r.stderrText;
   const d = { details: { path, op } };
-  if (/No such file or directory|Directory nonexistent/.test(e)) return new DrumsError('file_not_found', `${path}: no such file or directory in the session`, d);
-  if (/Permission denied|Operation not permitted/.test(e)) return new DrumsError('file_forbidden', `${path}: permission denied (${op}); use root=1 for root-in-session`, d);
+  if (/No such file or directory|Directory nonexistent/.test(e))
+    return new DrumsError('file_not_found', `${path}: no such file or directory in the session`, d);
+  if (/Permission denied|Operation not permitted/.test(e))
+    return new DrumsError('file_forbidden', `${path}: permission denied (${op}); use root=1 for root-in-session`, d);
   if (/Read-only file system/.test(e)) return new DrumsError('file_forbidden', `${path}: read-only file system (${op})`, d);
   if (/Is a directory/.test(e)) return new DrumsError('is_a_directory', `${path}: is a directory`, d);
   if (/Not a directory/.test(e)) return new DrumsError('not_a_directory', `${path}: not a directory (or a parent is not)`, d);
@@ -60,7 +69,8 @@ export async function readFile(t: Target, path: string, root: boolean): Promise<
   const st = await statFile(t, path, root);
   if (st.type === 'directory') throw new DrumsError('is_a_directory', `${path}: is a directory; use /files/list`, { details: { path } });
   if (st.type !== 'file') throw new DrumsError('not_a_regular_file', `${path}: is a ${st.type}, not a regular file`, { details: { path } });
-  if (st.size > MAX_READ_BYTES) throw new DrumsError('file_too_large', `${path}: ${st.size} bytes is over the ${MAX_READ_BYTES}-byte read limit`, { details: { path } });
+  if (st.size > MAX_READ_BYTES)
+    throw new DrumsError('file_too_large', `${path}: ${st.size} bytes is over the ${MAX_READ_BYTES}-byte read limit`, { details: { path } });
   const r = await runFileOp(t, ['/bin/cat', '--', path], { root, maxOutputBytes: MAX_READ_BYTES });
   if (r.truncated) throw new DrumsError('file_too_large', `${path}: over the ${MAX_READ_BYTES}-byte read limit`, { details: { path } });
   if (r.exitCode !== 0) throw fileError(path, r, 'read');
@@ -101,7 +111,7 @@ function parseFind(out: Buffer): FileStat[] {
     const path = p ?? '';
     return {
       path,
-      name: path === '/' ? '/' : path.replace(/\/+$/, '').split('/').pop() ?? path,
+      name: path === '/' ? '/' : (path.replace(/\/+$/, '').split('/').pop() ?? path),
       type: TYPES[y ?? ''] ?? 'unknown',
       size: Number(s),
       mode: (m ?? '').padStart(4, '0'),
@@ -121,7 +131,10 @@ export async function statFile(t: Target, path: string, root: boolean, follow = 
   if (!st) throw fileError(path, r, 'stat');
   st.path = path;
   // find -H falls back to the link itself when its target does not exist: a dangling link.
-  if (follow && st.type === 'symlink') throw new DrumsError('file_not_found', `${path}: dangling symbolic link (its target does not exist in the session)`, { details: { path, target: st.target } });
+  if (follow && st.type === 'symlink')
+    throw new DrumsError('file_not_found', `${path}: dangling symbolic link (its target does not exist in the session)`, {
+      details: { path, target: st.target },
+    });
   return st;
 }
 
@@ -141,7 +154,8 @@ export async function listDir(t: Target, path: string, root: boolean): Promise<{
 export async function deleteFile(t: Target, path: string, root: boolean, recursive: boolean): Promise<void> {
   if (/^\/+$/.test(path)) throw new ValidationError('path', 'refusing to delete /', 'invalid_path');
   const st = await statFile(t, path, root, false);
-  const argv = st.type === 'directory' ? (recursive ? ['/bin/rm', '-rf', '--one-file-system', '--', path] : ['/bin/rmdir', '--', path]) : ['/bin/rm', '-f', '--', path];
+  const argv =
+    st.type === 'directory' ? (recursive ? ['/bin/rm', '-rf', '--one-file-system', '--', path] : ['/bin/rmdir', '--', path]) : ['/bin/rm', '-f', '--', path];
   const r = await runFileOp(t, argv, { root, maxOutputBytes: 4096 });
   if (r.exitCode !== 0) throw fileError(path, r, 'delete');
 }

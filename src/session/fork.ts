@@ -26,18 +26,24 @@ export const MAX_FORK = 64;
 
 /** Files in a copied upper layer that carry the source's identity or locks; the copy gets its own. */
 const IDENTITY_FILES = [
-  'etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id',
-  'home/user/.config/chromium/SingletonLock', 'home/user/.config/chromium/SingletonSocket', 'home/user/.config/chromium/SingletonCookie',
+  'etc/machine-id',
+  'etc/hostname',
+  'var/lib/dbus/machine-id',
+  'home/user/.config/chromium/SingletonLock',
+  'home/user/.config/chromium/SingletonSocket',
+  'home/user/.config/chromium/SingletonCookie',
 ];
 
 const forking = new Set<string>();
 
 export function parseFork(body: unknown): { count: number; mode: ForkMode } {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ValidationError('body', 'must be a JSON object like {"count": 4}', 'invalid_fork');
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    throw new ValidationError('body', 'must be a JSON object like {"count": 4}', 'invalid_fork');
   const b = body as Record<string, unknown>;
   for (const k of Object.keys(b)) if (k !== 'count' && k !== 'mode') throw new ValidationError(k, 'unknown field; allowed: count, mode', 'invalid_fork');
   const count = b.count ?? 1;
-  if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > MAX_FORK) throw new ValidationError('count', `must be an integer within 1..${MAX_FORK}, got ${JSON.stringify(count)}`, 'invalid_fork');
+  if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > MAX_FORK)
+    throw new ValidationError('count', `must be an integer within 1..${MAX_FORK}, got ${JSON.stringify(count)}`, 'invalid_fork');
   const mode = b.mode ?? 'disk';
   if (mode !== 'disk' && mode !== 'memory') throw new ValidationError('mode', 'must be "disk" (files copied, apps restarted) or "memory"', 'invalid_fork');
   return { count, mode };
@@ -46,9 +52,17 @@ export function parseFork(body: unknown): { count: number; mode: ForkMode } {
 /** A create body that makes a session of the same spec (TTL and labels as given). */
 function bodyOf(spec: SessionSpec, labels: Record<string, string>): Record<string, unknown> {
   return {
-    image: spec.image, ...(spec.url ? { url: spec.url } : {}), screen: spec.screen, memoryMb: spec.memoryBytes / 1024 ** 2,
-    ...(spec.cpus ? { cpus: spec.cpus } : {}), pids: spec.pids, egress: spec.egress, hostPorts: spec.hostPorts,
-    browserFlags: spec.browserFlags, ttlSeconds: spec.ttlSeconds, labels,
+    image: spec.image,
+    ...(spec.url ? { url: spec.url } : {}),
+    screen: spec.screen,
+    memoryMb: spec.memoryBytes / 1024 ** 2,
+    ...(spec.cpus ? { cpus: spec.cpus } : {}),
+    pids: spec.pids,
+    egress: spec.egress,
+    hostPorts: spec.hostPorts,
+    browserFlags: spec.browserFlags,
+    ttlSeconds: spec.ttlSeconds,
+    labels,
   };
 }
 
@@ -61,15 +75,32 @@ export function isForking(id: string): boolean {
  * Forks `count` copies of a ready session. All or nothing: if any copy fails,
  * the ones made are destroyed and the source is resumed untouched.
  */
-export async function forkSession(mgr: SessionManager, src: Session, req: { count: number; mode: ForkMode }): Promise<{ copies: Session[]; mode: ForkMode; snapshotMs: number; pausedMs: number }> {
+export async function forkSession(
+  mgr: SessionManager,
+  src: Session,
+  req: { count: number; mode: ForkMode },
+): Promise<{ copies: Session[]; mode: ForkMode; snapshotMs: number; pausedMs: number }> {
   if (req.mode === 'memory') {
-    throw new DrumsError('memory_fork_unavailable', 'a memory fork (CRIU checkpoint/restore of the running session) is not available on this daemon; fork with {"mode": "disk"} (files copied, apps restarted)', { details: { alternative: 'disk' } });
+    throw new DrumsError(
+      'memory_fork_unavailable',
+      'a memory fork (CRIU checkpoint/restore of the running session) is not available on this daemon; fork with {"mode": "disk"} (files copied, apps restarted)',
+      { details: { alternative: 'disk' } },
+    );
   }
   if (forking.has(src.id)) throw new DrumsError('session_forking', `session ${src.id} is already being forked; wait for that fork to finish`);
   if (src.state === 'resetting') throw new DrumsError('session_resetting', `session ${src.id} is resetting; fork it when it is ready`);
-  if (src.state !== 'ready') throw new DrumsError('session_broken', `session ${src.id} is ${src.state}${src.brokenReason ? `: ${src.brokenReason}` : ''}; only a ready session can be forked`);
+  if (src.state !== 'ready')
+    throw new DrumsError(
+      'session_broken',
+      `session ${src.id} is ${src.state}${src.brokenReason ? `: ${src.brokenReason}` : ''}; only a ready session can be forked`,
+    );
   const free = mgr.maxSessions - mgr.list().length;
-  if (req.count > free) throw new DrumsError('pool_exhausted', `a fork of ${req.count} needs ${req.count} free sessions; this daemon has ${free} of ${mgr.maxSessions} (DRUMS_MAX_SESSIONS)`, { details: { free, count: req.count } });
+  if (req.count > free)
+    throw new DrumsError(
+      'pool_exhausted',
+      `a fork of ${req.count} needs ${req.count} free sessions; this daemon has ${free} of ${mgr.maxSessions} (DRUMS_MAX_SESSIONS)`,
+      { details: { free, count: req.count } },
+    );
   forking.add(src.id);
   const snap = join(src.dir, `fork-${randomBytes(4).toString('hex')}`);
   const copies: Session[] = [];
@@ -95,14 +126,19 @@ export async function forkSession(mgr: SessionManager, src: Session, req: { coun
     // Test hook (DRUMS_TEST_HOOKS=1): the source's label drums.test.forkFailStep makes the last copy fail at that step.
     const failStep = mgr.config.testHooks ? labels['drums.test.forkFailStep'] : undefined;
     const labelsOf = (i: number) => (failStep && i === req.count - 1 ? { ...labels, 'drums.test.failStep': failStep } : labels);
-    const results = await Promise.allSettled(Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper') })));
+    const results = await Promise.allSettled(
+      Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper') })),
+    );
     for (const r of results) if (r.status === 'fulfilled') copies.push(r.value);
     const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
     if (failed) {
       for (const c of copies) await mgr.destroy(c.id, 'fork_failed').catch(() => {});
       copies.length = 0;
       const cause = failed.reason;
-      throw new DrumsError('fork_failed', `fork of ${src.id} failed, no copy is left and the source runs on: ${errorMessage(cause)}`, { cause, details: { ...(cause instanceof DrumsError ? { causeCode: cause.code, ...cause.details } : {}) } });
+      throw new DrumsError('fork_failed', `fork of ${src.id} failed, no copy is left and the source runs on: ${errorMessage(cause)}`, {
+        cause,
+        details: { ...(cause instanceof DrumsError ? { causeCode: cause.code, ...cause.details } : {}) },
+      });
     }
     return { copies, mode: 'disk', snapshotMs, pausedMs };
   } finally {

@@ -152,21 +152,43 @@ export class SessionManager {
 
   private async _adopt(rec: SessionRecord): Promise<void> {
     const s: Session = {
-      id: rec.id, state: 'ready', spec: rec.spec, generation: rec.generation, attempt: rec.attempt, createdAt: rec.createdAt,
-      subnet: rec.subnet, names: rec.names, dir: join(this.inst.sessionsDir, rec.id), runDir: join(this.inst.rtDir, rec.id, 'run'),
-      x11Socket: join(this.inst.rtDir, rec.id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, rec.id, 'run', 'bus'), imageDir: rec.imageDir,
-      initPid: rec.init!.pid, init: rec.init, adopted: true, timings: {},
+      id: rec.id,
+      state: 'ready',
+      spec: rec.spec,
+      generation: rec.generation,
+      attempt: rec.attempt,
+      createdAt: rec.createdAt,
+      subnet: rec.subnet,
+      names: rec.names,
+      dir: join(this.inst.sessionsDir, rec.id),
+      runDir: join(this.inst.rtDir, rec.id, 'run'),
+      x11Socket: join(this.inst.rtDir, rec.id, 'x11', 'X0'),
+      busSocket: join(this.inst.rtDir, rec.id, 'run', 'bus'),
+      imageDir: rec.imageDir,
+      initPid: rec.init!.pid,
+      init: rec.init,
+      adopted: true,
+      timings: {},
     };
     this._sessions.set(s.id, s);
-    await addSessionRules(this.inst, { hostVeth: s.names.hostVeth, gateway: s.subnet.gateway, address: s.subnet.address, hostPorts: s.spec.hostPorts, egress: s.spec.egress });
+    await addSessionRules(this.inst, {
+      hostVeth: s.names.hostVeth,
+      gateway: s.subnet.gateway,
+      address: s.subnet.address,
+      hostPorts: s.spec.hostPorts,
+      egress: s.spec.egress,
+    });
     if (s.spec.ttlSeconds > 0) this._armTtl(s, Date.parse(s.createdAt) + s.spec.ttlSeconds * 1000 - Date.now());
   }
 
   private _armTtl(s: Session, ms: number): void {
-    s._ttlTimer = setTimeout(() => {
-      log('info', 'session ttl expired', { id: s.id });
-      this.destroy(s.id, 'ttl_expired').catch(() => {});
-    }, Math.max(0, ms));
+    s._ttlTimer = setTimeout(
+      () => {
+        log('info', 'session ttl expired', { id: s.id });
+        this.destroy(s.id, 'ttl_expired').catch(() => {});
+      },
+      Math.max(0, ms),
+    );
     s._ttlTimer.unref();
   }
 
@@ -233,9 +255,20 @@ export class SessionManager {
     const names = objectNames(this.inst, id, subnet.slot);
     const dir = join(this.inst.sessionsDir, id);
     const s: Session = {
-      id, state: 'creating', spec, generation: 1, attempt: { generation: 1, token: randomUUID() },
-      createdAt: new Date().toISOString(), subnet, names, dir, runDir: join(this.inst.rtDir, id, 'run'),
-      x11Socket: join(this.inst.rtDir, id, 'x11', 'X0'), busSocket: join(this.inst.rtDir, id, 'run', 'bus'), imageDir: image.rootfs, timings: {},
+      id,
+      state: 'creating',
+      spec,
+      generation: 1,
+      attempt: { generation: 1, token: randomUUID() },
+      createdAt: new Date().toISOString(),
+      subnet,
+      names,
+      dir,
+      runDir: join(this.inst.rtDir, id, 'run'),
+      x11Socket: join(this.inst.rtDir, id, 'x11', 'X0'),
+      busSocket: join(this.inst.rtDir, id, 'run', 'bus'),
+      imageDir: image.rootfs,
+      timings: {},
       _seedUpper: opts.seedUpper,
     };
     this._sessions.set(id, s);
@@ -257,7 +290,12 @@ export class SessionManager {
         [
           { name: 'network', do: () => createNetwork(names.netns, names.hostVeth, subnet), undo: () => deleteNetwork(names.netns, names.hostVeth) },
           { name: 'firewall', do: () => addSessionRules(this.inst, rules), undo: () => removeSessionRules(this.inst, rules) },
-          { name: 'egress', do: async () => { if (spec.egress) await this._enableForwarding(); } },
+          {
+            name: 'egress',
+            do: async () => {
+              if (spec.egress) await this._enableForwarding();
+            },
+          },
         ],
         [rootfs!, bundle!],
       ],
@@ -293,7 +331,11 @@ export class SessionManager {
             continue;
           }
           // Wait for every chain to settle so `done` lists all completed steps before any undo.
-          const results = await Promise.allSettled(stage.map(async (chain) => { for (const step of chain) await runStep(step); }));
+          const results = await Promise.allSettled(
+            stage.map(async (chain) => {
+              for (const step of chain) await runStep(step);
+            }),
+          );
           const failed = results.find((r) => r.status === 'rejected');
           if (failed) throw (failed as PromiseRejectedResult).reason;
         }
@@ -302,7 +344,11 @@ export class SessionManager {
       const cleanupErrors: string[] = [];
       if (this.config.debugKeepFailed) done.length = 0; // leave it for inspection; sweep removes it
       for (const step of done.reverse()) {
-        try { await step.undo?.(); } catch (ue) { cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`); }
+        try {
+          await step.undo?.();
+        } catch (ue) {
+          cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`);
+        }
       }
       this._closeGeneration(s);
       releaseSubnet(this.inst, subnet);
@@ -387,7 +433,9 @@ export class SessionManager {
           } catch (e) {
             // The session's own log says why (Xvfb, D-Bus and Chromium write there).
             let tail = '';
-            try { tail = readFileSync(sessionLog(s), 'utf8').trim().split('\n').slice(-6).join(' | '); } catch {}
+            try {
+              tail = readFileSync(sessionLog(s), 'utf8').trim().split('\n').slice(-6).join(' | ');
+            } catch {}
             throw new Error(`${errorMessage(e)}${tail ? `; session log: ${tail}` : ''}`);
           }
         },
@@ -399,9 +447,18 @@ export class SessionManager {
   private _record(s: Session, phase: RecordPhase): void {
     mkdirSync(s.dir, { recursive: true, mode: 0o700 });
     writeRecord(s.dir, {
-      id: s.id, instance: this.inst.name, phase, createdAt: s.createdAt, subnet: s.subnet, names: s.names,
-      mounts: [join(s.dir, 'bundle', 'rootfs'), join(s.dir, 'disk'), join(this.inst.rtDir, s.id)], spec: s.spec,
-      generation: s.generation, attempt: s.attempt, imageDir: s.imageDir, ...(s.init ? { init: s.init } : {}),
+      id: s.id,
+      instance: this.inst.name,
+      phase,
+      createdAt: s.createdAt,
+      subnet: s.subnet,
+      names: s.names,
+      mounts: [join(s.dir, 'bundle', 'rootfs'), join(s.dir, 'disk'), join(this.inst.rtDir, s.id)],
+      spec: s.spec,
+      generation: s.generation,
+      attempt: s.attempt,
+      imageDir: s.imageDir,
+      ...(s.init ? { init: s.init } : {}),
     });
   }
 
@@ -428,7 +485,10 @@ export class SessionManager {
   private _writeBundle(s: Session): void {
     const { width, height, depth } = s.spec.screen;
     const spec = buildSpec({
-      hostname: s.id, uid: DESKTOP_UID, gid: DESKTOP_GID, home: DESKTOP_HOME,
+      hostname: s.id,
+      uid: DESKTOP_UID,
+      gid: DESKTOP_GID,
+      home: DESKTOP_HOME,
       args: ['/usr/bin/tini', '-s', '--', '/usr/lib/drums/session-init'],
       env: {
         ...this.sessionEnv(),
@@ -469,7 +529,7 @@ export class SessionManager {
   }
 
   private _onSessionExit(s: Session, generation: number): void {
-    this.markBroken(s, generation, 'the session\'s processes exited (its X server or init died)');
+    this.markBroken(s, generation, "the session's processes exited (its X server or init died)");
   }
 
   /** A ready session of this generation lost its processes or its X server: it is `broken` until reset or destroyed. */
@@ -477,9 +537,10 @@ export class SessionManager {
     if (s.generation !== generation || s.state !== 'ready') return;
     s.state = 'broken';
     const ooms = oomKills(s.names.cgroup);
-    s.brokenReason = ooms > 0
-      ? `${reason}: the session hit its memory limit (${s.spec.memoryBytes / 1024 ** 2} MiB) and the kernel OOM-killed ${ooms} of its processes; reset or destroy it (or give it a larger memoryMb)`
-      : `${reason}; reset or destroy it`;
+    s.brokenReason =
+      ooms > 0
+        ? `${reason}: the session hit its memory limit (${s.spec.memoryBytes / 1024 ** 2} MiB) and the kernel OOM-killed ${ooms} of its processes; reset or destroy it (or give it a larger memoryMb)`
+        : `${reason}; reset or destroy it`;
     log('warn', 'session broken', { id: s.id, reason, oomKills: ooms });
   }
 
@@ -532,7 +593,10 @@ export class SessionManager {
       const cause = e instanceof StepError ? e.cause : e;
       s.state = 'broken';
       s.brokenReason = `reset failed at step '${step}': ${errorMessage(cause)}`;
-      throw new DrumsError('session_reset_failed', s.brokenReason, { cause, details: { step, steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) } });
+      throw new DrumsError('session_reset_failed', s.brokenReason, {
+        cause,
+        details: { step, steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
+      });
     }
     s.timings.resetMs = performance.now() - t0;
     s.state = 'ready';
@@ -549,12 +613,22 @@ export class SessionManager {
     const t0 = performance.now();
     const errors: string[] = [];
     const attempt = async (what: string, fn: () => Promise<void> | void) => {
-      try { await fn(); } catch (e) { errors.push(`${what}: ${errorMessage(e)}`); }
+      try {
+        await fn();
+      } catch (e) {
+        errors.push(`${what}: ${errorMessage(e)}`);
+      }
     };
     await attempt('container', () => this._stopContainer(s));
-    await attempt('firewall', () => removeSessionRules(this.inst, {
-      hostVeth: s.names.hostVeth, gateway: s.subnet.gateway, address: s.subnet.address, hostPorts: s.spec.hostPorts, egress: s.spec.egress,
-    }));
+    await attempt('firewall', () =>
+      removeSessionRules(this.inst, {
+        hostVeth: s.names.hostVeth,
+        gateway: s.subnet.gateway,
+        address: s.subnet.address,
+        hostPorts: s.spec.hostPorts,
+        egress: s.spec.egress,
+      }),
+    );
     await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
     await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
@@ -565,7 +639,11 @@ export class SessionManager {
     });
     releaseSubnet(this.inst, s.subnet);
     this._sessions.delete(id);
-    for (const h of this.hooks.destroyed) { try { h(id); } catch {} }
+    for (const h of this.hooks.destroyed) {
+      try {
+        h(id);
+      } catch {}
+    }
     this._recordTermination(id, reason);
     log('info', 'session destroyed', { id, reason, ms: Math.round(performance.now() - t0) });
     if (errors.length) throw new DrumsError('session_destroy_incomplete', `destroy left errors: ${errors.join('; ')}; run 'drums sweep'`);

@@ -74,12 +74,18 @@ const CLAIM_FIELDS = ['pool', 'onEmpty', 'labels', 'ttlSeconds'];
 /** Parses a claim body (one with a `pool` field); the labels and TTL are checked like a spec's. */
 export function parseClaim(body: Record<string, unknown>): Claim {
   for (const k of Object.keys(body)) {
-    if (!CLAIM_FIELDS.includes(k)) throw new ValidationError(k, `a pool claim takes only ${CLAIM_FIELDS.join(', ')}; the pool's template sets the rest`, 'invalid_spec');
+    if (!CLAIM_FIELDS.includes(k))
+      throw new ValidationError(k, `a pool claim takes only ${CLAIM_FIELDS.join(', ')}; the pool's template sets the rest`, 'invalid_spec');
   }
-  if (typeof body.pool !== 'string' || !NAME_RE.test(body.pool)) throw new ValidationError('pool', 'must be a pool name like "web" (see GET /v1/pools)', 'invalid_spec');
+  if (typeof body.pool !== 'string' || !NAME_RE.test(body.pool))
+    throw new ValidationError('pool', 'must be a pool name like "web" (see GET /v1/pools)', 'invalid_spec');
   const onEmpty = body.onEmpty ?? 'create';
-  if (onEmpty !== 'create' && onEmpty !== 'fail') throw new ValidationError('onEmpty', 'must be "create" (wait for a fresh session) or "fail" (429 pool_empty at once)', 'invalid_spec');
-  const extra = parseSpec({ ...(body.labels !== undefined ? { labels: body.labels } : {}), ...(body.ttlSeconds !== undefined ? { ttlSeconds: body.ttlSeconds } : {}) });
+  if (onEmpty !== 'create' && onEmpty !== 'fail')
+    throw new ValidationError('onEmpty', 'must be "create" (wait for a fresh session) or "fail" (429 pool_empty at once)', 'invalid_spec');
+  const extra = parseSpec({
+    ...(body.labels !== undefined ? { labels: body.labels } : {}),
+    ...(body.ttlSeconds !== undefined ? { ttlSeconds: body.ttlSeconds } : {}),
+  });
   if (POOL_LABEL in extra.labels) throw new ValidationError(`labels.${POOL_LABEL}`, 'is set by the daemon', 'invalid_spec');
   return { pool: body.pool, onEmpty, labels: extra.labels, ...(body.ttlSeconds !== undefined ? { ttlSeconds: extra.ttlSeconds } : {}) };
 }
@@ -104,7 +110,10 @@ export class PoolManager {
   readonly refillConcurrency: number;
   private _refilling = 0;
   /** Refill latencies (seconds) and claim outcomes, for /metrics. */
-  readonly observers: { refill: ((pool: string, seconds: number) => void)[]; claim: ((pool: string, result: 'hit' | 'miss' | 'empty') => void)[] } = { refill: [], claim: [] };
+  readonly observers: { refill: ((pool: string, seconds: number) => void)[]; claim: ((pool: string, result: 'hit' | 'miss' | 'empty') => void)[] } = {
+    refill: [],
+    claim: [],
+  };
 
   constructor(mgr: SessionManager, opts: { refillConcurrency?: number } = {}) {
     this.mgr = mgr;
@@ -127,7 +136,11 @@ export class PoolManager {
     if (c.pools) sources.push(['DRUMS_POOLS', c.pools]);
     for (const [where, text] of sources) {
       let doc: unknown;
-      try { doc = JSON.parse(text); } catch (e) { throw new DrumsError('invalid_config', `${where}: not JSON: ${errorMessage(e)}`); }
+      try {
+        doc = JSON.parse(text);
+      } catch (e) {
+        throw new DrumsError('invalid_config', `${where}: not JSON: ${errorMessage(e)}`);
+      }
       if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new DrumsError('invalid_config', `${where}: must be an object of pools by name`);
       for (const [name, def] of Object.entries(doc as Record<string, unknown>)) {
         try {
@@ -142,24 +155,33 @@ export class PoolManager {
   /** Creates or changes a pool; a smaller size destroys surplus idle sessions, a changed template replaces them. */
   put(name: string, def: unknown, source: 'config' | 'api' = 'api'): { view: PoolView; created: boolean } {
     if (!NAME_RE.test(name)) throw new ValidationError('name', 'must be 1-63 of a-z 0-9 _ - (starting with a letter or digit)', 'invalid_pool');
-    if (!def || typeof def !== 'object' || Array.isArray(def)) throw new ValidationError('body', 'must be {"size": N, "template": {SessionSpec}}', 'invalid_pool');
+    if (!def || typeof def !== 'object' || Array.isArray(def))
+      throw new ValidationError('body', 'must be {"size": N, "template": {SessionSpec}}', 'invalid_pool');
     const d = def as Record<string, unknown>;
-    for (const k of Object.keys(d)) if (k !== 'size' && k !== 'template') throw new ValidationError(k, 'unknown field; allowed: size, template', 'invalid_pool');
-    if (typeof d.size !== 'number' || !Number.isInteger(d.size) || d.size < 0 || d.size > MAX_POOL_SIZE) throw new ValidationError('size', `must be an integer within 0..${MAX_POOL_SIZE}`, 'invalid_pool');
+    for (const k of Object.keys(d))
+      if (k !== 'size' && k !== 'template') throw new ValidationError(k, 'unknown field; allowed: size, template', 'invalid_pool');
+    if (typeof d.size !== 'number' || !Number.isInteger(d.size) || d.size < 0 || d.size > MAX_POOL_SIZE)
+      throw new ValidationError('size', `must be an integer within 0..${MAX_POOL_SIZE}`, 'invalid_pool');
     const template = (d.template ?? {}) as Record<string, unknown>;
     let spec: SessionSpec;
     try {
       spec = parseSpec(template);
     } catch (e) {
-      if (e instanceof DrumsError && e.details?.field) throw new ValidationError(`template.${e.details.field}`, errorMessage(e).replace(/^[^:]*: /, ''), 'invalid_pool');
+      if (e instanceof DrumsError && e.details?.field)
+        throw new ValidationError(`template.${e.details.field}`, errorMessage(e).replace(/^[^:]*: /, ''), 'invalid_pool');
       throw e;
     }
     if (POOL_LABEL in spec.labels) throw new ValidationError(`template.labels.${POOL_LABEL}`, 'is set by the daemon', 'invalid_pool');
     // An unknown image is refused now, not at the first refill.
     const recipes = listRecipes();
-    if (!recipes.includes(spec.image)) throw new DrumsError('image_not_found', `template.image: no image '${spec.image}'; known: ${recipes.join(', ')}`, { details: { field: 'template.image' } });
+    if (!recipes.includes(spec.image))
+      throw new DrumsError('image_not_found', `template.image: no image '${spec.image}'; known: ${recipes.join(', ')}`, {
+        details: { field: 'template.image' },
+      });
     if (!findImage(spec.image, { imagesDir: this.mgr.inst.imagesDir })) {
-      throw new DrumsError('image_not_built', `template.image: image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, { details: { field: 'template.image' } });
+      throw new DrumsError('image_not_built', `template.image: image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, {
+        details: { field: 'template.image' },
+      });
     }
     const old = this._pools.get(name);
     const pool: Pool = old ?? { name, template, spec, size: d.size, idle: [], creating: 0, claims: 0, hits: 0, misses: 0, failures: 0, version: 1, source };
@@ -231,7 +253,11 @@ export class PoolManager {
     } else if (c.onEmpty === 'fail') {
       this.observers.claim.forEach((f) => f(pool.name, 'empty'));
       this._refill();
-      throw new DrumsError('pool_empty', `pool '${pool.name}' has no ready session (${pool.creating} being made); retry, or claim with "onEmpty": "create" to wait for a fresh one`, { details: { pool: pool.name, creating: pool.creating, size: pool.size } });
+      throw new DrumsError(
+        'pool_empty',
+        `pool '${pool.name}' has no ready session (${pool.creating} being made); retry, or claim with "onEmpty": "create" to wait for a fresh one`,
+        { details: { pool: pool.name, creating: pool.creating, size: pool.size } },
+      );
     } else {
       pool.misses++;
       this.observers.claim.forEach((f) => f(pool.name, 'miss'));
@@ -297,14 +323,25 @@ export class PoolManager {
 
   private _get(name: string): Pool {
     const p = this._pools.get(name);
-    if (!p) throw new DrumsError('pool_not_found', `no pool '${String(name).slice(0, 64)}'; list pools with GET /v1/pools or make one with PUT /v1/pools/{name}`, { details: { pool: String(name).slice(0, 64) } });
+    if (!p)
+      throw new DrumsError('pool_not_found', `no pool '${String(name).slice(0, 64)}'; list pools with GET /v1/pools or make one with PUT /v1/pools/{name}`, {
+        details: { pool: String(name).slice(0, 64) },
+      });
     return p;
   }
 
   private _view(p: Pool): PoolView {
     return {
-      name: p.name, size: p.size, ready: p.idle.length, creating: p.creating, template: p.template,
-      claims: p.claims, hits: p.hits, misses: p.misses, source: p.source, ...(p.lastError ? { lastError: p.lastError } : {}),
+      name: p.name,
+      size: p.size,
+      ready: p.idle.length,
+      creating: p.creating,
+      template: p.template,
+      claims: p.claims,
+      hits: p.hits,
+      misses: p.misses,
+      source: p.source,
+      ...(p.lastError ? { lastError: p.lastError } : {}),
     };
   }
 
@@ -349,35 +386,41 @@ export class PoolManager {
     this._refilling++;
     const t0 = performance.now();
     const version = p.version;
-    const job = this.mgr.create(this._body(p)).then(
-      (s) => {
-        this._made.set(s.id, { pool: p.name, version });
-        const live = this._pools.get(p.name) === p && !this._stopped && p.idle.length < p.size && p.version === version;
-        if (!live) {
-          this._discard(s.id);
-          return;
-        }
-        p.idle.push(s.id);
-        this._idle.add(s.id);
-        p.failures = 0;
-        p.lastError = undefined;
-        this.observers.refill.forEach((f) => f(p.name, (performance.now() - t0) / 1000));
-      },
-      (e) => {
-        p.failures++;
-        p.lastError = errorMessage(e);
-        const wait = BACKOFF_MS[Math.min(p.failures - 1, BACKOFF_MS.length - 1)]!;
-        log('warn', 'pool refill failed', { pool: p.name, error: p.lastError, retryInMs: wait });
-        clearTimeout(p.retryTimer);
-        p.retryTimer = setTimeout(() => { p.retryTimer = undefined; this._refill(); }, wait);
-        p.retryTimer.unref();
-      },
-    ).finally(() => {
-      p.creating--;
-      this._refilling--;
-      this._inflight.delete(job);
-      this._refill();
-    });
+    const job = this.mgr
+      .create(this._body(p))
+      .then(
+        (s) => {
+          this._made.set(s.id, { pool: p.name, version });
+          const live = this._pools.get(p.name) === p && !this._stopped && p.idle.length < p.size && p.version === version;
+          if (!live) {
+            this._discard(s.id);
+            return;
+          }
+          p.idle.push(s.id);
+          this._idle.add(s.id);
+          p.failures = 0;
+          p.lastError = undefined;
+          this.observers.refill.forEach((f) => f(p.name, (performance.now() - t0) / 1000));
+        },
+        (e) => {
+          p.failures++;
+          p.lastError = errorMessage(e);
+          const wait = BACKOFF_MS[Math.min(p.failures - 1, BACKOFF_MS.length - 1)]!;
+          log('warn', 'pool refill failed', { pool: p.name, error: p.lastError, retryInMs: wait });
+          clearTimeout(p.retryTimer);
+          p.retryTimer = setTimeout(() => {
+            p.retryTimer = undefined;
+            this._refill();
+          }, wait);
+          p.retryTimer.unref();
+        },
+      )
+      .finally(() => {
+        p.creating--;
+        this._refilling--;
+        this._inflight.delete(job);
+        this._refill();
+      });
     this._inflight.add(job);
   }
 }
@@ -393,5 +436,7 @@ export function poolsOf(mgr: SessionManager): PoolManager {
 
 /** Pools and their fill, for host reports (GET /v1/host): name, target size, ready and being made. */
 export function listPools(mgr: SessionManager): { name: string; target: number; ready: number; creating: number }[] {
-  return poolsOf(mgr).list().map((p) => ({ name: p.name, target: p.size, ready: p.ready, creating: p.creating }));
+  return poolsOf(mgr)
+    .list()
+    .map((p) => ({ name: p.name, target: p.size, ready: p.ready, creating: p.creating }));
 }

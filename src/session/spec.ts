@@ -40,7 +40,9 @@ function int(v: unknown, field: string, min: number, max: number): number {
 }
 
 export function parseScreen(v: unknown, field = 'screen'): SessionSpec['screen'] {
-  let width: unknown, height: unknown, depth: unknown = 24;
+  let width: unknown,
+    height: unknown,
+    depth: unknown = 24;
   if (typeof v === 'string') {
     const m = /^(\d{1,6})x(\d{1,6})(?:x(\d{1,2}))?$/.exec(v);
     if (!m) throw bad(field, `must look like 1280x800 or 1280x800x24, got '${v}'`);
@@ -76,7 +78,11 @@ export function parseSpec(body: unknown): SessionSpec {
   if (b.url !== undefined && b.url !== null) {
     if (typeof b.url !== 'string' || b.url.length > 8192) throw bad('url', 'must be a string of at most 8192 characters');
     let parsed: URL;
-    try { parsed = new URL(b.url); } catch { throw bad('url', `not a valid URL: '${b.url.slice(0, 100)}'`); }
+    try {
+      parsed = new URL(b.url);
+    } catch {
+      throw bad('url', `not a valid URL: '${b.url.slice(0, 100)}'`);
+    }
     if (!URL_SCHEMES.includes(parsed.protocol)) throw bad('url', `scheme must be one of ${URL_SCHEMES.join(' ')}`);
     url = b.url;
   }
@@ -99,7 +105,8 @@ export function parseSpec(body: unknown): SessionSpec {
   if (b.browserFlags !== undefined) {
     if (!Array.isArray(b.browserFlags) || b.browserFlags.length > 32) throw bad('browserFlags', 'must be an array of at most 32 flags');
     b.browserFlags.forEach((f, i) => {
-      if (typeof f !== 'string' || !FLAG_RE.test(f)) throw bad(`browserFlags[${i}]`, 'must look like --flag or --flag=value (letters, digits and .,:/=+-_ only)');
+      if (typeof f !== 'string' || !FLAG_RE.test(f))
+        throw bad(`browserFlags[${i}]`, 'must look like --flag or --flag=value (letters, digits and .,:/=+-_ only)');
       browserFlags.push(f);
     });
   }

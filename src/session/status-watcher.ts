@@ -22,7 +22,11 @@ export class StatusWatcher extends EventEmitter {
   /** Reads whatever was appended since last time. */
   poll(): void {
     let fd: number;
-    try { fd = openSync(this._path, 'r'); } catch { return; }
+    try {
+      fd = openSync(this._path, 'r');
+    } catch {
+      return;
+    }
     try {
       const buf = Buffer.alloc(4096);
       for (;;) {
@@ -75,7 +79,10 @@ export class StatusWatcher extends EventEmitter {
       this.on('mark', onMark);
       signal?.addEventListener('abort', onAbort);
       this.poll();
-      if (done()) { cleanup(); resolve(); }
+      if (done()) {
+        cleanup();
+        resolve();
+      }
     });
   }
 

@@ -68,9 +68,25 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
   if (live && !(opts.self && live.pid === process.pid)) {
     throw new DrumsError('daemon_running', `a live daemon (pid ${live.pid}, ${live.url}) owns ${inst.stateDir}; stop it first`);
   }
-  const report: SweepReport = { containers: [], mounts: [], loops: [], netns: [], veths: [], nftTable: false, cgroups: [], claims: [], sessionDirs: [], ipForwardRestored: false, errors: [] };
+  const report: SweepReport = {
+    containers: [],
+    mounts: [],
+    loops: [],
+    netns: [],
+    veths: [],
+    nftTable: false,
+    cgroups: [],
+    claims: [],
+    sessionDirs: [],
+    ipForwardRestored: false,
+    errors: [],
+  };
   const attempt = async (what: string, fn: () => Promise<void> | void) => {
-    try { await fn(); } catch (e) { report.errors.push(`${what}: ${errorMessage(e)}`); }
+    try {
+      await fn();
+    } catch (e) {
+      report.errors.push(`${what}: ${errorMessage(e)}`);
+    }
   };
   const prefix = `drums-${inst.name}-`;
   // Sessions a restarting daemon adopts: their objects stay, everything else of the instance goes.
@@ -95,7 +111,10 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
       if (!existsSync(procs)) continue;
       for (const pid of readFileSync(procs, 'utf8').split('\n').filter(Boolean).map(Number)) {
         const who = identify(pid);
-        if (who) await attempt(`kill ${pid}`, () => { process.kill(pid, 'SIGKILL'); });
+        if (who)
+          await attempt(`kill ${pid}`, () => {
+            process.kill(pid, 'SIGKILL');
+          });
       }
     }
   }
@@ -111,21 +130,32 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
     });
     report.mounts.push(mp);
   }
-  if (!keep.length) await attempt('loop devices', async () => { report.loops.push(...await detachLoops(inst.sessionsDir)); });
-  else for (const d of existsSync(inst.sessionsDir) ? readdirSync(inst.sessionsDir) : []) {
-    if (!keptIds.has(d)) await attempt('loop devices', async () => { report.loops.push(...await detachLoops(join(inst.sessionsDir, d))); });
-  }
+  if (!keep.length)
+    await attempt('loop devices', async () => {
+      report.loops.push(...(await detachLoops(inst.sessionsDir)));
+    });
+  else
+    for (const d of existsSync(inst.sessionsDir) ? readdirSync(inst.sessionsDir) : []) {
+      if (!keptIds.has(d))
+        await attempt('loop devices', async () => {
+          report.loops.push(...(await detachLoops(join(inst.sessionsDir, d))));
+        });
+    }
   // 4. Network namespaces and veths named with this instance.
   for (const ns of (await listNetns(prefix)).filter((n) => !keptNames.has(n))) {
-    await attempt(`netns ${ns}`, async () => { await run(['ip', 'netns', 'del', ns]); });
+    await attempt(`netns ${ns}`, async () => {
+      await run(['ip', 'netns', 'del', ns]);
+    });
     report.netns.push(ns);
   }
   for (const v of (await listVeths(inst)).filter((n) => !keptNames.has(n))) {
-    await attempt(`veth ${v}`, async () => { await run(['ip', 'link', 'del', v], { okCodes: [0, 1] }); });
+    await attempt(`veth ${v}`, async () => {
+      await run(['ip', 'link', 'del', v], { okCodes: [0, 1] });
+    });
     report.veths.push(v);
   }
   // 5. The firewall table (a restarting daemon reinstalls it with its adopted sessions' elements).
-  if (!keep.length && await tableExists(inst)) {
+  if (!keep.length && (await tableExists(inst))) {
     await attempt('nft table', () => deleteTable(inst));
     report.nftTable = true;
   }

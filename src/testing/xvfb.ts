@@ -32,9 +32,15 @@ function exited(c: ChildProcess): boolean {
 
 export function waitExit(c: ChildProcess, timeoutMs: number): Promise<boolean> {
   if (exited(c)) return Promise.resolve(true);
-  return new Promise(resolve => {
-    const t = setTimeout(() => { c.removeListener('exit', on); resolve(false); }, timeoutMs);
-    const on = () => { clearTimeout(t); resolve(true); };
+  return new Promise((resolve) => {
+    const t = setTimeout(() => {
+      c.removeListener('exit', on);
+      resolve(false);
+    }, timeoutMs);
+    const on = () => {
+      clearTimeout(t);
+      resolve(true);
+    };
     c.once('exit', on);
   });
 }
@@ -49,7 +55,7 @@ export async function stopChild(c: ChildProcess, graceMs = 2000): Promise<void> 
 }
 
 function startOn(n: number, width: number, height: number, timeoutMs: number): Promise<ChildProcess | null> {
-  return new Promise(resolve => {
+  return new Promise((resolve) => {
     const child = spawn('Xvfb', [`:${n}`, '-screen', '0', `${width}x${height}x24`, '-nolisten', 'tcp', '-noreset', '-displayfd', '3'], {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
     });
@@ -60,7 +66,9 @@ function startOn(n: number, width: number, height: number, timeoutMs: number): P
       done = true;
       clearTimeout(timer);
       if (ok) resolve(child);
-      else { void stopChild(child).then(() => resolve(null)); }
+      else {
+        void stopChild(child).then(() => resolve(null));
+      }
     };
     const timer = setTimeout(() => finish(false), timeoutMs);
     child.stderr!.on('data', () => {});
@@ -74,7 +82,8 @@ function startOn(n: number, width: number, height: number, timeoutMs: number): P
 }
 
 export async function startXvfb(opts: StartXvfbOptions = {}): Promise<XvfbHandle> {
-  const width = opts.width ?? 1280, height = opts.height ?? 800;
+  const width = opts.width ?? 1280,
+    height = opts.height ?? 800;
   const timeoutMs = opts.timeoutMs ?? 10_000;
   let n = opts.firstDisplay ?? 200 + Math.floor(Math.random() * 400);
   let xvfb: ChildProcess | null = null;
@@ -113,16 +122,21 @@ export async function startXvfb(opts: StartXvfbOptions = {}): Promise<XvfbHandle
     // Wait for openbox to claim the screen (EWMH check window on the root).
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const ok = await new Promise<boolean>(resolve => {
+      const ok = await new Promise<boolean>((resolve) => {
         const p = spawn('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], { env, stdio: ['ignore', 'pipe', 'ignore'] });
         let s = '';
-        p.stdout!.on('data', (b: Buffer) => { s += b; });
+        p.stdout!.on('data', (b: Buffer) => {
+          s += b;
+        });
         p.on('exit', () => resolve(/window id/.test(s)));
         p.on('error', () => resolve(false));
       });
       if (ok) break;
-      if (Date.now() > deadline) { await handle.stop(); throw new Error('openbox did not start'); }
-      await new Promise(r => setTimeout(r, 50));
+      if (Date.now() > deadline) {
+        await handle.stop();
+        throw new Error('openbox did not start');
+      }
+      await new Promise((r) => setTimeout(r, 50));
     }
   }
   return handle;

@@ -15,14 +15,14 @@ const run = promisify(execFile);
 const FIXTURES = join(import.meta.dirname, '../fixtures/a11y');
 const GTK_APP = 'drums-a11y-fixture';
 const CHROMIUM = '/usr/lib/chromium/chromium';
-const FORM_HTML = '<title>Drums form</title><form><h1>Sign up</h1>'
-  + '<label>Name <input name=n value="Ada"></label><label>Email <input type=email name=e></label>'
-  + '<label><input type=checkbox checked> Agree</label><select name=s><option>One<option selected>Two</select>'
-  + '<textarea name=t>notes</textarea><input type=range min=0 max=10 value=3><button>Send</button></form>'
-  + '<p>Hello <a href="#x">link</a></p>';
+const FORM_HTML =
+  '<title>Drums form</title><form><h1>Sign up</h1>' +
+  '<label>Name <input name=n value="Ada"></label><label>Email <input type=email name=e></label>' +
+  '<label><input type=checkbox checked> Agree</label><select name=s><option>One<option selected>Two</select>' +
+  '<textarea name=t>notes</textarea><input type=range min=0 max=10 value=3><button>Send</button></form>' +
+  '<p>Hello <a href="#x">link</a></p>';
 
-const missing = ['/usr/bin/Xvfb', '/usr/bin/dbus-daemon', '/usr/libexec/at-spi-bus-launcher', '/usr/bin/unshare', CHROMIUM]
-  .filter((p) => !existsSync(p));
+const missing = ['/usr/bin/Xvfb', '/usr/bin/dbus-daemon', '/usr/libexec/at-spi-bus-launcher', '/usr/bin/unshare', CHROMIUM].filter((p) => !existsSync(p));
 const skip = process.getuid?.() !== 0 ? 'needs root (PID + mount namespace)' : missing.length ? `missing ${missing.join(', ')}` : false;
 
 function findApp(tree: A11yNode, name: string): A11yNode | undefined {
@@ -40,7 +40,9 @@ function find(node: A11yNode, pred: (n: A11yNode) => boolean): A11yNode | undefi
 
 async function oracle(stack: Stack, apps: string[]): Promise<{ apps: Array<{ name: string; nodes: Array<[number, string, string]>; xml: string }> }> {
   const { stdout } = await run('/usr/bin/python3', [join(FIXTURES, 'pyatspi-oracle.py'), ...apps], {
-    env: { ...stack.env, AT_SPI_BUS_ADDRESS: stack.a11yBusAddress }, maxBuffer: 64 << 20, timeout: 30_000,
+    env: { ...stack.env, AT_SPI_BUS_ADDRESS: stack.a11yBusAddress },
+    maxBuffer: 64 << 20,
+    timeout: 30_000,
   });
   return JSON.parse(stdout);
 }
@@ -67,10 +69,22 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
     stack = await startStack();
     gtk = await stack.start('gtk-fixture', ['/usr/bin/python3', join(FIXTURES, 'gtk-fixture.py')]);
     // Note: Chromium turns on its ATK bridge only when it believes AT is in use; ACCESSIBILITY_ENABLED=1 does it.
-    await stack.start('chromium', [CHROMIUM, '--no-sandbox', '--force-renderer-accessibility', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-gpu',
-      `--user-data-dir=${join(stack.dir, 'chromium')}`, `data:text/html,${encodeURIComponent(FORM_HTML)}`],
-    { ACCESSIBILITY_ENABLED: '1' });
+    await stack.start(
+      'chromium',
+      [
+        CHROMIUM,
+        '--no-sandbox',
+        '--force-renderer-accessibility',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--disable-gpu',
+        `--user-data-dir=${join(stack.dir, 'chromium')}`,
+        `data:text/html,${encodeURIComponent(FORM_HTML)}`,
+      ],
+      { ACCESSIBILITY_ENABLED: '1' },
+    );
     client = await A11yClient.connect(stack.a11ySocketPath, { timeoutMs: 2000 });
     // Wait until both apps are fully exposed.
     const end = Date.now() + 30_000;
@@ -78,8 +92,11 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
       const tree = await client.walkTree({ deadlineMs: 10_000 });
       const g = findApp(tree, GTK_APP);
       const c = findApp(tree, 'Chromium');
-      const ready = g && find(g, (n) => n.role === 'spin button')
-        && c && find(c, (n) => n.role === 'document web' && n.name === 'Drums form' && find(n, (m) => m.role === 'push button' && m.name === 'Send') !== undefined);
+      const ready =
+        g &&
+        find(g, (n) => n.role === 'spin button') &&
+        c &&
+        find(c, (n) => n.role === 'document web' && n.name === 'Drums form' && find(n, (m) => m.role === 'push button' && m.name === 'Send') !== undefined);
       if (ready) break;
       if (Date.now() > end) throw new Error(`apps not ready: ${tree.children.map((a) => a.name).join(', ')}`);
       await sleep(250);
@@ -112,7 +129,10 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
     const button = find(app, (n) => n.role === 'push button')!;
     assert.equal(button.name, 'Press me');
     assert.equal(button.description, 'Presses');
-    assert.deepEqual(button.actions?.map((a) => a.name), ['click']);
+    assert.deepEqual(
+      button.actions?.map((a) => a.name),
+      ['click'],
+    );
     assert.ok(find(app, (n) => n.role === 'check box' && n.states.includes('checked')));
     assert.deepEqual(find(app, (n) => n.role === 'spin button')!.value, { current: 42, min: 0, max: 100, step: 1 });
     assert.equal(stats.timeouts, 0);
@@ -132,7 +152,10 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
       const app = findApp(mine, o.name)!;
       assert.ok(app, `app ${o.name} missing from the walk`);
       const nodes: Array<[number, string, string]> = [];
-      const flat = (n: A11yNode, d: number) => { nodes.push([d, n.role, n.name]); n.children.forEach((c) => flat(c, d + 1)); };
+      const flat = (n: A11yNode, d: number) => {
+        nodes.push([d, n.role, n.name]);
+        n.children.forEach((c) => flat(c, d + 1));
+      };
       flat(app, 1);
       if (o.name === 'Chromium') {
         // Chromium's browser UI can change between two walks (focus rings, tooltips); compare loosely.
@@ -188,7 +211,10 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
       assert.ok(app, 'the stopped app is marked');
       assert.equal(app.truncated, true);
       assert.equal(stats.hungApps.length, 1);
-      assert.ok(find(findApp(tree, 'Chromium')!, (n) => n.name === 'Send'), 'other apps are still walked');
+      assert.ok(
+        find(findApp(tree, 'Chromium')!, (n) => n.name === 'Send'),
+        'other apps are still walked',
+      );
       assert.doesNotMatch(toOsworldXml(tree), new RegExp(GTK_APP));
       // A deadline shorter than the per-call timeout bounds the walk as well.
       const t1 = performance.now();
@@ -200,7 +226,10 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
     }
     await sleep(200);
     const after = await client.walkTree({ apps: [GTK_APP] });
-    assert.ok(find(after, (n) => n.name === 'Press me'), 'the app answers again after SIGCONT');
+    assert.ok(
+      find(after, (n) => n.name === 'Press me'),
+      'the app answers again after SIGCONT',
+    );
   });
 
   it('reads the focused terminal of gnome-terminal', { skip: existsSync('/usr/bin/gnome-terminal') ? false : 'gnome-terminal not installed' }, async () => {
@@ -217,8 +246,7 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
   });
 
   it('rejects cleanly when the bus is missing or dies', async () => {
-    await assert.rejects(A11yClient.connect(join(stack.dir, 'nope'), { timeoutMs: 500 }),
-      (e) => e instanceof A11yError && e.code === 'a11y_unavailable');
+    await assert.rejects(A11yClient.connect(join(stack.dir, 'nope'), { timeoutMs: 500 }), (e) => e instanceof A11yError && e.code === 'a11y_unavailable');
     // A socket file nobody listens on.
     const { createServer } = await import('node:net');
     const dead = join(stack.dir, 'dead.sock');
@@ -241,8 +269,7 @@ describe('a11y client when the whole stack goes away', { skip, timeout: 60_000 }
       await stack.stop();
     }
     await assert.rejects(client.walkTree(), (e) => e instanceof A11yError && e.code === 'a11y_unavailable');
-    await assert.rejects(A11yClient.connect(stack.a11ySocketPath, { timeoutMs: 500 }),
-      (e) => e instanceof A11yError && e.code === 'a11y_unavailable');
+    await assert.rejects(A11yClient.connect(stack.a11ySocketPath, { timeoutMs: 500 }), (e) => e instanceof A11yError && e.code === 'a11y_unavailable');
     await client.close();
   });
 });

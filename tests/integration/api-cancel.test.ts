@@ -26,10 +26,11 @@ describe('an action batch whose client goes away (minimal image)', () => {
   it('stops driving the display soon after the client aborts a 1000-action batch', async () => {
     await d.client.act(s.id, { actions: [{ type: 'move', x: 1, y: 1 }] });
     // 500 moves to distinct points, each followed by a 40 ms wait: about 20 s if it ran to the end.
-    const actions = Array.from({ length: 1000 }, (_, i) => (i % 2 === 0 ? { type: 'move', x: 10 + i / 2, y: 10 + (i / 2) % 300 } : { type: 'wait', ms: 40 }));
+    const actions = Array.from({ length: 1000 }, (_, i) => (i % 2 === 0 ? { type: 'move', x: 10 + i / 2, y: 10 + ((i / 2) % 300) } : { type: 'wait', ms: 40 }));
     const ac = new AbortController();
     const req = fetch(`${d.url}/v1/sessions/${s.id}/actions`, {
-      method: 'POST', signal: ac.signal,
+      method: 'POST',
+      signal: ac.signal,
       headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ actions }),
     }).catch((e: Error) => e);
@@ -40,7 +41,7 @@ describe('an action batch whose client goes away (minimal image)', () => {
       await sleep(100);
     }
     ac.abort();
-    assert.equal((await req as Error).name, 'AbortError');
+    assert.equal(((await req) as Error).name, 'AbortError');
     // The daemon notices the closed connection and stops at the next step (or cuts the wait short).
     await sleep(1000);
     const a = await cursor();
@@ -53,19 +54,21 @@ describe('an action batch whose client goes away (minimal image)', () => {
   it('kills an exec whose client goes away', async () => {
     const ac = new AbortController();
     const req = fetch(`${d.url}/v1/sessions/${s.id}/exec`, {
-      method: 'POST', signal: ac.signal,
+      method: 'POST',
+      signal: ac.signal,
       headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ argv: ['sleep', '47.5'], timeoutMs: 120_000 }),
     }).catch((e: Error) => e);
     // Every process's argv in the session, as the desktop user sees them.
-    const sleepers = async () => (await d.client.exec(s.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout.split('sleep 47.5').length - 1;
+    const sleepers = async () =>
+      (await d.client.exec(s.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout.split('sleep 47.5').length - 1;
     const deadline = Date.now() + 30_000;
     while ((await sleepers()) === 0) {
       assert.ok(Date.now() < deadline, 'the exec never started');
       await sleep(100);
     }
     ac.abort();
-    assert.equal((await req as Error).name, 'AbortError');
+    assert.equal(((await req) as Error).name, 'AbortError');
     const gone = Date.now() + 10_000;
     while ((await sleepers()) > 0) {
       assert.ok(Date.now() < gone, 'the command still runs 10 s after its client went away');
@@ -73,11 +76,13 @@ describe('an action batch whose client goes away (minimal image)', () => {
     }
   });
 
-  const post = (path: string, body: unknown, signal: AbortSignal) => fetch(`${d.url}${path}`, {
-    method: 'POST', signal,
-    headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  }).catch((e: Error) => e);
+  const post = (path: string, body: unknown, signal: AbortSignal) =>
+    fetch(`${d.url}${path}`, {
+      method: 'POST',
+      signal,
+      headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    }).catch((e: Error) => e);
 
   it('undoes a create whose client goes away mid-way', async () => {
     const before = new Set((await d.client.listSessions()).map((x) => x.id));
@@ -91,7 +96,7 @@ describe('an action batch whose client goes away (minimal image)', () => {
       id = (await d.client.listSessions()).find((x) => !before.has(x.id))?.id;
     }
     ac.abort();
-    assert.equal((await req as Error).name, 'AbortError');
+    assert.equal(((await req) as Error).name, 'AbortError');
     const gone = Date.now() + 30_000;
     for (;;) {
       const now = (await d.client.listSessions()).find((x) => x.id === id);
@@ -110,7 +115,7 @@ describe('an action batch whose client goes away (minimal image)', () => {
       assert.ok(Date.now() < deadline, 'the reset never started');
     }
     ac.abort();
-    assert.equal((await req as Error).name, 'AbortError');
+    assert.equal(((await req) as Error).name, 'AbortError');
     const until = Date.now() + 30_000;
     let now = await d.client.getSession(s.id);
     while (now.state === 'resetting') {
@@ -125,7 +130,13 @@ describe('an action batch whose client goes away (minimal image)', () => {
   });
 
   it('a batch whose client stays runs to its end', async () => {
-    const r = await d.client.act(s.id, { actions: [{ type: 'move', x: 5, y: 5 }, { type: 'wait', ms: 50 }, { type: 'move', x: 7, y: 9 }] });
+    const r = await d.client.act(s.id, {
+      actions: [
+        { type: 'move', x: 5, y: 5 },
+        { type: 'wait', ms: 50 },
+        { type: 'move', x: 7, y: 9 },
+      ],
+    });
     assert.equal(r.results.length, 3);
     assert.equal(await cursor(), '7,9');
   });

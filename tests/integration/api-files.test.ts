@@ -33,7 +33,10 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     assert.deepEqual([st.type, st.size, st.mode, st.uid, st.gid, st.name], ['file', 8, '0600', 1000, 1000, 'c.bin']);
     await d.client.writeFile(s.id, '/home/user/a/b/ünï cödé; rm -rf ~', 'x');
     const ls = await d.client.listFiles(s.id, '/home/user/a/b');
-    assert.deepEqual(ls.entries.map((e) => e.name), ['c.bin', 'ünï cödé; rm -rf ~']);
+    assert.deepEqual(
+      ls.entries.map((e) => e.name),
+      ['c.bin', 'ünï cödé; rm -rf ~'],
+    );
     assert.equal((await d.client.exec(s.id, { argv: ['cat', '/home/user/a/b/ünï cödé; rm -rf ~'] })).stdout, 'x');
     assert.equal((await d.client.statFile(s.id, '/home/user/a')).type, 'directory');
     await assert.rejects(d.client.deleteFile(s.id, '/home/user/a'), code(409, 'directory_not_empty'));
@@ -98,7 +101,9 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     const img = JSON.parse(readFileSync(join(d.stateDir, 'sessions', s.id, 'session.json'), 'utf8')) as unknown;
     assert.ok(img);
     // The overlay's lower layer is the session dir's `lower` link to the image rootfs.
-    const lower = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').find((l) => l.includes(join(d.stateDir, 'sessions', s.id, 'bundle', 'rootfs')))!;
+    const lower = readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .find((l) => l.includes(join(d.stateDir, 'sessions', s.id, 'bundle', 'rootfs')))!;
     assert.match(lower, /lowerdir=lower,/);
     const lowerdir = realpathSync(join(d.stateDir, 'sessions', s.id, 'lower'));
     assert.match(lowerdir, /\/images\/minimal-[0-9a-f]{12}\/rootfs$/);
@@ -130,13 +135,25 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
   it('streaming exec sends output as it comes, then the exit', async () => {
     const seen: { stream: string; data: string; at: number }[] = [];
     const t0 = performance.now();
-    const fin = await d.client.execStream(s.id, { shell: 'echo one; sleep 0.5; echo two >&2; exit 5' }, (stream, data) => seen.push({ stream, data, at: performance.now() - t0 }));
+    const fin = await d.client.execStream(s.id, { shell: 'echo one; sleep 0.5; echo two >&2; exit 5' }, (stream, data) =>
+      seen.push({ stream, data, at: performance.now() - t0 }),
+    );
     assert.equal(fin.exitCode, 5);
-    assert.deepEqual(seen.map((x) => [x.stream, x.data]), [['stdout', 'one\n'], ['stderr', 'two\n']]);
+    assert.deepEqual(
+      seen.map((x) => [x.stream, x.data]),
+      [
+        ['stdout', 'one\n'],
+        ['stderr', 'two\n'],
+      ],
+    );
     assert.ok(seen[1]!.at - seen[0]!.at > 300, 'the first line arrived before the command finished');
     const slow = await d.client.execStream(s.id, { argv: ['sleep', '10'], timeoutMs: 300 }, () => {});
     assert.equal(slow.timedOut, true);
-    const r = await fetch(`${d.url}/v1/sessions/${s.id}/exec?stream=1`, { method: 'POST', headers: { authorization: `Bearer ${d.token}` }, body: '{"argv": 3}' });
+    const r = await fetch(`${d.url}/v1/sessions/${s.id}/exec?stream=1`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${d.token}` },
+      body: '{"argv": 3}',
+    });
     assert.equal(r.status, 400);
   });
 
@@ -149,7 +166,13 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
     assert.equal(big.truncated, true);
     assert.ok(big.stdout.length <= 1000 && big.stdout.length > 0, `stdout ${big.stdout.length} bytes`);
     assert.equal((await d.client.exec(s.id, { argv: ['id', '-u'], root: true })).stdout.trim(), '0');
-    for (const bad of [{ argv: ['true'], cwd: 'relative' }, { argv: ['true'], stdin: 5 }, { argv: ['true'], maxOutputBytes: -1 }, { argv: ['true'], shell: 'true' }, { argv: ['true'], bogus: 1 }]) {
+    for (const bad of [
+      { argv: ['true'], cwd: 'relative' },
+      { argv: ['true'], stdin: 5 },
+      { argv: ['true'], maxOutputBytes: -1 },
+      { argv: ['true'], shell: 'true' },
+      { argv: ['true'], bogus: 1 },
+    ]) {
       await assert.rejects(d.client.exec(s.id, bad as never), (e: DrumsApiError) => e.status === 400);
     }
   });
@@ -169,7 +192,8 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
         buf += Buffer.from(value).toString('utf8');
         let i: number;
         while ((i = buf.indexOf('\n\n')) >= 0) {
-          const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+          const ev = buf.slice(0, i);
+          buf = buf.slice(i + 2);
           if (/^event: frame$/m.test(ev)) frames.push(JSON.parse(/^data: (.*)$/m.exec(ev)![1]!));
         }
       }

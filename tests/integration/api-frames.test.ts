@@ -15,14 +15,19 @@ describe('frames through the API (minimal image)', () => {
     s = await d.client.createSession({ image: 'minimal', screen: '800x600' });
   });
   after(async () => {
-    try { if (s) await d.client.destroySession(s.id); } finally { await d?.finish(); }
+    try {
+      if (s) await d.client.destroySession(s.id);
+    } finally {
+      await d?.finish();
+    }
   });
 
-  const post = (body: unknown, accept?: string) => fetch(`${d.url}/v1/sessions/${s.id}/actions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json', ...(accept ? { accept } : {}) },
-    body: JSON.stringify(body),
-  });
+  const post = (body: unknown, accept?: string) =>
+    fetch(`${d.url}/v1/sessions/${s.id}/actions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json', ...(accept ? { accept } : {}) },
+      body: JSON.stringify(body),
+    });
 
   it('answers image bytes with the JSON in x-drums-actions when asked, and JSON otherwise', async () => {
     const body = { actions: [{ type: 'move', x: 40, y: 30 }], screenshot: { format: 'png' } };
@@ -36,7 +41,7 @@ describe('frames through the API (minimal image)', () => {
     const png = Buffer.from(await bin.arrayBuffer());
     const js = await post(body);
     assert.equal(js.headers.get('content-type')?.startsWith('application/json'), true);
-    const j = await js.json() as { screenshot: { data: string } };
+    const j = (await js.json()) as { screenshot: { data: string } };
     // Nothing changed in between: the same encoding (from the frame cache) either way.
     assert.ok(Buffer.from(j.screenshot.data, 'base64').equals(png));
     const px = await sharp(png).raw().toBuffer({ resolveWithObject: true });
@@ -62,7 +67,11 @@ describe('frames through the API (minimal image)', () => {
   });
 
   it('bad screenshot options are 400 with their codes before anything runs', async () => {
-    for (const [shot, code] of [[{ format: 'gif' }, 'invalid_format'], [{ format: 'jpeg', quality: 0 }, 'invalid_format'], [{ scale: { width: 0, height: 1 } }, 'invalid_region']] as const) {
+    for (const [shot, code] of [
+      [{ format: 'gif' }, 'invalid_format'],
+      [{ format: 'jpeg', quality: 0 }, 'invalid_format'],
+      [{ scale: { width: 0, height: 1 } }, 'invalid_region'],
+    ] as const) {
       const r = await post({ actions: [{ type: 'move', x: 1, y: 1 }], screenshot: shot }, 'image/png');
       assert.equal(r.status, 400);
       assert.equal(((await r.json()) as { error: { code: string } }).error.code, code);

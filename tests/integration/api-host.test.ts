@@ -35,7 +35,10 @@ describe('host report and drain', () => {
     assert.deepEqual([r0.sessions.held, r0.sessions.max, r0.capacity.sessions, r0.draining, r0.instance], [0, 2, 2, false, d1.instance]);
     assert.ok(r0.resources.memory.availableBytes > 0 && r0.resources.memory.availableBytes <= r0.resources.memory.totalBytes);
     assert.ok(r0.resources.cpu.cores >= 1 && r0.resources.disk.state.availableBytes > 0);
-    assert.ok(r0.images.some((i) => i.name === 'minimal' && i.current), JSON.stringify(r0.images));
+    assert.ok(
+      r0.images.some((i) => i.name === 'minimal' && i.current),
+      JSON.stringify(r0.images),
+    );
     // Admission's own figures; placement reads the lowest limit.
     const adm = r0.admission as { moreSessions: number; memory: { moreSessions: number }; disk: { moreSessions: number } };
     assert.equal(adm.moreSessions, Math.min(adm.memory.moreSessions, adm.disk.moreSessions));
@@ -52,7 +55,9 @@ describe('host report and drain', () => {
     assert.equal(spawnSync(NODE, [PROBE, 'ready'], { env: probeEnv }).status, 0);
     const preStop = spawn(NODE, [PROBE, 'drain', '--wait', '120'], { env: probeEnv, stdio: ['ignore', 'pipe', 'inherit'] });
     let preStopOut = '';
-    preStop.stdout.on('data', (b: Buffer) => { preStopOut += b; });
+    preStop.stdout.on('data', (b: Buffer) => {
+      preStopOut += b;
+    });
     const preStopExit = new Promise<number | null>((res) => preStop.on('exit', res));
     let drained: HostReport = await d1.client.host();
     for (const t0 = Date.now(); !drained.draining && Date.now() - t0 < 30_000; drained = await d1.client.host()) await new Promise((r) => setTimeout(r, 100));

@@ -58,10 +58,14 @@ describe('observe and act through the API (default image, Chromium)', () => {
     s = await d.client.createSession({ image: 'default', url: 'about:blank', hostPorts: [port], screen: '1280x800' });
     server = createServer((req, res) => {
       let body = '';
-      req.on('data', (c: Buffer) => { body += c; });
+      req.on('data', (c: Buffer) => {
+        body += c;
+      });
       req.on('end', () => {
         if (req.method === 'POST' && req.url === '/log') {
-          try { events.push(...(JSON.parse(body) as Ev[])); } catch {}
+          try {
+            events.push(...(JSON.parse(body) as Ev[]));
+          } catch {}
           res.end('ok');
         } else {
           res.setHeader('content-type', 'text/html; charset=utf-8');
@@ -69,15 +73,25 @@ describe('observe and act through the API (default image, Chromium)', () => {
         }
       });
     });
-    await new Promise<void>((r, j) => { server.once('error', j); server.listen(port, s.network.gateway, () => r()); });
+    await new Promise<void>((r, j) => {
+      server.once('error', j);
+      server.listen(port, s.network.gateway, () => r());
+    });
     // Navigate like an agent would: focus the omnibox, type the URL, press Enter.
     await until('the Chromium window', async () => (await d.client.windows(s.id)).windows.find((w) => /chromium/i.test(w.className)));
     const url = `http://${s.network.gateway}:${port}/events`;
     for (let i = 0; i < 3 && !events.some((e) => e.t === 'load'); i++) {
-      await act([{ type: 'key', keys: ['ctrl', 'l'] }, { type: 'wait', ms: 300 }, { type: 'type', text: url + '\n' }]);
+      await act([
+        { type: 'key', keys: ['ctrl', 'l'] },
+        { type: 'wait', ms: 300 },
+        { type: 'type', text: url + '\n' },
+      ]);
       await until('the page to load', () => events.some((e) => e.t === 'load'), 15_000).catch(() => {});
     }
-    assert.ok(events.some((e) => e.t === 'load'), 'the event page loaded');
+    assert.ok(
+      events.some((e) => e.t === 'load'),
+      'the event page loaded',
+    );
     await sleep(500);
   });
 
@@ -130,13 +144,26 @@ describe('observe and act through the API (default image, Chromium)', () => {
     await act([{ type: 'click', x: 1000, y: 750 }]);
     await sleep(1000);
     let n = events.length;
-    await act([{ type: 'move', x: 100, y: 500 }, { type: 'mouse_down', button: 'left' }, { type: 'wait', ms: 50 }, { type: 'mouse_up', button: 'left', x: 120, y: 520 }]);
+    await act([
+      { type: 'move', x: 100, y: 500 },
+      { type: 'mouse_down', button: 'left' },
+      { type: 'wait', ms: 50 },
+      { type: 'mouse_up', button: 'left', x: 120, y: 520 },
+    ]);
     const up = await until('mouseup', () => since(n).find((e) => e.t === 'mouseup'));
     const down = since(n).find((e) => e.t === 'mousedown')!;
     assert.deepEqual([down.x, down.y, up.x, up.y], [100, 500, 120, 520]);
     await sleep(600);
     n = events.length;
-    await act([{ type: 'drag', path: [{ x: 100, y: 600 }, { x: 400, y: 650 }] }]);
+    await act([
+      {
+        type: 'drag',
+        path: [
+          { x: 100, y: 600 },
+          { x: 400, y: 650 },
+        ],
+      },
+    ]);
     const dragUp = await until('drag mouseup', () => since(n).find((e) => e.t === 'mouseup'));
     const evs = since(n);
     const dDown = evs.find((e) => e.t === 'mousedown')!;
@@ -144,8 +171,12 @@ describe('observe and act through the API (default image, Chromium)', () => {
     // pressed (the intermediate steps are there on the wire; Chromium coalesces them).
     const moves = evs.filter((e) => e.t === 'mousemove' || e.t === 'pmove');
     assert.ok(moves.length >= 1, `motion while pressed (${moves.length})`);
-    const upIdx = evs.indexOf(dragUp), downIdx = evs.indexOf(dDown);
-    assert.ok(evs.findIndex((e) => e.t === 'mousemove') > downIdx && evs.findIndex((e) => e.t === 'mousemove') < upIdx, 'the motion comes between press and release');
+    const upIdx = evs.indexOf(dragUp),
+      downIdx = evs.indexOf(dDown);
+    assert.ok(
+      evs.findIndex((e) => e.t === 'mousemove') > downIdx && evs.findIndex((e) => e.t === 'mousemove') < upIdx,
+      'the motion comes between press and release',
+    );
   });
 
   it('vertical and horizontal scrolling', async () => {
@@ -173,24 +204,45 @@ describe('observe and act through the API (default image, Chromium)', () => {
     await act([{ action_type: 'HOTKEY', parameters: { keys: ['shift', 'a'] } }]);
     await until('shift+a', () => since(n).find((e) => e.t === 'keydown' && e.k === 'A' && e.shift === true));
     n = events.length;
-    await act([{ type: 'key_down', key: 'shift' }, { type: 'key_up', key: 'shift' }]);
+    await act([
+      { type: 'key_down', key: 'shift' },
+      { type: 'key_up', key: 'shift' },
+    ]);
     await until('Shift down/up', () => since(n).find((e) => e.t === 'keyup' && e.k === 'Shift'));
     assert.ok(since(n).find((e) => e.t === 'keydown' && e.k === 'Shift'));
     // Clear, then type the hard strings.
-    await act([{ type: 'key', keys: ['ctrl', 'a'] }, { type: 'key', keys: ['BackSpace'] }]);
+    await act([
+      { type: 'key', keys: ['ctrl', 'a'] },
+      { type: 'key', keys: ['BackSpace'] },
+    ]);
     const text = 'é ß 日本 😀 <>?:"{}|~!@#$%^&*()_+ done';
     n = events.length;
     await act([{ type: 'type', text }]);
-    const v = await until('typed value', () => since(n).filter((e) => e.t === 'value').at(-1)?.v === text && text);
+    const v = await until(
+      'typed value',
+      () =>
+        since(n)
+          .filter((e) => e.t === 'value')
+          .at(-1)?.v === text && text,
+    );
     assert.equal(v, text);
     n = events.length;
     await act([{ action_type: 'TYPING', parameters: { text: '\nline2' } }]);
-    await until('newline typed', () => since(n).filter((e) => e.t === 'value').at(-1)?.v === text + '\nline2' || undefined);
+    await until(
+      'newline typed',
+      () =>
+        since(n)
+          .filter((e) => e.t === 'value')
+          .at(-1)?.v ===
+          text + '\nline2' || undefined,
+    );
   });
 
   it('wait waits, cursor_position reports, and the batch returns a screenshot', async () => {
     const t0 = performance.now();
-    const r = await act([{ type: 'move', x: 640, y: 700 }, { type: 'wait', ms: 250 }, { type: 'cursor_position' }], { screenshot: { format: 'jpeg', quality: 50, scale: { width: 640, height: 400 } } });
+    const r = await act([{ type: 'move', x: 640, y: 700 }, { type: 'wait', ms: 250 }, { type: 'cursor_position' }], {
+      screenshot: { format: 'jpeg', quality: 50, scale: { width: 640, height: 400 } },
+    });
     assert.ok(performance.now() - t0 >= 250);
     assert.ok(r.results[1]!.ms >= 249, `wait took ${r.results[1]!.ms} ms`);
     assert.deepEqual(r.results[2]!.cursor, { x: 640, y: 700 });
@@ -208,11 +260,39 @@ describe('observe and act through the API (default image, Chromium)', () => {
     await sleep(300);
     const n = events.length;
     const cases: [unknown[], string, string][] = [
-      [[{ type: 'click', x: 10, y: 10 }, { type: 'click', x: 5000, y: 10 }], 'invalid_action', 'actions[1].x'],
-      [[{ type: 'click', x: 10, y: 10 }, { action: 'left_click', coordinate: [-1, 3] }], 'invalid_action', 'actions[1].coordinate[0]'],
-      [[{ type: 'click', x: 10, y: 10 }, { type: 'key', keys: ['NoSuchKey'] }], 'invalid_key', 'actions[1]'],
+      [
+        [
+          { type: 'click', x: 10, y: 10 },
+          { type: 'click', x: 5000, y: 10 },
+        ],
+        'invalid_action',
+        'actions[1].x',
+      ],
+      [
+        [
+          { type: 'click', x: 10, y: 10 },
+          { action: 'left_click', coordinate: [-1, 3] },
+        ],
+        'invalid_action',
+        'actions[1].coordinate[0]',
+      ],
+      [
+        [
+          { type: 'click', x: 10, y: 10 },
+          { type: 'key', keys: ['NoSuchKey'] },
+        ],
+        'invalid_key',
+        'actions[1]',
+      ],
       [[{ type: 'click', x: 10, y: 10 }, { type: 'teleport' }], 'invalid_action', 'actions[1].type'],
-      [[{ type: 'click', x: 10, y: 10 }, { type: 'screenshot', region: { x: 0, y: 0, width: 5000, height: 10 } }], 'invalid_action', 'actions[1].region.width'],
+      [
+        [
+          { type: 'click', x: 10, y: 10 },
+          { type: 'screenshot', region: { x: 0, y: 0, width: 5000, height: 10 } },
+        ],
+        'invalid_action',
+        'actions[1].region.width',
+      ],
     ];
     for (const [actions, code, field] of cases) {
       await assert.rejects(act(actions), (e: DrumsApiError) => {
@@ -222,13 +302,22 @@ describe('observe and act through the API (default image, Chromium)', () => {
         return true;
       });
     }
-    await assert.rejects(act([{ type: 'click', x: 1, y: 1 }], { screenshot: { format: 'gif' } }), (e: DrumsApiError) => e.status === 400 && e.code === 'invalid_format');
-    await assert.rejects(act([{ type: 'click', x: 1, y: 1 }], { screenshot: { format: 'png', region: { x: 1270, y: 0, width: 20, height: 5 } } }),
-      (e: DrumsApiError) => e.status === 400 && e.code === 'invalid_region' && e.message.startsWith('screenshot.region.width'));
+    await assert.rejects(
+      act([{ type: 'click', x: 1, y: 1 }], { screenshot: { format: 'gif' } }),
+      (e: DrumsApiError) => e.status === 400 && e.code === 'invalid_format',
+    );
+    await assert.rejects(
+      act([{ type: 'click', x: 1, y: 1 }], { screenshot: { format: 'png', region: { x: 1270, y: 0, width: 20, height: 5 } } }),
+      (e: DrumsApiError) => e.status === 400 && e.code === 'invalid_region' && e.message.startsWith('screenshot.region.width'),
+    );
     await assert.rejects(act([], { bogus: 1 }), (e: DrumsApiError) => e.status === 400);
     await assert.rejects(act([{ type: 'click', x: 1, y: 1 }], { generation: 7 }), (e: DrumsApiError) => e.status === 409 && e.code === 'stale_generation');
     await sleep(500);
-    assert.deepEqual(since(n).filter((e) => e.t === 'mousedown'), [], 'no click of a refused batch ran');
+    assert.deepEqual(
+      since(n).filter((e) => e.t === 'mousedown'),
+      [],
+      'no click of a refused batch ran',
+    );
   });
 
   it('screenshots: formats, region, scale, headers and bad parameters', async () => {
@@ -259,10 +348,14 @@ describe('observe and act through the API (default image, Chromium)', () => {
   });
 
   it('a11y: OSWorld XML of the page (tags, namespaces, coordinates, states) and JSON', async () => {
-    const xml = await until('Chromium in the a11y tree', async () => {
-      const x = (await d.client.a11y(s.id)) as string;
-      return x.includes('name="notes"') && x;
-    }, 30_000);
+    const xml = await until(
+      'Chromium in the a11y tree',
+      async () => {
+        const x = (await d.client.a11y(s.id)) as string;
+        return x.includes('name="notes"') && x;
+      },
+      30_000,
+    );
     assert.match(xml, /^<desktop-frame xmlns:st="[^"]+" xmlns:attr="[^"]+" xmlns:cp="[^"]+"/);
     assert.match(xml, /<application name="Chromium"/);
     assert.match(xml, /<\/desktop-frame>$/);

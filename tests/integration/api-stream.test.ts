@@ -22,7 +22,11 @@ class Viewer {
       if (binary) this.frames.push(data as Buffer);
       else this.texts.push(JSON.parse(String(data)) as Msg);
     });
-    this.opened = new Promise((res, rej) => { this.ws.once('open', () => res()); this.ws.once('error', rej); this.ws.once('unexpected-response', (_q, r) => rej(new Error(`status ${r.statusCode}`))); });
+    this.opened = new Promise((res, rej) => {
+      this.ws.once('open', () => res());
+      this.ws.once('error', rej);
+      this.ws.once('unexpected-response', (_q, r) => rej(new Error(`status ${r.statusCode}`)));
+    });
   }
   async until<T>(what: string, fn: () => T | undefined | false, ms = 20_000): Promise<T> {
     const end = Date.now() + ms;
@@ -33,11 +37,18 @@ class Viewer {
       await new Promise((r) => setTimeout(r, 25));
     }
   }
-  send(o: unknown): void { this.ws.send(JSON.stringify(o)); }
-  reply(id: number): Promise<Msg> { return this.until(`reply ${id}`, () => this.texts.find((m) => m.id === id && (m.type === 'result' || m.type === 'error'))); }
+  send(o: unknown): void {
+    this.ws.send(JSON.stringify(o));
+  }
+  reply(id: number): Promise<Msg> {
+    return this.until(`reply ${id}`, () => this.texts.find((m) => m.id === id && (m.type === 'result' || m.type === 'error')));
+  }
   close(): Promise<void> {
     if (this.ws.readyState === WebSocket.CLOSED) return Promise.resolve();
-    return new Promise((res) => { this.ws.once('close', () => res()); this.ws.close(); });
+    return new Promise((res) => {
+      this.ws.once('close', () => res());
+      this.ws.close();
+    });
   }
 }
 
@@ -45,8 +56,14 @@ class Viewer {
 function upgradeStatus(url: string, headers: Record<string, string>, protocols = ['drums']): Promise<number> {
   return new Promise((res) => {
     const ws = new WebSocket(url, protocols, { headers });
-    ws.once('open', () => { ws.close(); res(101); });
-    ws.once('unexpected-response', (_q, r) => { r.resume(); res(r.statusCode ?? 0); });
+    ws.once('open', () => {
+      ws.close();
+      res(101);
+    });
+    ws.once('unexpected-response', (_q, r) => {
+      r.resume();
+      res(r.statusCode ?? 0);
+    });
     ws.once('error', () => res(-1));
   });
 }
@@ -62,9 +79,12 @@ describe('frame stream and take-over (minimal image)', () => {
     viewers.push(v);
     return v;
   };
-  const act = (body: unknown, headers: Record<string, string> = {}) => fetch(`${d.url}/v1/sessions/${s.id}/actions`, {
-    method: 'POST', headers: { ...auth(), 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
-  });
+  const act = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${d.url}/v1/sessions/${s.id}/actions`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
   const code = async (r: Response) => ((await r.json()) as { error: { code: string } }).error.code;
 
   before(async () => {
@@ -76,14 +96,25 @@ describe('frame stream and take-over (minimal image)', () => {
     try {
       for (const v of viewers) await v.close();
       if (s) await d.client.destroySession(s.id);
-    } finally { await d?.finish(); }
+    } finally {
+      await d?.finish();
+    }
   });
 
   it('bad fps, format, quality and scale are 4xx with stable codes; a plain GET is 426', async () => {
     const get = (q: string) => fetch(`${d.url}/v1/sessions/${s.id}/stream?${q}`, { headers: auth() });
-    for (const [q, want] of [['fps=0', 'invalid_request'], ['fps=31', 'invalid_request'], ['fps=abc', 'invalid_request'], ['format=gif', 'invalid_format'],
-      ['quality=0', 'invalid_format'], ['quality=101', 'invalid_format'], ['scale=900x10', 'invalid_region'], ['scale=2', 'invalid_region'], ['scale=ax1', 'invalid_region'],
-      ['colour=red', 'invalid_request']] as const) {
+    for (const [q, want] of [
+      ['fps=0', 'invalid_request'],
+      ['fps=31', 'invalid_request'],
+      ['fps=abc', 'invalid_request'],
+      ['format=gif', 'invalid_format'],
+      ['quality=0', 'invalid_format'],
+      ['quality=101', 'invalid_format'],
+      ['scale=900x10', 'invalid_region'],
+      ['scale=2', 'invalid_region'],
+      ['scale=ax1', 'invalid_region'],
+      ['colour=red', 'invalid_request'],
+    ] as const) {
       const r = await get(q);
       assert.equal(r.status, 400, q);
       assert.equal(await code(r), want, q);
@@ -138,14 +169,20 @@ describe('frame stream and take-over (minimal image)', () => {
   it('a take-over blocks agent input with 409 until released; a second take-over is 409', async () => {
     const agent = view('fps=2');
     await agent.opened;
-    const take = await fetch(`${d.url}/v1/sessions/${s.id}/takeover`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ holder: 'tester' }) });
+    const take = await fetch(`${d.url}/v1/sessions/${s.id}/takeover`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json' },
+      body: JSON.stringify({ holder: 'tester' }),
+    });
     assert.equal(take.status, 201);
     const t = (await take.json()) as { id: string; holder: string };
     assert.equal(t.holder, 'tester');
     // Visible in the API.
     const seen = (await (await fetch(`${d.url}/v1/sessions/${s.id}/takeover`, { headers: auth() })).json()) as { takeover: { holder: string } };
     assert.equal(seen.takeover.holder, 'tester');
-    const usage = (await (await fetch(`${d.url}/v1/usage`, { headers: auth() })).json()) as { sessions: Array<{ id: string; takeover: unknown; memoryBytes: number }> };
+    const usage = (await (await fetch(`${d.url}/v1/usage`, { headers: auth() })).json()) as {
+      sessions: Array<{ id: string; takeover: unknown; memoryBytes: number }>;
+    };
     const mine = usage.sessions.find((u) => u.id === s.id)!;
     assert.deepEqual((mine.takeover as { holder: string }).holder, 'tester');
     assert.ok(mine.memoryBytes > 1024 * 1024, 'memory from the cgroup');
@@ -187,7 +224,9 @@ describe('frame stream and take-over (minimal image)', () => {
     // Stop reading: the kernel buffers fill, then the daemon must skip frames.
     (slow.ws as unknown as { _socket: { pause(): void } })._socket.pause();
     // A busy screen: an xterm flooding text for a few seconds.
-    const flood = d.client.exec(s.id, { shell: 'timeout 60 xterm -geometry 132x45+0+0 -e sh -c "od -An -tx1 -v /dev/urandom" & echo $! > /tmp/flood.pid; wait', timeoutMs: 90_000 }).catch(() => undefined);
+    const flood = d.client
+      .exec(s.id, { shell: 'timeout 60 xterm -geometry 132x45+0+0 -e sh -c "od -An -tx1 -v /dev/urandom" & echo $! > /tmp/flood.pid; wait', timeoutMs: 90_000 })
+      .catch(() => undefined);
     const end = Date.now() + 50_000;
     let after = before;
     while (Date.now() < end) {

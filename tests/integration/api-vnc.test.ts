@@ -13,12 +13,18 @@ import { DRUMS, startDaemon, type TestDaemon } from '../helpers.ts';
 class Rfb {
   private buf = Buffer.alloc(0);
   private waiters: (() => void)[] = [];
-  push(d: Buffer): void { this.buf = Buffer.concat([this.buf, d]); for (const w of this.waiters.splice(0)) w(); }
+  push(d: Buffer): void {
+    this.buf = Buffer.concat([this.buf, d]);
+    for (const w of this.waiters.splice(0)) w();
+  }
   async take(n: number, ms = 15_000): Promise<Buffer> {
     const end = Date.now() + ms;
     while (this.buf.length < n) {
       if (Date.now() > end) throw new Error(`timed out reading ${n} RFB bytes (have ${this.buf.length})`);
-      await new Promise<void>((r) => { this.waiters.push(r); setTimeout(r, 100); });
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 100);
+      });
     }
     const out = this.buf.subarray(0, n);
     this.buf = this.buf.subarray(n);
@@ -58,7 +64,11 @@ describe('on-demand VNC (minimal image)', () => {
     s = await d.client.createSession({ image: 'minimal', screen: '800x600' });
   });
   after(async () => {
-    try { if (s) await d.client.destroySession(s.id); } finally { await d?.finish(); }
+    try {
+      if (s) await d.client.destroySession(s.id);
+    } finally {
+      await d?.finish();
+    }
   });
 
   it('starts x11vnc for the first viewer, shares it, and stops it after the last', { timeout: 120_000 }, async () => {
@@ -70,7 +80,10 @@ describe('on-demand VNC (minimal image)', () => {
       const ws = d.client.webSocket(`/v1/sessions/${s.id}/vnc`, 'binary');
       const rfb = new Rfb();
       ws.on('message', (m) => rfb.push(m as Buffer));
-      await new Promise((res, rej) => { ws.once('open', res); ws.once('error', rej); });
+      await new Promise((res, rej) => {
+        ws.once('open', res);
+        ws.once('error', rej);
+      });
       assert.deepEqual(await handshake(rfb, (b) => ws.send(b)), { width: 800, height: 600 });
       views.push(ws);
     }
@@ -83,12 +96,19 @@ describe('on-demand VNC (minimal image)', () => {
   });
 
   it('refuses a foreign Origin and a missing token', async () => {
-    const status = (headers: Record<string, string>) => new Promise<number>((res) => {
-      const ws = new WebSocket(`${d.url.replace(/^http/, 'ws')}/v1/sessions/${s.id}/vnc`, ['binary'], { headers });
-      ws.once('open', () => { ws.close(); res(101); });
-      ws.once('unexpected-response', (_q, r) => { r.resume(); res(r.statusCode ?? 0); });
-      ws.once('error', () => res(-1));
-    });
+    const status = (headers: Record<string, string>) =>
+      new Promise<number>((res) => {
+        const ws = new WebSocket(`${d.url.replace(/^http/, 'ws')}/v1/sessions/${s.id}/vnc`, ['binary'], { headers });
+        ws.once('open', () => {
+          ws.close();
+          res(101);
+        });
+        ws.once('unexpected-response', (_q, r) => {
+          r.resume();
+          res(r.statusCode ?? 0);
+        });
+        ws.once('error', () => res(-1));
+      });
     assert.equal(await status({}), 401);
     assert.equal(await status({ authorization: `Bearer ${d.token}`, origin: 'http://evil.example' }), 403);
     assert.equal(await running(), false);
@@ -100,7 +120,11 @@ describe('on-demand VNC (minimal image)', () => {
     try {
       const port = await new Promise<number>((res, rej) => {
         let out = '';
-        cli.stdout!.on('data', (b: Buffer) => { out += b; const m = /127\.0\.0\.1:(\d+)/.exec(out); if (m) res(Number(m[1])); });
+        cli.stdout!.on('data', (b: Buffer) => {
+          out += b;
+          const m = /127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) res(Number(m[1]));
+        });
         cli.once('exit', (c) => rej(new Error(`drums session vnc exited ${c}`)));
       });
       const sock = connect(port, '127.0.0.1');

@@ -20,10 +20,30 @@ describe('isolation audit', () => {
     for (const c of probes.filter((p) => p.category === 'control')) assert.equal(c.result, 'pass', `${c.id}: ${c.detail}`);
     assert.equal(probes.filter((p) => p.result === 'invalid').length, 0);
     // The fences that matter most must hold, each by name.
-    const must = ['net.sibling-address', 'net.sibling-gateway', 'net.own-gateway-unlisted-port', 'net.metadata-169.254.169.254', 'net.private-10/8', 'net.host-primary-address',
-      'files.host-marker', 'x.sibling-root-property-invisible', 'sockets.sibling-abstract', 'ipc.sibling-sysv-shm', 'ns.pid-private', 'ns.net-private', 'cap.mount', 'cap.raw-socket',
-      'cap.mknod-block-device', 'proc.sibling-marker-invisible', 'screenshot.a-shows-only-a', 'screenshot.b-shows-only-b',
-      'blast.kill-xvfb-spares-b', 'blast.kill-wm-spares-b', 'blast.kill-buses-spares-b', 'blast.kill-browser-spares-b'];
+    const must = [
+      'net.sibling-address',
+      'net.sibling-gateway',
+      'net.own-gateway-unlisted-port',
+      'net.metadata-169.254.169.254',
+      'net.private-10/8',
+      'net.host-primary-address',
+      'files.host-marker',
+      'x.sibling-root-property-invisible',
+      'sockets.sibling-abstract',
+      'ipc.sibling-sysv-shm',
+      'ns.pid-private',
+      'ns.net-private',
+      'cap.mount',
+      'cap.raw-socket',
+      'cap.mknod-block-device',
+      'proc.sibling-marker-invisible',
+      'screenshot.a-shows-only-a',
+      'screenshot.b-shows-only-b',
+      'blast.kill-xvfb-spares-b',
+      'blast.kill-wm-spares-b',
+      'blast.kill-buses-spares-b',
+      'blast.kill-browser-spares-b',
+    ];
     for (const id of must) {
       const ps = base.filter((p) => p.id === id);
       assert.ok(ps.length >= 1, `probe ${id} missing`);
@@ -31,11 +51,19 @@ describe('isolation audit', () => {
     }
     const sb = record.arms.find((a) => a.name === 'shared-browser')!;
     assert.equal(sb.isolation.verdict, 'fail');
-    assert.ok(sb.isolation.failedProbes.some((p) => p.startsWith('shared-browser.')), sb.isolation.failedProbes.join());
+    assert.ok(
+      sb.isolation.failedProbes.some((p) => p.startsWith('shared-browser.')),
+      sb.isolation.failedProbes.join(),
+    );
     // Every failing probe is named in the arm's isolation verdict.
     const bl = record.arms.find((a) => a.name === 'baseline')!;
     assert.equal(bl.isolation.failedProbes.length, base.filter((p) => p.result === 'fail').length);
-    assert.equal(execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith('drau')).length, nsBefore.split('\n').filter((l) => l.startsWith('drau')).length);
+    assert.equal(
+      execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+        .split('\n')
+        .filter((l) => l.startsWith('drau')).length,
+      nsBefore.split('\n').filter((l) => l.startsWith('drau')).length,
+    );
     assert.doesNotMatch(execFileSync('ip', ['route'], { encoding: 'utf8' }), /169\.254\.169\.254/);
   });
 

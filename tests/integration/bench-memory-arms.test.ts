@@ -7,13 +7,23 @@ import { validateRecord } from '../../src/bench/record.ts';
 import { runExperiment } from '../../src/bench/runner.ts';
 import { startDaemon } from '../helpers.ts';
 
-const mergeAny = (instance: string, id: string) => sessionPids(instance, id).map((p) => {
-  try { return /ksm_merge_any: yes/.test(readFileSync(`/proc/${p}/ksm_stat`, 'utf8')); } catch { return undefined; }
-}).filter((x) => x !== undefined);
+const mergeAny = (instance: string, id: string) =>
+  sessionPids(instance, id)
+    .map((p) => {
+      try {
+        return /ksm_merge_any: yes/.test(readFileSync(`/proc/${p}/ksm_stat`, 'utf8'));
+      } catch {
+        return undefined;
+      }
+    })
+    .filter((x) => x !== undefined);
 
 const hostState = () => ({
   swaps: readFileSync('/proc/swaps', 'utf8'),
-  zram: readdirSync('/sys/block').filter((d) => d.startsWith('zram')).sort().join(','),
+  zram: readdirSync('/sys/block')
+    .filter((d) => d.startsWith('zram'))
+    .sort()
+    .join(','),
   ksm: ['run', 'pages_to_scan', 'sleep_millisecs'].map((k) => readFileSync(`/sys/kernel/mm/ksm/${k}`, 'utf8').trim()).join(','),
   aslr: readFileSync('/proc/sys/kernel/randomize_va_space', 'utf8').trim(),
 });
@@ -44,7 +54,10 @@ describe('memory arms (ksm, zram-idle, shared-browser)', () => {
   it('ksm-aslr-on and zram-idle measure, FAIL/inherit isolation as declared, and restore every host knob', async () => {
     const before = hostState();
     const { record } = await runExperiment({
-      experiment: 'memory-arms', quick: true, arms: ['ksm-aslr-on', 'zram-idle'], outDir: out,
+      experiment: 'memory-arms',
+      quick: true,
+      arms: ['ksm-aslr-on', 'zram-idle'],
+      outDir: out,
       params: { ns: [2], cycles: 0, settleMs: 500, stepSeconds: 1, cpuSeconds: 1, warmups: 0, stepsAtN1: 0 },
     });
     assert.deepEqual(validateRecord(record), []);
@@ -65,12 +78,22 @@ describe('memory arms (ksm, zram-idle, shared-browser)', () => {
     assert.ok((v('zram-idle', 'wake_step_ms.p50') ?? 0) > 0);
   });
 
-  it('shared-browser measures one host Chromium with a profile per session, and its in-run probe catches A driving B\'s page', async () => {
-    const chromiumTree = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
-      try { return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('drums-bench-shared-browser-'); } catch { return false; }
-    });
+  it("shared-browser measures one host Chromium with a profile per session, and its in-run probe catches A driving B's page", async () => {
+    const chromiumTree = () =>
+      readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('drums-bench-shared-browser-');
+          } catch {
+            return false;
+          }
+        });
     const { record } = await runExperiment({
-      experiment: 'memory-arms', quick: true, arms: ['shared-browser'], outDir: out,
+      experiment: 'memory-arms',
+      quick: true,
+      arms: ['shared-browser'],
+      outDir: out,
       params: { ns: [2], cycles: 1, settleMs: 500, stepSeconds: 1, cpuSeconds: 1, warmups: 0, stepsAtN1: 0 },
     });
     assert.deepEqual(validateRecord(record), []);
@@ -81,7 +104,7 @@ describe('memory arms (ksm, zram-idle, shared-browser)', () => {
     assert.deepEqual(arm.isolation.failedProbes, ['shared-browser.cross-session-devtools'], arm.isolation.source);
     assert.match(arm.isolation.source ?? '', /Target activated/);
     const v = (m: string) => record.results.find((x) => x.arm === 'shared-browser' && x.metric === m)?.value;
-    assert.ok((v('shared_browser_pss_mib') ?? 0) > 50, 'the shared browser\'s PSS is measured');
+    assert.ok((v('shared_browser_pss_mib') ?? 0) > 50, "the shared browser's PSS is measured");
     assert.ok((v('create_browser_ready_ms.p50') ?? 0) > 0);
     assert.deepEqual(chromiumTree(), [], 'the shared Chromium is gone');
     assert.equal(readdirSync('/tmp').filter((f) => f.startsWith('drums-bench-shared-browser-')).length, 0);

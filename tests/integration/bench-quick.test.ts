@@ -48,7 +48,8 @@ describe('DrumsBench quick run, record and site', () => {
     const arm = record.arms.find((a) => a.name === 'baseline')!;
     assert.equal(arm.status, 'measured', arm.reason);
     const v = (m: string) => record.results.find((x) => x.arm === 'baseline' && x.metric === m)?.value;
-    for (const m of ['create_desktop_ready_ms.p50', 'create_browser_ready_ms.p50', 'reset_ms.p50', 'destroy_ms.p50', 'action_screenshot_ms.p50', 'steps_per_s']) assert.ok((v(m) ?? 0) > 0, `${m} = ${v(m)}`);
+    for (const m of ['create_desktop_ready_ms.p50', 'create_browser_ready_ms.p50', 'reset_ms.p50', 'destroy_ms.p50', 'action_screenshot_ms.p50', 'steps_per_s'])
+      assert.ok((v(m) ?? 0) > 0, `${m} = ${v(m)}`);
     assert.ok((v('pss_browser_mib') ?? 0) > 10, 'Chromium PSS per session');
     assert.ok((v('pss_xvfb_mib') ?? 0) > 1, 'Xvfb PSS per session');
     assert.ok((v('upper_mib') ?? 0) > 0, 'writable layer');
@@ -58,7 +59,10 @@ describe('DrumsBench quick run, record and site', () => {
     assert.equal(conc.pass, null, 'quick mode cannot judge the 50-session bar');
     assert.notEqual(record.status, 'passed', 'a quick run with an unmeasured bar is never passed');
     assert.equal(record.plots.memory!.length, 1);
-    assert.deepEqual(record.plots.memory![0]!.points.map((p) => p.n), [0, 1, 2, 3]);
+    assert.deepEqual(
+      record.plots.memory![0]!.points.map((p) => p.n),
+      [0, 1, 2, 3],
+    );
   });
 
   it('builds a self-contained site that loads in a real Chromium with rendered plots and working links', async () => {
@@ -86,7 +90,7 @@ describe('DrumsBench quick run, record and site', () => {
     assert.equal(await page.locator('svg.memory circle.pt').count(), 4);
     const fit = await page.locator('svg.memory line.fit').first().boundingBox();
     assert.ok(fit && fit.width > 10, 'fitted line drawn');
-    assert.ok(await page.locator('svg.latency line.tick').count() >= 10);
+    assert.ok((await page.locator('svg.latency line.tick').count()) >= 10);
     assert.match(await page.locator('p.provenance').innerText(), /Bars fixed in \w+ at .*; measured in \w+/);
     // Every link on the page resolves.
     const hrefs = await page.locator('a').evaluateAll((as) => as.map((a) => (a as HTMLAnchorElement).href));
@@ -132,7 +136,13 @@ describe('DrumsBench quick run, record and site', () => {
 
   it('marks a trial invalid when a session dies mid-trial, and the record incomplete, never passed', async () => {
     const dir = join(out, 'killed');
-    const { record: r } = await runExperiment({ experiment: 'baseline', quick: true, outDir: dir, killAt: 'memory', params: { cycles: 0, ns: [1, 2], warmups: 0, settleMs: 1500, stepsAtN1: 0 } });
+    const { record: r } = await runExperiment({
+      experiment: 'baseline',
+      quick: true,
+      outDir: dir,
+      killAt: 'memory',
+      params: { cycles: 0, ns: [1, 2], warmups: 0, settleMs: 1500, stepsAtN1: 0 },
+    });
     assert.deepEqual(validateRecord(r), []);
     const t = r.trials.find((x) => !x.warmup)!;
     assert.equal(t.valid, false);
@@ -152,7 +162,8 @@ describe('DrumsBench quick run, record and site', () => {
     try {
       r = (await runExperiment({ experiment: 'density', quick: true, arms: ['seed-guest-server', 'peer-vnc'], outDir: join(out, 'skip') })).record;
     } finally {
-      if (prev === undefined) delete process.env.DRUMS_IMAGE_DIR; else process.env.DRUMS_IMAGE_DIR = prev;
+      if (prev === undefined) delete process.env.DRUMS_IMAGE_DIR;
+      else process.env.DRUMS_IMAGE_DIR = prev;
       rmSync(emptyImages, { recursive: true, force: true });
     }
     assert.deepEqual(validateRecord(r), []);

@@ -21,7 +21,11 @@ describe('bench arm seed-guest-server: skip reasons and the files it seeds', () 
     const out = mkdtempSync(join(tmp, 'records-'));
     let stderr = '';
     try {
-      execFileSync(DRUMS, ['bench', 'run', 'density', '--quick', '--arms', 'seed-guest-server', '--out', out, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], cwd: ROOT });
+      execFileSync(DRUMS, ['bench', 'run', 'density', '--quick', '--arms', 'seed-guest-server', '--out', out, ...args], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        cwd: ROOT,
+      });
     } catch (e) {
       stderr = (e as { stderr: string }).stderr;
     }
@@ -58,15 +62,18 @@ describe('bench arm seed-guest-server: skip reasons and the files it seeds', () 
     const dir = join(tmp, 'fake-checkout');
     const server = join(dir, 'desktop_env', 'server');
     mkdirSync(join(server, 'helpers', 'sub'), { recursive: true });
-    writeFileSync(join(server, 'main.py'), [
-      'import os, json',
-      'import flask',
-      'from pyxcursor import Xcursor',
-      'import helpers.sub as hs  # a package',
-      'if True:',
-      '    from lxml.etree import _Element',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      join(server, 'main.py'),
+      [
+        'import os, json',
+        'import flask',
+        'from pyxcursor import Xcursor',
+        'import helpers.sub as hs  # a package',
+        'if True:',
+        '    from lxml.etree import _Element',
+        '',
+      ].join('\n'),
+    );
     writeFileSync(join(server, 'pyxcursor.py'), 'import ctypes\nimport common\n');
     writeFileSync(join(server, 'common.py'), 'X = 1\n');
     writeFileSync(join(server, 'helpers', '__init__.py'), '');
@@ -74,7 +81,9 @@ describe('bench arm seed-guest-server: skip reasons and the files it seeds', () 
     writeFileSync(join(server, 'unused.py'), 'Z = 3\n');
     writeFileSync(join(server, 'README.md'), 'readme\n');
     assert.deepEqual(importedModules(readFileSync(join(server, 'main.py'), 'utf8')).sort(), ['flask', 'helpers', 'json', 'lxml', 'os', 'pyxcursor']);
-    const files = serverFiles(dir).map((f) => f.rel).sort();
+    const files = serverFiles(dir)
+      .map((f) => f.rel)
+      .sort();
     assert.deepEqual(files, ['common.py', 'helpers/__init__.py', 'helpers/sub/mod.py', 'main.py', 'pyxcursor.py']);
     // A checkout passes the checkout checks; what remains is the image (built or not on this host).
     const why = arm.unavailable({ osworldSrc: dir });

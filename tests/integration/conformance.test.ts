@@ -9,7 +9,9 @@ import { assertClean, removeStateDir, startDaemon, type TestDaemon } from '../he
 // check from outside one daemon: the rate limit and a real browser's cross-origin fetch.
 describe('API conformance', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon(); });
+  before(async () => {
+    d = await startDaemon();
+  });
   after(async () => {
     await d.finish();
   });
@@ -39,9 +41,13 @@ describe('API conformance', () => {
       for (let i = 0; i < 12; i++) {
         const r = await fetch(`${small.url}/v1/sessions`, { headers: { authorization: `Bearer ${small.token}` } });
         statuses.push(r.status);
-        if (r.status === 429) limited ??= r; else await r.arrayBuffer();
+        if (r.status === 429) limited ??= r;
+        else await r.arrayBuffer();
       }
-      assert.ok(statuses.slice(0, 5).every((s) => s === 200), statuses.join(','));
+      assert.ok(
+        statuses.slice(0, 5).every((s) => s === 200),
+        statuses.join(','),
+      );
       assert.ok(limited, statuses.join(','));
       assert.equal(((await limited.json()) as { error: { code: string } }).error.code, 'rate_limited');
       assert.ok(Number(limited.headers.get('retry-after')) >= 1);
@@ -70,7 +76,10 @@ describe('API conformance', () => {
         return out;
       })();
     </script>`;
-    const site = http.createServer((_req, res) => { res.writeHead(200, { 'content-type': 'text/html' }); res.end(page); });
+    const site = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(page);
+    });
     await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));
     const sitePort = (site.address() as AddressInfo).port;
     const before = await forbiddenOriginCount(d);

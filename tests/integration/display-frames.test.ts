@@ -41,7 +41,10 @@ async function reference(region: { x: number; y: number; width: number; height: 
 }
 
 test('PNG and raw are pixel-exact against the all-JS path, cursor included', async () => {
-  for (const region of [{ x: 0, y: 0, width: 1280, height: 800 }, { x: 290, y: 190, width: 37, height: 29 }]) {
+  for (const region of [
+    { x: 0, y: 0, width: 1280, height: 800 },
+    { x: 290, y: 190, width: 37, height: 29 },
+  ]) {
     const want = await reference(region);
     const png = await d.screenshot({ format: 'png', region });
     const { data, info } = await sharp(png.data).raw().toBuffer({ resolveWithObject: true });
@@ -60,7 +63,9 @@ test('PNG and raw are pixel-exact against the all-JS path, cursor included', asy
 test('scaled frames equal a libvips resize of the reference', async () => {
   const full = { x: 0, y: 0, width: 1280, height: 800 };
   const want = await sharp(await reference(full), { raw: { width: 1280, height: 800, channels: 3 } })
-    .resize(640, 400, { fit: 'fill' }).raw().toBuffer();
+    .resize(640, 400, { fit: 'fill' })
+    .raw()
+    .toBuffer();
   const got = await d.screenshot({ format: 'raw', scale: { width: 640, height: 400 } });
   assert.ok(got.data.equals(want));
 });
@@ -69,10 +74,14 @@ test('core GetImage path gives the same PNG pixels', async () => {
   const core = await XDisplay.open(h.socketPath, { timeoutMs: 5000, shm: false });
   try {
     const region = { x: 100, y: 100, width: 64, height: 48 };
-    const a = await sharp((await core.screenshot({ format: 'png', region, cursor: false })).data).raw().toBuffer();
+    const a = await sharp((await core.screenshot({ format: 'png', region, cursor: false })).data)
+      .raw()
+      .toBuffer();
     const b = (await d.screenshot({ format: 'raw', region, cursor: false })).data;
     assert.ok(a.equals(b));
-  } finally { await core.close(); }
+  } finally {
+    await core.close();
+  }
 });
 
 test('an unchanged screen reuses the last encoding; damage and cursor moves recapture', async () => {

@@ -40,18 +40,26 @@ async function recorder(): Promise<{ events: XEvent[]; close(): void }> {
   const wid = X.AllocID();
   const em = x11.eventMask;
   X.CreateWindow(wid, root, 100, 100, 400, 300, 0, 0, 0, 0, {
-    overrideRedirect: 1, backgroundPixel: 0x00ff00,
+    overrideRedirect: 1,
+    backgroundPixel: 0x00ff00,
     eventMask: em.ButtonPress | em.ButtonRelease | em.PointerMotion | em.Exposure,
   });
   X.MapWindow(wid);
-  X.on('event', (ev: XEvent) => { if (ev.name !== 'Expose') events.push(ev); });
-  await new Promise<void>(r => X.GetInputFocus(() => { r(); return true; }));
+  X.on('event', (ev: XEvent) => {
+    if (ev.name !== 'Expose') events.push(ev);
+  });
+  await new Promise<void>((r) =>
+    X.GetInputFocus(() => {
+      r();
+      return true;
+    }),
+  );
   return { events, close: () => X.terminate() };
 }
 
 async function settle(): Promise<void> {
   // The recorder is another client: give its socket a moment after our round trip.
-  await new Promise(r => setTimeout(r, 100));
+  await new Promise((r) => setTimeout(r, 100));
 }
 
 test('click, double click, right click and mouse down/up reach the window at the right place', async () => {
@@ -63,11 +71,19 @@ test('click, double click, right click and mouse down/up reach the window at the
     await d.mouseDown('middle', { x: 230, y: 180 });
     await d.mouseUp('middle');
     await settle();
-    const presses = rec.events.filter(e => e.name === 'ButtonPress').map(e => [e.keycode, e.x, e.y]);
-    assert.deepEqual(presses, [[1, 100, 50], [1, 110, 60], [1, 110, 60], [3, 120, 70], [2, 130, 80]]);
-    assert.equal(rec.events.filter(e => e.name === 'ButtonRelease').length, 5);
+    const presses = rec.events.filter((e) => e.name === 'ButtonPress').map((e) => [e.keycode, e.x, e.y]);
+    assert.deepEqual(presses, [
+      [1, 100, 50],
+      [1, 110, 60],
+      [1, 110, 60],
+      [3, 120, 70],
+      [2, 130, 80],
+    ]);
+    assert.equal(rec.events.filter((e) => e.name === 'ButtonRelease').length, 5);
     assert.deepEqual(await d.cursorPosition(), { x: 230, y: 180 });
-  } finally { rec.close(); }
+  } finally {
+    rec.close();
+  }
 });
 
 test('scroll sends wheel buttons 4/5/6/7 per click', async () => {
@@ -78,25 +94,33 @@ test('scroll sends wheel buttons 4/5/6/7 per click', async () => {
     await d.scroll({ dx: 1 });
     await d.scroll({ dx: -1 });
     await settle();
-    const buttons = rec.events.filter(e => e.name === 'ButtonPress').map(e => e.keycode);
+    const buttons = rec.events.filter((e) => e.name === 'ButtonPress').map((e) => e.keycode);
     assert.deepEqual(buttons, [5, 5, 5, 4, 4, 7, 6]);
-  } finally { rec.close(); }
+  } finally {
+    rec.close();
+  }
 });
 
 test('drag presses, moves through intermediate points with the button held, releases at the end', async () => {
   const rec = await recorder();
   try {
-    await d.drag([{ x: 150, y: 150 }, { x: 350, y: 250 }]);
+    await d.drag([
+      { x: 150, y: 150 },
+      { x: 350, y: 250 },
+    ]);
     await settle();
-    const names = rec.events.map(e => e.name);
-    const press = names.indexOf('ButtonPress'), release = names.lastIndexOf('ButtonRelease');
+    const names = rec.events.map((e) => e.name);
+    const press = names.indexOf('ButtonPress'),
+      release = names.lastIndexOf('ButtonRelease');
     assert.ok(press >= 0 && release > press);
-    const motions = rec.events.slice(press, release).filter(e => e.name === 'MotionNotify');
+    const motions = rec.events.slice(press, release).filter((e) => e.name === 'MotionNotify');
     assert.ok(motions.length >= 5, `only ${motions.length} motion events while dragging`);
     for (const m of motions) assert.ok(((m.buttons as number) & 0x100) !== 0, 'Button1 not held during motion');
     const last = rec.events[release];
     assert.deepEqual([last.x, last.y], [250, 150]);
-  } finally { rec.close(); }
+  } finally {
+    rec.close();
+  }
 });
 
 test('runActions executes canonical and foreign actions and reports per-step results', async () => {
@@ -110,22 +134,34 @@ test('runActions executes canonical and foreign actions and reports per-step res
       { action: 'screenshot' },
     ]);
     await settle();
-    assert.deepEqual(results.map(r => r.type), ['click', 'click', 'scroll', 'cursor_position', 'screenshot']);
+    assert.deepEqual(
+      results.map((r) => r.type),
+      ['click', 'click', 'scroll', 'cursor_position', 'screenshot'],
+    );
     assert.deepEqual(results[3].cursor, { x: 200, y: 200 });
     assert.equal(results[4].screenshot?.width, 1280);
-    const presses = rec.events.filter(e => e.name === 'ButtonPress').map(e => e.keycode);
+    const presses = rec.events.filter((e) => e.name === 'ButtonPress').map((e) => e.keycode);
     assert.deepEqual(presses, [1, 3, 5, 5]);
-  } finally { rec.close(); }
+  } finally {
+    rec.close();
+  }
 });
 
 test('runActions validates everything before running anything', async () => {
   const rec = await recorder();
   try {
-    await assert.rejects(runActions(d, [{ type: 'click', x: 150, y: 150 }, { type: 'click', x: 5000, y: 1 }]),
-      (err: unknown) => isDisplayError(err, 'invalid_action') && /^actions\[1\]\.x: must be an integer within 0\.\.1279/.test((err as Error).message));
+    await assert.rejects(
+      runActions(d, [
+        { type: 'click', x: 150, y: 150 },
+        { type: 'click', x: 5000, y: 1 },
+      ]),
+      (err: unknown) => isDisplayError(err, 'invalid_action') && /^actions\[1\]\.x: must be an integer within 0\.\.1279/.test((err as Error).message),
+    );
     await settle();
-    assert.equal(rec.events.filter(e => e.name === 'ButtonPress').length, 0);
-  } finally { rec.close(); }
+    assert.equal(rec.events.filter((e) => e.name === 'ButtonPress').length, 0);
+  } finally {
+    rec.close();
+  }
 });
 
 test('unknown key names are rejected with invalid_key', async () => {
@@ -135,9 +171,10 @@ test('unknown key names are rejected with invalid_key', async () => {
 test('typing ASCII, shifted characters and Unicode into xterm, then ctrl+d', async () => {
   const out = path.join(tmp, 'typed.txt');
   const title = `drums-type-${process.pid}`;
-  const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`],
-    { env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' } });
-  const w = await d.waitForWindow(win => win.title === title && win.mapped, { timeoutMs: 30_000 });
+  const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`], {
+    env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' },
+  });
+  const w = await d.waitForWindow((win) => win.title === title && win.mapped, { timeoutMs: 30_000 });
   await d.activateWindow(w.id);
   await d.click({ x: w.x + Math.floor(w.width / 2), y: w.y + Math.floor(w.height / 2) }); // inside, whatever its size
   // > 19 distinct unmapped characters forces evicting spare keycodes mid-string.
@@ -151,12 +188,12 @@ test('typing ASCII, shifted characters and Unicode into xterm, then ctrl+d', asy
 
 test('keyboard mapping is restored after typing (spare keycodes back to NoSymbol)', async () => {
   await d.restoreKeymap();
-  const before = await d.request<number[][]>('GetKeyboardMapping', cb => d._x.GetKeyboardMapping(8, 248, cb));
+  const before = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
   await d.type('€ ✓ Ω');
-  const during = await d.request<number[][]>('GetKeyboardMapping', cb => d._x.GetKeyboardMapping(8, 248, cb));
+  const during = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
   assert.notDeepEqual(during, before);
   await d.restoreKeymap();
-  const afterMap = await d.request<number[][]>('GetKeyboardMapping', cb => d._x.GetKeyboardMapping(8, 248, cb));
+  const afterMap = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
   assert.deepEqual(afterMap, before);
 });
 
@@ -166,9 +203,10 @@ test('keyboard mapping is restored after typing (spare keycodes back to NoSymbol
 test('key_down / key_up hold a modifier across other actions', async () => {
   const out = path.join(tmp, 'held.txt');
   const title = `drums-held-${process.pid}`;
-  const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`],
-    { env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' } });
-  const w = await d.waitForWindow(win => win.title === title && win.mapped, { timeoutMs: 30_000 });
+  const xterm = h.spawnClient('xterm', ['-T', title, '-geometry', '80x10+0+0', '-e', 'sh', '-c', `cat > '${out}'`], {
+    env: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' },
+  });
+  const w = await d.waitForWindow((win) => win.title === title && win.mapped, { timeoutMs: 30_000 });
   await d.activateWindow(w.id);
   await d.click({ x: w.x + Math.floor(w.width / 2), y: w.y + Math.floor(w.height / 2) });
   await runActions(d, [

@@ -6,11 +6,12 @@ import { XDisplay } from '../../src/display/x-display.ts';
 import { isDisplayError } from '../../src/display/errors.ts';
 
 const unhandled: unknown[] = [];
-process.on('unhandledRejection', err => { unhandled.push(err); });
+process.on('unhandledRejection', (err) => {
+  unhandled.push(err);
+});
 
 test('opening a missing socket fails with connect_failed', async () => {
-  await assert.rejects(XDisplay.open('/tmp/.X11-unix/X-no-such-display', { timeoutMs: 2000 }),
-    (err: unknown) => isDisplayError(err, 'connect_failed'));
+  await assert.rejects(XDisplay.open('/tmp/.X11-unix/X-no-such-display', { timeoutMs: 2000 }), (err: unknown) => isDisplayError(err, 'connect_failed'));
 });
 
 test('a stopped X server makes requests time out instead of hanging', async () => {
@@ -36,7 +37,9 @@ test('killing Xvfb mid-request rejects pending and later calls with display_clos
   try {
     const d = await XDisplay.open(h.socketPath, { timeoutMs: 3000 });
     let closedEvents = 0;
-    d.on('closed', () => { closedEvents++; });
+    d.on('closed', () => {
+      closedEvents++;
+    });
     // Stop the server so the request is surely in flight, then kill it.
     h.xvfb.kill('SIGSTOP');
     const t0 = performance.now();
@@ -52,7 +55,7 @@ test('killing Xvfb mid-request rejects pending and later calls with display_clos
     await assert.rejects(d.move(1, 1), (err: unknown) => isDisplayError(err, 'display_closed'));
     await assert.rejects(d.listWindows(), (err: unknown) => isDisplayError(err, 'display_closed'));
     await d.close();
-    await new Promise(r => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 50));
     assert.equal(closedEvents, 1);
     assert.deepEqual(unhandled, []);
   } finally {
@@ -69,7 +72,10 @@ test('close() rejects pending calls and is idempotent', async () => {
     h.xvfb.kill('SIGCONT');
     await d.close();
     await d.close();
-    await pending.then(() => {}, (err: unknown) => assert.ok(isDisplayError(err, 'display_closed')));
+    await pending.then(
+      () => {},
+      (err: unknown) => assert.ok(isDisplayError(err, 'display_closed')),
+    );
     await assert.rejects(d.screenshot(), (err: unknown) => isDisplayError(err, 'display_closed'));
   } finally {
     await h.stop();

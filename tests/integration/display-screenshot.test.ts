@@ -87,8 +87,9 @@ test('the cursor is composited at the pointer, and can be left out', async () =>
 });
 
 test('concurrent screenshots share the single SHM segment safely', async () => {
-  const shots = await Promise.all([...Array(6)].map((_, i) =>
-    d.screenshot({ format: i % 2 ? 'raw' : 'png', region: { x: i * 10, y: 0, width: 64 + i, height: 32 } })));
+  const shots = await Promise.all(
+    [...Array(6)].map((_, i) => d.screenshot({ format: i % 2 ? 'raw' : 'png', region: { x: i * 10, y: 0, width: 64 + i, height: 32 } })),
+  );
   shots.forEach((s, i) => assert.equal(s.width, 64 + i));
 });
 
@@ -98,7 +99,9 @@ test('core GetImage fallback gives the same pixels', async () => {
     assert.equal(core.shmEnabled, false);
     const s = await core.screenshot({ format: 'raw', region: { x: 100, y: 100, width: 8, height: 8 }, cursor: false });
     assert.deepEqual([...s.data.subarray(0, 3)], BG);
-  } finally { await core.close(); }
+  } finally {
+    await core.close();
+  }
 });
 
 test('regions outside the screen are rejected with invalid_region naming the field', async () => {

@@ -22,19 +22,22 @@ after(async () => {
 test('waitForWindow, listWindows, activate and close two xterms', async () => {
   const a = h.spawnClient('xterm', ['-T', 'win-a', '-class', 'DrumsA']);
   const b = h.spawnClient('xterm', ['-T', 'win-b']);
-  const wa = await d.waitForWindow(w => w.title === 'win-a' && w.mapped, { timeoutMs: 10_000 });
-  const wb = await d.waitForWindow(w => w.title === 'win-b' && w.mapped, { timeoutMs: 10_000 });
+  const wa = await d.waitForWindow((w) => w.title === 'win-a' && w.mapped, { timeoutMs: 10_000 });
+  const wb = await d.waitForWindow((w) => w.title === 'win-b' && w.mapped, { timeoutMs: 10_000 });
   assert.equal(wa.className, 'DrumsA');
   assert.equal(wb.instance, 'xterm');
   assert.equal(wa.pid, a.pid);
   assert.ok(wa.x >= 0 && wa.y >= 0 && wa.x + wa.width <= 1280 && wa.y + wa.height <= 800);
   const list = await d.listWindows();
-  assert.deepEqual(list.map(w => w.title).sort(), ['win-a', 'win-b']);
+  assert.deepEqual(list.map((w) => w.title).sort(), ['win-a', 'win-b']);
 
   await d.activateWindow(wa.id);
   await d.waitForWindow(() => true, { timeoutMs: 100 }); // no-op: any window
   let active = await d.activeWindow();
-  for (let i = 0; i < 20 && active?.id !== wa.id; i++) { await new Promise(r => setTimeout(r, 50)); active = await d.activeWindow(); }
+  for (let i = 0; i < 20 && active?.id !== wa.id; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    active = await d.activeWindow();
+  }
   assert.equal(active?.id, wa.id);
 
   await d.closeWindow(wb.id);
@@ -45,7 +48,10 @@ test('waitForWindow, listWindows, activate and close two xterms', async () => {
 
 test('waitForWindow times out with wait_timeout', async () => {
   const t0 = performance.now();
-  await assert.rejects(d.waitForWindow(w => w.title === 'never', { timeoutMs: 300 }), (err: unknown) => isDisplayError(err, 'wait_timeout'));
+  await assert.rejects(
+    d.waitForWindow((w) => w.title === 'never', { timeoutMs: 300 }),
+    (err: unknown) => isDisplayError(err, 'wait_timeout'),
+  );
   assert.ok(performance.now() - t0 < 1000);
 });
 

@@ -12,7 +12,10 @@ import { startDaemon, type TestDaemon } from '../helpers.ts';
 // generation is refused and every row is attributed to the right attempt.
 
 type Rgb = [number, number, number];
-const RED: Rgb = [255, 0, 0], GREEN: Rgb = [0, 255, 0], BLUE: Rgb = [0, 0, 255], MAGENTA: Rgb = [255, 0, 255];
+const RED: Rgb = [255, 0, 0],
+  GREEN: Rgb = [0, 255, 0],
+  BLUE: Rgb = [0, 0, 255],
+  MAGENTA: Rgb = [255, 0, 255];
 
 function formPage(attempt: string, generation: string): string {
   const esc = (v: string) => v.replace(/[^0-9A-Za-z-]/g, '');
@@ -29,7 +32,13 @@ input{position:absolute;border:0;outline:0;font-size:22px;box-sizing:border-box}
 }
 const DONE_PAGE = '<!doctype html><title>thanks</title><body style="margin:0;background:#ff00ff"><h1>thanks</h1></body>';
 
-interface Row { name: string; email: string; attempt: string; generation: string; from: string }
+interface Row {
+  name: string;
+  email: string;
+  attempt: string;
+  generation: string;
+  from: string;
+}
 
 describe('e2e: a screenshot-only agent completes a form, across a reset', () => {
   let d: TestDaemon;
@@ -43,13 +52,21 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
     s = await d.client.createSession({ image: 'default', url: 'about:blank', hostPorts: [port], screen: '1280x800' });
     server = createServer((req, res) => {
       let body = '';
-      req.on('data', (c: Buffer) => { body += c; });
+      req.on('data', (c: Buffer) => {
+        body += c;
+      });
       req.on('end', () => {
         const u = new URL(req.url ?? '/', 'http://x');
         res.setHeader('content-type', 'text/html; charset=utf-8');
         if (req.method === 'POST' && u.pathname === '/submit') {
           const f = new URLSearchParams(body);
-          rows.push({ name: f.get('name') ?? '', email: f.get('email') ?? '', attempt: f.get('attempt') ?? '', generation: f.get('generation') ?? '', from: req.socket.remoteAddress ?? '' });
+          rows.push({
+            name: f.get('name') ?? '',
+            email: f.get('email') ?? '',
+            attempt: f.get('attempt') ?? '',
+            generation: f.get('generation') ?? '',
+            from: req.socket.remoteAddress ?? '',
+          });
           res.end(DONE_PAGE);
         } else if (u.pathname === '/form') {
           res.end(formPage(u.searchParams.get('attempt') ?? '', u.searchParams.get('generation') ?? ''));
@@ -59,7 +76,10 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
         }
       });
     });
-    await new Promise<void>((r, j) => { server.once('error', j); server.listen(port, s.network.gateway, () => r()); });
+    await new Promise<void>((r, j) => {
+      server.once('error', j);
+      server.listen(port, s.network.gateway, () => r());
+    });
   });
 
   after(async () => {
@@ -74,11 +94,15 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
     return shot;
   }
   function findBox(img: { data: Buffer; width: number; height: number }, rgb: Rgb): { x: number; y: number; n: number } | null {
-    let sx = 0, sy = 0, n = 0;
+    let sx = 0,
+      sy = 0,
+      n = 0;
     const { data, width } = img;
     for (let i = 0, p = 0; i < data.length; i += 3, p++) {
       if (Math.abs(data[i]! - rgb[0]) < 8 && Math.abs(data[i + 1]! - rgb[1]) < 8 && Math.abs(data[i + 2]! - rgb[2]) < 8) {
-        sx += p % width; sy += Math.floor(p / width); n++;
+        sx += p % width;
+        sy += Math.floor(p / width);
+        n++;
       }
     }
     return n > 2000 ? { x: Math.round(sx / n), y: Math.round(sy / n), n } : null;
@@ -96,12 +120,20 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
     const url = `http://${s.network.gateway}:${port}/form?attempt=${attempt}&generation=${generation}`;
     let red: { x: number; y: number } | null = null;
     for (let i = 0; i < 3 && !red; i++) {
-      await d.client.act(s.id, { generation, actions: [{ type: 'key', keys: ['ctrl', 'l'] }, { type: 'wait', ms: 300 }, { type: 'type', text: url + '\n' }] });
+      await d.client.act(s.id, {
+        generation,
+        actions: [
+          { type: 'key', keys: ['ctrl', 'l'] },
+          { type: 'wait', ms: 300 },
+          { type: 'type', text: url + '\n' },
+        ],
+      });
       red = await waitFor(generation, RED, 15_000).catch(() => null);
     }
     assert.ok(red, 'the form is on screen');
     const shot = await look(generation);
-    const green = findBox(shot, GREEN)!, blue = findBox(shot, BLUE)!;
+    const green = findBox(shot, GREEN)!,
+      blue = findBox(shot, BLUE)!;
     assert.ok(green && blue, 'all three targets are visible');
     // Each step: act, then look (the action response carries the next observation).
     const step = await d.client.act(s.id, {
@@ -109,8 +141,13 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
       actions: [
         // Like a real agent, give the page a moment between fields (keystrokes and the next
         // click travel to the renderer by different paths).
-        { type: 'click', x: red.x, y: red.y }, { type: 'wait', ms: 100 }, { type: 'type', text: name }, { type: 'wait', ms: 200 },
-        { action: 'left_click', coordinate: [green.x, green.y] }, { type: 'wait', ms: 100 }, { action: 'type', text: email },
+        { type: 'click', x: red.x, y: red.y },
+        { type: 'wait', ms: 100 },
+        { type: 'type', text: name },
+        { type: 'wait', ms: 200 },
+        { action: 'left_click', coordinate: [green.x, green.y] },
+        { type: 'wait', ms: 100 },
+        { action: 'type', text: email },
       ],
       screenshot: { format: 'png', scale: { width: 640, height: 400 } },
     });
@@ -131,15 +168,26 @@ describe('e2e: a screenshot-only agent completes a form, across a reset', () => 
     assert.equal(r.generation, 2);
     assert.notEqual(r.attempt.token, s.attempt.token);
     // The agent of attempt 1 acts late: refused, nothing runs.
-    await assert.rejects(d.client.act(s.id, { generation: 1, actions: [{ type: 'click', x: 300, y: 145 }, { type: 'type', text: 'late' }] }),
-      (e: DrumsApiError) => e.status === 409 && e.code === 'stale_generation' && (e.details as { current: number }).current === 2);
+    await assert.rejects(
+      d.client.act(s.id, {
+        generation: 1,
+        actions: [
+          { type: 'click', x: 300, y: 145 },
+          { type: 'type', text: 'late' },
+        ],
+      }),
+      (e: DrumsApiError) => e.status === 409 && e.code === 'stale_generation' && (e.details as { current: number }).current === 2,
+    );
     await assert.rejects(d.client.screenshotEx(s.id, { generation: 1 }), (e: DrumsApiError) => e.status === 409 && e.code === 'stale_generation');
 
     await runTask(2, r.attempt.token, 'Grace Hopper', 'grace@example.org');
-    assert.deepEqual(rows.map((x) => [x.generation, x.attempt, x.name, x.email]), [
-      ['1', s.attempt.token, 'Ada Lovelace', 'ada@example.org'],
-      ['2', r.attempt.token, 'Grace Hopper', 'grace@example.org'],
-    ]);
+    assert.deepEqual(
+      rows.map((x) => [x.generation, x.attempt, x.name, x.email]),
+      [
+        ['1', s.attempt.token, 'Ada Lovelace', 'ada@example.org'],
+        ['2', r.attempt.token, 'Grace Hopper', 'grace@example.org'],
+      ],
+    );
     process.stderr.write(`# e2e: first task completed in ${Math.round(firstMs)} ms\n`);
   });
 });

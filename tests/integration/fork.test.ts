@@ -16,8 +16,12 @@ async function apiError(p: () => Promise<unknown>): Promise<DrumsApiError> {
 // Disk fork on the `minimal` image: copies get the source's files, a fresh identity, and nothing is half-made.
 describe('fork (disk)', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon({ DRUMS_TEST_HOOKS: '1', DRUMS_MAX_SESSIONS: '6' }); });
-  after(async () => { await d.finish(); });
+  before(async () => {
+    d = await startDaemon({ DRUMS_TEST_HOOKS: '1', DRUMS_MAX_SESSIONS: '6' });
+  });
+  after(async () => {
+    await d.finish();
+  });
 
   it('copies files into N sessions with their own identity; the source runs on', async () => {
     const src = await d.client.createSession({ image: 'minimal', labels: { task: 't1' } });
@@ -31,13 +35,17 @@ describe('fork (disk)', () => {
       assert.equal(r.mode, 'disk');
       assert.equal(r.copies.length, 2);
       assert.ok(r.timings.pausedMs >= 0 && r.timings.totalMs >= r.timings.snapshotMs);
-      const ids = new Set([src.id]), addrs = new Set([src.network.address]), tokens = new Set([src.attempt.token]);
+      const ids = new Set([src.id]),
+        addrs = new Set([src.network.address]),
+        tokens = new Set([src.attempt.token]);
       const idents = new Set([srcId.stdout]);
       for (const c of r.copies) {
         assert.equal(c.state, 'ready');
         assert.equal(c.generation, 1);
         assert.deepEqual(c.labels, { task: 't1', 'drums.fork.source': src.id, 'drums.fork.mode': 'disk' });
-        ids.add(c.id); addrs.add(c.network.address); tokens.add(c.attempt.token);
+        ids.add(c.id);
+        addrs.add(c.network.address);
+        tokens.add(c.attempt.token);
         // Files (a change and a whiteout) equal the source's.
         assert.equal((await d.client.exec(c.id, { argv: ['cat', '/home/user/work/f'] })).stdout, 'state-42\n');
         assert.notEqual((await d.client.exec(c.id, { argv: ['test', '-e', '/etc/os-release'] })).exitCode, 0);
@@ -112,7 +120,10 @@ describe('fork (disk)', () => {
       await d.client.exec(src.id, { shell: 'echo keep > /home/user/k' });
       const e = await apiError(() => d.client.forkSession(src.id, { count: 3 }));
       assert.deepEqual([e.status, e.code], [500, 'fork_failed']);
-      assert.deepEqual((await d.client.listSessions()).map((s) => s.id), [src.id]);
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
       assert.equal((await d.client.getSession(src.id)).state, 'ready');
       assert.equal((await d.client.exec(src.id, { argv: ['cat', '/home/user/k'] })).stdout, 'keep\n');
       // Nothing of the snapshot is left in the source's directory either.

@@ -6,15 +6,35 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync,
-  rmSync, statSync, symlinkSync, writeFileSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import {
-  acquireLock, buildImage, debianMirrors, findImage, listImages, loadRecipe, processStartTime,
-  recipeHash, removeImage, renderProgressToStderr, REPO_ROOT, type BuildProgress,
+  acquireLock,
+  buildImage,
+  debianMirrors,
+  findImage,
+  listImages,
+  loadRecipe,
+  processStartTime,
+  recipeHash,
+  removeImage,
+  renderProgressToStderr,
+  REPO_ROOT,
+  type BuildProgress,
 } from '../../src/image/index.ts';
 import { loadConfig } from '../../src/common/config.ts';
 
@@ -54,26 +74,146 @@ const MINIMAL_OK = {
 
 describe('recipe validation', () => {
   const cases: Array<[string, (r: Record<string, any>) => void, string]> = [
-    ['unknown top-level field', (r) => { r.colour = 'blue'; }, 'colour'],
-    ['missing base', (r) => { delete r.base; }, 'base'],
-    ['packages not an array', (r) => { r.packages = 'xvfb'; }, 'packages'],
-    ['package of the wrong type', (r) => { r.packages = ['xvfb', 42]; }, 'packages[1]'],
-    ['package that looks like an option', (r) => { r.packages = ['-oAPT::Foo=1']; }, 'packages[0]'],
-    ['pip requirement with a space', (r) => { r.pip = ['requests; rm -rf /']; }, 'pip[0]'],
-    ['uid as a string', (r) => { r.users[0].uid = '1000'; }, 'users[0].uid'],
-    ['uid 0', (r) => { r.users[0].uid = 0; }, 'users[0].uid'],
-    ['unknown user field', (r) => { r.users[0].admin = true; }, 'users[0].admin'],
-    ['relative home', (r) => { r.users[0].home = 'home/user'; }, 'users[0].home'],
-    ['bad file mode', (r) => { r.files[0].mode = 'rwxr-xr-x'; }, 'files[0].mode'],
-    ['file src escaping the repo', (r) => { r.files[0].src = '../etc/passwd'; }, 'files[0].src'],
-    ['absolute file src', (r) => { r.files[0].src = '/etc/passwd'; }, 'files[0].src'],
-    ['relative file dest', (r) => { r.files[0].dest = 'usr/lib/x'; }, 'files[0].dest'],
-    ['both debootstrap and from', (r) => { r.base.from = 'minimal'; }, 'base'],
-    ['unknown variant', (r) => { r.base.debootstrap.variant = 'fat'; }, 'base.debootstrap.variant'],
-    ['unknown debootstrap field', (r) => { r.base.debootstrap.mirror = 'http://x'; }, 'base.debootstrap.mirror'],
-    ['name not matching the file', (r) => { r.name = 'other'; }, 'name'],
-    ['env value not a string', (r) => { r.env = { FOO: 1 }; }, 'env.FOO'],
-    ['empty run command', (r) => { r.run = ['  ']; }, 'run[0]'],
+    [
+      'unknown top-level field',
+      (r) => {
+        r.colour = 'blue';
+      },
+      'colour',
+    ],
+    [
+      'missing base',
+      (r) => {
+        delete r.base;
+      },
+      'base',
+    ],
+    [
+      'packages not an array',
+      (r) => {
+        r.packages = 'xvfb';
+      },
+      'packages',
+    ],
+    [
+      'package of the wrong type',
+      (r) => {
+        r.packages = ['xvfb', 42];
+      },
+      'packages[1]',
+    ],
+    [
+      'package that looks like an option',
+      (r) => {
+        r.packages = ['-oAPT::Foo=1'];
+      },
+      'packages[0]',
+    ],
+    [
+      'pip requirement with a space',
+      (r) => {
+        r.pip = ['requests; rm -rf /'];
+      },
+      'pip[0]',
+    ],
+    [
+      'uid as a string',
+      (r) => {
+        r.users[0].uid = '1000';
+      },
+      'users[0].uid',
+    ],
+    [
+      'uid 0',
+      (r) => {
+        r.users[0].uid = 0;
+      },
+      'users[0].uid',
+    ],
+    [
+      'unknown user field',
+      (r) => {
+        r.users[0].admin = true;
+      },
+      'users[0].admin',
+    ],
+    [
+      'relative home',
+      (r) => {
+        r.users[0].home = 'home/user';
+      },
+      'users[0].home',
+    ],
+    [
+      'bad file mode',
+      (r) => {
+        r.files[0].mode = 'rwxr-xr-x';
+      },
+      'files[0].mode',
+    ],
+    [
+      'file src escaping the repo',
+      (r) => {
+        r.files[0].src = '../etc/passwd';
+      },
+      'files[0].src',
+    ],
+    [
+      'absolute file src',
+      (r) => {
+        r.files[0].src = '/etc/passwd';
+      },
+      'files[0].src',
+    ],
+    [
+      'relative file dest',
+      (r) => {
+        r.files[0].dest = 'usr/lib/x';
+      },
+      'files[0].dest',
+    ],
+    [
+      'both debootstrap and from',
+      (r) => {
+        r.base.from = 'minimal';
+      },
+      'base',
+    ],
+    [
+      'unknown variant',
+      (r) => {
+        r.base.debootstrap.variant = 'fat';
+      },
+      'base.debootstrap.variant',
+    ],
+    [
+      'unknown debootstrap field',
+      (r) => {
+        r.base.debootstrap.mirror = 'http://x';
+      },
+      'base.debootstrap.mirror',
+    ],
+    [
+      'name not matching the file',
+      (r) => {
+        r.name = 'other';
+      },
+      'name',
+    ],
+    [
+      'env value not a string',
+      (r) => {
+        r.env = { FOO: 1 };
+      },
+      'env.FOO',
+    ],
+    [
+      'empty run command',
+      (r) => {
+        r.run = ['  '];
+      },
+      'run[0]',
+    ],
   ];
   for (const [title, mutate, field] of cases) {
     test(`rejects ${title}`, () => {
@@ -253,7 +393,14 @@ describe('build lock', () => {
 describe('progress renderer', () => {
   const fakeStream = (tty: boolean): { stream: NodeJS.WriteStream; out: () => string } => {
     let buf = '';
-    const stream = { isTTY: tty, columns: 80, write: (s: string) => { buf += s; return true; } };
+    const stream = {
+      isTTY: tty,
+      columns: 80,
+      write: (s: string) => {
+        buf += s;
+        return true;
+      },
+    };
     return { stream: stream as unknown as NodeJS.WriteStream, out: () => buf };
   };
 
@@ -295,10 +442,19 @@ describe('removeImage', () => {
       const a = fakeImage(images, 'a'.repeat(64));
       const b = fakeImage(images, 'b'.repeat(64));
       assert.equal(listImages({ imagesDir: images }).length, 2);
-      assert.equal(listImages({ imagesDir: images }).some((i) => i.current), false);
-      assert.deepEqual(removeImage(`minimal-${'a'.repeat(12)}`, { imagesDir: images }).map((i) => i.dir), [a]);
+      assert.equal(
+        listImages({ imagesDir: images }).some((i) => i.current),
+        false,
+      );
+      assert.deepEqual(
+        removeImage(`minimal-${'a'.repeat(12)}`, { imagesDir: images }).map((i) => i.dir),
+        [a],
+      );
       assert.equal(existsSync(a), false);
-      assert.deepEqual(removeImage('minimal', { imagesDir: images }).map((i) => i.dir), [b]);
+      assert.deepEqual(
+        removeImage('minimal', { imagesDir: images }).map((i) => i.dir),
+        [b],
+      );
       assert.deepEqual(readdirSync(images), []);
       assert.throws(() => removeImage('minimal', { imagesDir: images }), { code: 'image_not_found' });
     } finally {
@@ -340,7 +496,10 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
     assert.equal(statSync(r('etc/machine-id')).size, 0, '/etc/machine-id is empty');
     assert.equal(readlinkSync(r('var/lib/dbus/machine-id')), '/etc/machine-id');
     assert.equal(existsSync(r('usr/sbin/policy-rc.d')), false, 'policy-rc.d removed');
-    assert.deepEqual(readdirSync(r('var/lib/apt/lists')).filter((f) => f !== 'partial' && f !== 'lock'), []);
+    assert.deepEqual(
+      readdirSync(r('var/lib/apt/lists')).filter((f) => f !== 'partial' && f !== 'lock'),
+      [],
+    );
     assert.equal(readdirSync(r('var/cache/apt/archives')).filter((f) => f.endsWith('.deb')).length, 0);
     const m = img.manifest;
     assert.equal(m.name, 'minimal');
@@ -360,7 +519,10 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
     assert.ok(Date.now() - t0 < 2000, `cache hit took ${Date.now() - t0}ms`);
     assert.equal(again.dir, first.dir);
     assert.equal(again.manifest.builtAt, first.manifest.builtAt);
-    assert.deepEqual(events.map((e) => e.step), ['done']);
+    assert.deepEqual(
+      events.map((e) => e.step),
+      ['done'],
+    );
     assert.match(events[0].message ?? '', /^cached /);
   });
 
@@ -370,9 +532,14 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
     const images = tempDir('images');
     try {
       cpSync(join(REPO_ROOT, 'images/minimal.json'), join(recipes, 'minimal.json'));
-      writeFileSync(join(recipes, 'broken.json'), JSON.stringify({
-        name: 'broken', base: { from: 'minimal' }, packages: ['drums-no-such-package-zzz'],
-      }));
+      writeFileSync(
+        join(recipes, 'broken.json'),
+        JSON.stringify({
+          name: 'broken',
+          base: { from: 'minimal' },
+          packages: ['drums-no-such-package-zzz'],
+        }),
+      );
       // Reuse the shared minimal build as the parent instead of bootstrapping another.
       symlinkSync(parent.dir, join(images, `minimal-${parent.hash.slice(0, 12)}`));
       const events: BuildProgress[] = [];
@@ -388,9 +555,14 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
       );
       assert.equal(events.at(-1)?.step, 'failed');
       const left = readdirSync(images);
-      assert.deepEqual(left.filter((e) => e.startsWith('.tmp-') || e.startsWith('.lock-') || e.startsWith('broken-')), []);
+      assert.deepEqual(
+        left.filter((e) => e.startsWith('.tmp-') || e.startsWith('.lock-') || e.startsWith('broken-')),
+        [],
+      );
       assert.ok(lstatSync(join(images, `minimal-${parent.hash.slice(0, 12)}`)).isSymbolicLink());
-      const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(images));
+      const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(images));
       assert.deepEqual(mounts, []);
       assert.equal(findImage('broken', { recipesDir: recipes, imagesDir: images }), undefined);
     } finally {
@@ -413,24 +585,42 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
       let abortedAt = 0;
       const onProgress = (e: BuildProgress) => {
         // Abort once the slow step has had a moment to start.
-        if (/^run/.test(e.step) && !abortedAt) setTimeout(() => { abortedAt = performance.now(); ac.abort(); }, 500);
+        if (/^run/.test(e.step) && !abortedAt)
+          setTimeout(() => {
+            abortedAt = performance.now();
+            ac.abort();
+          }, 500);
       };
-      await assert.rejects(buildImage('slow', { recipesDir: recipes, imagesDir: images, onProgress, signal: ac.signal }), (err: Error & { code?: string; step?: string }) => {
-        assert.equal(err.code, 'image_build_failed');
-        assert.match(err.step ?? '', /^run/);
-        assert.match(err.message, /cancelled/);
-        return true;
-      });
+      await assert.rejects(
+        buildImage('slow', { recipesDir: recipes, imagesDir: images, onProgress, signal: ac.signal }),
+        (err: Error & { code?: string; step?: string }) => {
+          assert.equal(err.code, 'image_build_failed');
+          assert.match(err.step ?? '', /^run/);
+          assert.match(err.message, /cancelled/);
+          return true;
+        },
+      );
       assert.ok(abortedAt > 0, 'the run step never started');
       assert.ok(performance.now() - abortedAt < 30_000, `the build took ${Math.round(performance.now() - abortedAt)} ms to stop after the abort`);
       assert.ok(performance.now() - t0 < 300_000);
-      assert.deepEqual(readdirSync(images).filter((e) => e.startsWith('.tmp-') || e.startsWith('.lock-') || e.startsWith('slow-')), []);
-      const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(images));
+      assert.deepEqual(
+        readdirSync(images).filter((e) => e.startsWith('.tmp-') || e.startsWith('.lock-') || e.startsWith('slow-')),
+        [],
+      );
+      const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(images));
       assert.deepEqual(mounts, []);
       // No sleep of that step is left running on the host.
-      const sleepers = readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
-        try { return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('sleep 600; touch /slow-finished'); } catch { return false; }
-      });
+      const sleepers = readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('sleep 600; touch /slow-finished');
+          } catch {
+            return false;
+          }
+        });
       assert.deepEqual(sleepers, []);
     } finally {
       rmSync(recipes, { recursive: true, force: true });

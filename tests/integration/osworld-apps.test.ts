@@ -9,7 +9,10 @@ import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 // (checked through the apps themselves and desktop_env's own getters), and the tools are there.
 
 const PY = join(ROOT, '.runtime', 'venv', 'bin', 'python');
-interface Osw { serverPort: number; address: string }
+interface Osw {
+  serverPort: number;
+  address: string;
+}
 type S = { id: string; osworld?: Osw };
 
 describe('osworld image: the apps, configured as on the VM', () => {
@@ -26,7 +29,8 @@ describe('osworld image: the apps, configured as on the VM', () => {
     await d.finish();
   });
 
-  const post = (path: string, body: unknown) => fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (path: string, body: unknown) =>
+    fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const sh = async (shell: string, timeoutMs = 60_000): Promise<string> => {
     const r = await d.client.exec(s.id, { shell, timeoutMs });
     assert.equal(r.exitCode, 0, `${shell}\n${r.stdout}\n${r.stderr}`);
@@ -43,14 +47,17 @@ describe('osworld image: the apps, configured as on the VM', () => {
     }
   }
   const getters = (calls: unknown[]): Record<string, unknown> => {
-    const r = spawnSync(PY, [join(ROOT, 'tests/fixtures/osworld/getters_client.py'), s.osworld!.address, JSON.stringify(calls)], { encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(PY, [join(ROOT, 'tests/fixtures/osworld/getters_client.py'), s.osworld!.address, JSON.stringify(calls)], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     const line = r.stdout.split('\n').find((l) => l.startsWith('GETTERS '));
     assert.ok(line, `no getters output; stderr: ${r.stderr.slice(-2000)}`);
     return JSON.parse(line.slice(8)) as Record<string, unknown>;
   };
   const launch = (command: string) => sh(`setsid -f sh -c '${command}' >/dev/null 2>&1 </dev/null`);
 
-  it('has the tools tasks call, a pip that works offline with the setups\' packages, and the fonts', async () => {
+  it("has the tools tasks call, a pip that works offline with the setups' packages, and the fonts", async () => {
     assert.equal(await sh('for t in jq unzip zip xz git xsel sar expect vim gio wmctrl; do command -v $t >/dev/null || echo "missing $t"; done'), '');
     assert.match(await sh('pip install pysrt pygame PyMuPDF 2>&1'), /Requirement already satisfied: pysrt/);
     assert.equal((await sh('python -c "import fitz, pysrt, pygame" 2>&1 | grep -v pygame; echo ok')).trim().split('\n').at(-1), 'ok');
@@ -58,7 +65,7 @@ describe('osworld image: the apps, configured as on the VM', () => {
     for (const f of ['Carlito', 'Caladea', 'Liberation Sans Narrow', 'Liberation Serif', 'Noto Sans CJK SC']) assert.ok(fonts.includes(f), `font ${f}`);
   });
 
-  it('opens files with the VM\'s default apps; VLC is the default for mp4 only', async () => {
+  it("opens files with the VM's default apps; VLC is the default for mp4 only", async () => {
     const q = (t: string) => sh(`xdg-mime query default ${t}`).then((x) => x.trim());
     assert.equal(await q('application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'), 'libreoffice-calc.desktop');
     assert.equal(await q('application/vnd.openxmlformats-officedocument.wordprocessingml.document'), 'libreoffice-writer.desktop');
@@ -72,10 +79,12 @@ describe('osworld image: the apps, configured as on the VM', () => {
     assert.equal(String(getters([['default_video_player', {}]]).default_video_player).trim(), 'org.gnome.Totem.desktop');
   });
 
-  it('LibreOffice saves a task\'s .xlsx with Ctrl+S in place: no keep-format dialog (seeded profile)', async () => {
+  it("LibreOffice saves a task's .xlsx with Ctrl+S in place: no keep-format dialog (seeded profile)", async () => {
     // Negative control first, in a profile of LibreOffice's own defaults: the dialog stops the save.
     // Each run on its own file: a killed LibreOffice leaves its lock file (.~lock.NAME#) behind.
-    const ctrlS = (profile: string, name: string) => sh(String.raw`set -e; cd ~; printf 'a,b\n1,2\n' > ${name}.csv
+    const ctrlS = (profile: string, name: string) =>
+      sh(
+        String.raw`set -e; cd ~; printf 'a,b\n1,2\n' > ${name}.csv
 soffice ${profile} --headless --convert-to xlsx ${name}.csv >/dev/null 2>&1; test -s ${name}.xlsx
 setsid -f soffice ${profile} --calc ~/${name}.xlsx >/dev/null 2>&1 </dev/null
 for i in $(seq 180); do wmctrl -l | grep -q ' ${name}.xlsx - LibreOffice Calc$' && break; sleep 1; done; sleep 2
@@ -84,7 +93,9 @@ import pyautogui, time
 pyautogui.hotkey('ctrl', 'home'); pyautogui.press('down', presses=3); pyautogui.typewrite('drumsmark\n', interval=0.02); time.sleep(0.5); pyautogui.hotkey('ctrl', 's')" 2>/dev/null
 for i in $(seq 30); do unzip -p ${name}.xlsx xl/sharedStrings.xml | grep -q drumsmark && break; wmctrl -l | grep -q 'Confirm File Format' && break; sleep 1; done
 wmctrl -l | grep -o 'Confirm File Format' || true; unzip -p ${name}.xlsx xl/sharedStrings.xml | grep -o drumsmark || echo notsaved
-pkill -x soffice.bin; for i in $(seq 30); do pgrep -x soffice.bin >/dev/null || break; sleep 0.5; done`, 300_000);
+pkill -x soffice.bin; for i in $(seq 30); do pgrep -x soffice.bin >/dev/null || break; sleep 0.5; done`,
+        300_000,
+      );
     assert.deepEqual((await ctrlS('-env:UserInstallation=file:///tmp/lo-defaults', 'defaults')).trim().split('\n'), ['Confirm File Format', 'notsaved']);
     assert.deepEqual((await ctrlS('', 'seeded')).trim().split('\n'), ['drumsmark']);
     const xcu = await sh('cat ~/.config/libreoffice/4/user/registrymodifications.xcu');
@@ -108,7 +119,7 @@ pkill -x soffice.bin; for i in $(seq 30); do pgrep -x soffice.bin >/dev/null || 
     assert.match(cfg.text, /^extraintf=http$/m);
   });
 
-  it('Thunderbird\'s window has the VM\'s WM_CLASS Mail.thunderbird, so close_window by class closes it', async () => {
+  it("Thunderbird's window has the VM's WM_CLASS Mail.thunderbird, so close_window by class closes it", async () => {
     await launch('/usr/bin/thunderbird');
     const w = await waitWindow(/Mozilla Thunderbird$/);
     assert.equal(`${w.instance}.${w.className}`, 'Mail.thunderbird');

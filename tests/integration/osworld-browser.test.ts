@@ -10,7 +10,10 @@ import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 // cannot pass by handing its URL to a browser an earlier one started.
 
 const PY = join(ROOT, '.runtime', 'venv', 'bin', 'python');
-interface Osw { serverPort: number; address: string }
+interface Osw {
+  serverPort: number;
+  address: string;
+}
 type S = { id: string; osworld?: Osw };
 
 describe('osworld image: starting the browser', () => {
@@ -24,7 +27,8 @@ describe('osworld image: starting the browser', () => {
     // A page served inside the session (no network), for the URL forms.
     const html = (t: string) => `<html><head><title>${t}</title></head><body>${t}</body></html>`;
     const pages = ['xdg-url', 'xdg-file', 'x-www-browser', 'chromium', 'google-chrome', 'google-chrome-stable', 'desktop-file']
-      .map((n) => `printf '%s' '${html(`drums-probe-${n}`)}' > ~/www/${n}.html`).join(' && ');
+      .map((n) => `printf '%s' '${html(`drums-probe-${n}`)}' > ~/www/${n}.html`)
+      .join(' && ');
     assert.match(await sh(`mkdir -p ~/www && ${pages} && echo ok`), /^ok/);
     const launched = await post('/setup/launch', { command: 'python3 -m http.server 8765 --bind 127.0.0.1 --directory /home/user/www', shell: true });
     assert.equal(launched.status, 200);
@@ -35,7 +39,8 @@ describe('osworld image: starting the browser', () => {
     await d.finish();
   });
 
-  const post = (path: string, body: unknown) => fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (path: string, body: unknown) =>
+    fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const sh = async (command: string): Promise<string> => ((await (await post('/execute', { command, shell: true })).json()) as { output: string }).output;
   async function until(probe: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
     const t0 = Date.now();
@@ -73,7 +78,10 @@ describe('osworld image: starting the browser', () => {
 
   // desktop_env's own getters, unmodified, against the running browser (getters_client.py).
   const getters = (calls: unknown[]): Record<string, unknown> => {
-    const r = spawnSync(PY, [join(ROOT, 'tests/fixtures/osworld/getters_client.py'), s.osworld!.address, JSON.stringify(calls)], { encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(PY, [join(ROOT, 'tests/fixtures/osworld/getters_client.py'), s.osworld!.address, JSON.stringify(calls)], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     const line = r.stdout.split('\n').find((l) => l.startsWith('GETTERS '));
     assert.ok(line, `no getters output; stderr: ${r.stderr.slice(-2000)}`);
     return JSON.parse(line.slice(8)) as Record<string, unknown>;
@@ -82,10 +90,16 @@ describe('osworld image: starting the browser', () => {
   it('passes as Google Chrome: AT-SPI name, window activation, pkill chrome, desktop file, profile paths', async () => {
     await sh('pkill chrome; true');
     await until(async () => (await sh('pgrep chrome || echo none')).trim() === 'none', 'no browser left');
-    assert.equal((await post('/setup/launch', { command: ['google-chrome', '--remote-debugging-port=1337', 'http://127.0.0.1:8765/google-chrome.html'] })).status, 200);
+    assert.equal(
+      (await post('/setup/launch', { command: ['google-chrome', '--remote-debugging-port=1337', 'http://127.0.0.1:8765/google-chrome.html'] })).status,
+      200,
+    );
     await until(async () => (await sh('wmctrl -l')).includes('drums-probe-google-chrome'), 'the browser window');
     // The accessibility tree names the browser as tasks select it, and desktop_env's getter finds its address bar.
-    await until(async () => /<application name="Google Chrome"/.test(((await (await fetch(base + '/accessibility')).json()) as { AT: string }).AT), 'Google Chrome on AT-SPI');
+    await until(
+      async () => /<application name="Google Chrome"/.test(((await (await fetch(base + '/accessibility')).json()) as { AT: string }).AT),
+      'Google Chrome on AT-SPI',
+    );
     const g = getters([['active_url_from_accessTree', { goto_prefix: 'http://' }]]);
     assert.equal(g.active_url_from_accessTree, 'http://127.0.0.1:8765/google-chrome.html');
     // activate_window "Google Chrome" (28 task steps) raises the browser over another window.
@@ -98,11 +112,15 @@ describe('osworld image: starting the browser', () => {
     assert.match(await sh('pgrep -c chrome'), /^[1-9]/);
     await sh('pkill chrome');
     await until(async () => (await sh('pgrep chrome || echo none')).trim() === 'none', 'pkill chrome to end the browser');
-    await sh(`jq '.default_search_provider_data.template_url_data.short_name = "DrumsSearch"' ~/.config/google-chrome/Default/Preferences > /tmp/p && mv /tmp/p ~/.config/google-chrome/Default/Preferences`);
+    await sh(
+      `jq '.default_search_provider_data.template_url_data.short_name = "DrumsSearch"' ~/.config/google-chrome/Default/Preferences > /tmp/p && mv /tmp/p ~/.config/google-chrome/Default/Preferences`,
+    );
     assert.equal(getters([['default_search_engine', {}]]).default_search_engine, 'DrumsSearch');
     assert.equal((await sh('grep ^Exec= /usr/share/applications/google-chrome.desktop')).trim(), 'Exec=/usr/bin/google-chrome-stable %U');
-    assert.equal((await sh('readlink -f /usr/bin/google-chrome-stable /usr/bin/google-chrome /usr/bin/x-www-browser')).trim().split('\n').join(' '),
-      '/opt/google/chrome/google-chrome /opt/google/chrome/google-chrome /opt/google/chrome/google-chrome');
+    assert.equal(
+      (await sh('readlink -f /usr/bin/google-chrome-stable /usr/bin/google-chrome /usr/bin/x-www-browser')).trim().split('\n').join(' '),
+      '/opt/google/chrome/google-chrome /opt/google/chrome/google-chrome /opt/google/chrome/google-chrome',
+    );
     // Not faked: the guest reports its real architecture (getters switch to snap paths on ARM).
     assert.equal((await sh('uname -m')).trim(), spawnSync('uname', ['-m'], { encoding: 'utf8' }).stdout.trim());
   });

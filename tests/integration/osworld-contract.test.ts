@@ -8,7 +8,14 @@ import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
 // real PythonController and SetupController, plus the error shapes and isolation.
 const PY = join(ROOT, '.runtime', 'venv', 'bin', 'python');
 
-interface Osw { host: string; serverPort: number; chromiumPort: number; vncPort: number; vlcPort: number; address: string }
+interface Osw {
+  host: string;
+  serverPort: number;
+  chromiumPort: number;
+  vncPort: number;
+  vlcPort: number;
+  address: string;
+}
 type S = { id: string; state: string; screen: { width: number; height: number }; osworld?: Osw; brokenReason?: string };
 
 describe('osworld guest contract (osworld image)', () => {
@@ -25,7 +32,8 @@ describe('osworld guest contract (osworld image)', () => {
     await d.finish();
   });
 
-  const post = (path: string, body: unknown) => fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (path: string, body: unknown) =>
+    fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
   it('reports a docker-style endpoint and a 1920x1080 default screen', () => {
     assert.deepEqual(s.screen, { width: 1920, height: 1080, depth: 24 });
@@ -69,7 +77,7 @@ describe('osworld guest contract (osworld image)', () => {
     assert.equal(rep.download_missing, 500);
   });
 
-  it('answers bad input with the contract\'s own error shapes', async () => {
+  it("answers bad input with the contract's own error shapes", async () => {
     assert.equal((await fetch(base + '/')).status, 404);
     assert.equal((await fetch(base + '/execute')).status, 405);
     let r = await post('/execute', { command: 42 });
@@ -109,7 +117,10 @@ describe('osworld guest contract (osworld image)', () => {
     r = await post('/run_python', {});
     assert.deepEqual([r.status, await r.json()], [400, { status: 'error', message: 'Code not supplied!' }]);
     r = await post('/run_bash_script', { script: 'true', working_dir: '/no/such/dir' });
-    assert.deepEqual([r.status, await r.json()], [400, { status: 'error', output: 'Working directory does not exist: /no/such/dir', error: '', returncode: -1 }]);
+    assert.deepEqual(
+      [r.status, await r.json()],
+      [400, { status: 'error', output: 'Working directory does not exist: /no/such/dir', error: '', returncode: -1 }],
+    );
     r = await fetch(base + '/window_size', { method: 'POST', body: new URLSearchParams({}) });
     assert.deepEqual([r.status, await r.json()], [400, { error: 'app_class_name is required' }]);
     r = await post('/end_recording', {});
@@ -126,24 +137,41 @@ describe('osworld guest contract (osworld image)', () => {
     // of the test's own that opens nothing (the user's mimeapps.list wins over the image's), instead
     // of depending on which handlers or browser fallbacks the image happens to have.
     const handler = '[Desktop Entry]\\nType=Application\\nName=No window\\nExec=true %%f\\nMimeType=text/plain;\\n';
-    const setup = await post('/execute', { command: 'mkdir -p ~/.local/share/applications ~/.config'
-      + ` && printf '${handler}' > ~/.local/share/applications/drums-no-window.desktop`
-      + ' && cp -f ~/.config/mimeapps.list ~/.config/mimeapps.list.drums-test 2>/dev/null; xdg-mime default drums-no-window.desktop text/plain'
-      + ' && echo text > ~/never-a-window.txt && xdg-mime query filetype ~/never-a-window.txt && xdg-mime query default text/plain', shell: true });
+    const setup = await post('/execute', {
+      command:
+        'mkdir -p ~/.local/share/applications ~/.config' +
+        ` && printf '${handler}' > ~/.local/share/applications/drums-no-window.desktop` +
+        ' && cp -f ~/.config/mimeapps.list ~/.config/mimeapps.list.drums-test 2>/dev/null; xdg-mime default drums-no-window.desktop text/plain' +
+        ' && echo text > ~/never-a-window.txt && xdg-mime query filetype ~/never-a-window.txt && xdg-mime query default text/plain',
+      shell: true,
+    });
     assert.equal(((await setup.json()) as { output: string }).output, 'text/plain\ndrums-no-window.desktop\n');
     try {
       const ac = new AbortController();
       const t0 = Date.now();
-      const p = fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 60 }), signal: ac.signal });
+      const p = fetch(base + '/setup/open_file', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 60 }),
+        signal: ac.signal,
+      });
       void p.catch(() => {});
-      const r = await fetch(base + '/setup/open_file', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 2 }) });
+      const r = await fetch(base + '/setup/open_file', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: '~/never-a-window.txt', timeout: 2 }),
+      });
       assert.equal(r.status, 500);
       assert.match(await r.text(), /within 2 seconds/);
       ac.abort();
       assert.ok(Date.now() - t0 < 20_000);
     } finally {
-      await post('/execute', { command: 'rm -f ~/.local/share/applications/drums-no-window.desktop ~/never-a-window.txt ~/.config/mimeapps.list'
-        + ' && { mv -f ~/.config/mimeapps.list.drums-test ~/.config/mimeapps.list 2>/dev/null || true; }', shell: true });
+      await post('/execute', {
+        command:
+          'rm -f ~/.local/share/applications/drums-no-window.desktop ~/never-a-window.txt ~/.config/mimeapps.list' +
+          ' && { mv -f ~/.config/mimeapps.list.drums-test ~/.config/mimeapps.list 2>/dev/null || true; }',
+        shell: true,
+      });
     }
   });
 
@@ -155,15 +183,29 @@ describe('osworld guest contract (osworld image)', () => {
     assert.equal((await launch(['socat', 'tcp-listen:9222,fork', 'tcp:localhost:1337'])).status, 200);
     let version: { Browser?: string } = {};
     for (let i = 0; i < 120 && !version.Browser; i++) {
-      try { version = await (await fetch(`http://127.0.0.1:${s.osworld!.chromiumPort}/json/version`)).json() as { Browser?: string }; } catch { /* not up yet */ }
+      try {
+        version = (await (await fetch(`http://127.0.0.1:${s.osworld!.chromiumPort}/json/version`)).json()) as { Browser?: string };
+      } catch {
+        /* not up yet */
+      }
       if (!version.Browser) await new Promise((r) => setTimeout(r, 500));
     }
     assert.match(version.Browser ?? '', /Chrome/);
   });
 
-  it('refuses local users other than the daemon\'s (peer uid check)', () => {
-    const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', PY, '-c',
-      `import urllib.request,sys\ntry:\n  urllib.request.urlopen('${base}/platform', timeout=5); print('ALLOWED')\nexcept Exception as e: print('REFUSED', e)`], { encoding: 'utf8' });
+  it("refuses local users other than the daemon's (peer uid check)", () => {
+    const r = spawnSync(
+      'setpriv',
+      [
+        '--reuid=65534',
+        '--regid=65534',
+        '--clear-groups',
+        PY,
+        '-c',
+        `import urllib.request,sys\ntry:\n  urllib.request.urlopen('${base}/platform', timeout=5); print('ALLOWED')\nexcept Exception as e: print('REFUSED', e)`,
+      ],
+      { encoding: 'utf8' },
+    );
     assert.match(r.stdout, /^REFUSED/, r.stderr);
   });
 
@@ -172,13 +214,26 @@ describe('osworld guest contract (osworld image)', () => {
     const tb = `http://127.0.0.1:${t.osworld!.serverPort}`;
     assert.notEqual(t.osworld!.serverPort, s.osworld!.serverPort);
     await post('/execute', { command: 'echo one > ~/who', shell: true });
-    const other = await (await fetch(tb + '/execute', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ command: 'cat ~/who || echo none', shell: true }) })).json() as { output: string };
+    const other = (await (
+      await fetch(tb + '/execute', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ command: 'cat ~/who || echo none', shell: true }),
+      })
+    ).json()) as { output: string };
     assert.equal(other.output, 'none\n');
     const size = await (await fetch(tb + '/screen_size', { method: 'POST' })).json();
     assert.deepEqual(size, { width: 1024, height: 768 });
-    await fetch(tb + '/execute', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ command: 'pkill Xvfb', shell: true }) });
+    await fetch(tb + '/execute', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ command: 'pkill Xvfb', shell: true }),
+    });
     let state = '';
-    for (let i = 0; i < 40 && state !== 'broken'; i++) { state = (await d.client.getSession(t.id)).state; if (state !== 'broken') await new Promise((r) => setTimeout(r, 250)); }
+    for (let i = 0; i < 40 && state !== 'broken'; i++) {
+      state = (await d.client.getSession(t.id)).state;
+      if (state !== 'broken') await new Promise((r) => setTimeout(r, 250));
+    }
     assert.equal(state, 'broken');
     assert.equal((await fetch(tb + '/screenshot')).status, 503);
     assert.equal((await fetch(base + '/screenshot')).status, 200);
@@ -191,4 +246,3 @@ describe('osworld guest contract (osworld image)', () => {
     await assert.rejects(fetch(tb + '/platform'));
   });
 });
-

@@ -10,22 +10,36 @@ import { startDaemon, type TestDaemon } from '../helpers.ts';
 // before acting (a 1.0 would be a broken environment, not a pass). Tasks that need the internet are
 // refused at once, per task. The `os` domain has its own test (osworld-tasks.test.ts).
 const TASKS = process.env.DRUMS_OSWORLD_TASKS_ROOT ?? '/work/shared/osworld-tasks';
-const DOMAINS = (process.env.DRUMS_OSWORLD_DOMAINS ?? 'chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps').split(',');
+const DOMAINS = (process.env.DRUMS_OSWORLD_DOMAINS ?? 'chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps').split(
+  ',',
+);
 const REFUSED = /^needs the internet|that are not in the asset cache|lacks the app/;
 const NEWER_DESKTOP_ENV = /module 'desktop_env\.evaluators\.(getters|metrics)' has no attribute/;
 /** Tasks whose files need no network but whose instruction does (osworld-domains.md §3.2); they are not judged here. */
-const WEB_BY_INSTRUCTION = new Map([['bba3381f', 'VLC streams an Apple CDN m3u8; its getter reads VLC\'s status right after setup']]);
+const WEB_BY_INSTRUCTION = new Map([['bba3381f', "VLC streams an Apple CDN m3u8; its getter reads VLC's status right after setup"]]);
 type Result = {
-  task: string; file: string; setup_ok: boolean; score: number | null; error: string | null; seconds: number;
-  apps?: string[]; windows?: Array<{ title: string; className: string }>; missing_windows?: string[];
+  task: string;
+  file: string;
+  setup_ok: boolean;
+  score: number | null;
+  error: string | null;
+  seconds: number;
+  apps?: string[];
+  windows?: Array<{ title: string; className: string }>;
+  missing_windows?: string[];
 };
 
 describe('osworld app domains on Drums', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
   let d: TestDaemon;
   let tmp: string;
   // A loaded 2-core machine starts LibreOffice or Chrome slowly: wait up to 300 s for each task's app windows (under a load average of 70 here, LibreOffice took over 120 s to map a window).
-  before(async () => { d = await startDaemon({ DRUMS_OSWORLD_WINDOW_WAIT: '300' }); tmp = mkdtempSync('/tmp/drums-oswd-'); });
-  after(async () => { await d.finish(); });
+  before(async () => {
+    d = await startDaemon({ DRUMS_OSWORLD_WINDOW_WAIT: '300' });
+    tmp = mkdtempSync('/tmp/drums-oswd-');
+  });
+  after(async () => {
+    await d.finish();
+  });
 
   it('every task runnable here sets up, shows its apps and scores 0.0 before acting', async () => {
     const dirs = DOMAINS.map((x) => join(TASKS, x));
@@ -49,7 +63,10 @@ describe('osworld app domains on Drums', { skip: !existsSync(TASKS) && `no task 
     for (const x of ran) {
       const dom = x.file.split('/').at(-2);
       if (!x.setup_ok) problems.push(`${dom}/${x.task}: setup failed: ${x.error}`);
-      else if (x.missing_windows?.length) problems.push(`${dom}/${x.task}: no window for ${x.missing_windows.join(', ')} (windows: ${x.windows?.map((w) => `${w.title} [${w.className}]`).join('; ')})`);
+      else if (x.missing_windows?.length)
+        problems.push(
+          `${dom}/${x.task}: no window for ${x.missing_windows.join(', ')} (windows: ${x.windows?.map((w) => `${w.title} [${w.className}]`).join('; ')})`,
+        );
       else if (x.score !== 0) problems.push(`${dom}/${x.task}: scored ${x.score} before acting (${x.error})`);
     }
     assert.deepEqual(problems, []);

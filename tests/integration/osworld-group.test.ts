@@ -10,13 +10,24 @@ const ORACLE = join(ROOT, 'tests/fixtures/osworld/oracle-os.json');
 // Setups that write files the evaluator checks: a directory on the Desktop, a gsettings (dconf) value.
 const IDS = ['e0df059f-28a6-4169-924f-b9623e7184cc', 'a4d98375-215b-4a4d-aee9-3d4370fccc41'];
 type Member = { origin: string; fork_mode?: string; session: string; score: number | null; error: string | null };
-type Result = { task: string; setup_ok: boolean; score: number | null; error: string | null; group: { size: number; setups: number; forks: number; members: Member[] } };
+type Result = {
+  task: string;
+  setup_ok: boolean;
+  score: number | null;
+  error: string | null;
+  group: { size: number; setups: number; forks: number; members: Member[] };
+};
 
 describe('osworld GRPO groups', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
   let d: TestDaemon;
   let tmp: string;
-  before(async () => { d = await startDaemon(); tmp = mkdtempSync('/tmp/drums-oswg-'); });
-  after(async () => { await d.finish(); });
+  before(async () => {
+    d = await startDaemon();
+    tmp = mkdtempSync('/tmp/drums-oswg-');
+  });
+  after(async () => {
+    await d.finish();
+  });
 
   const run = (args: string[]): Result[] => {
     const out = join(tmp, `out-${Math.random().toString(16).slice(2)}.json`);
@@ -30,12 +41,18 @@ describe('osworld GRPO groups', { skip: !existsSync(TASKS) && `no task data at $
     const files = IDS.map((id) => join(TASKS, `${id}.json`));
     const acted = run([...files, '--group', '3', '--oracle', ORACLE]);
     const idle = run([files[0]!, '--group', '2']);
-    for (const [results, want] of [[acted, 1], [idle, 0]] as const) {
+    for (const [results, want] of [
+      [acted, 1],
+      [idle, 0],
+    ] as const) {
       for (const x of results) {
         assert.equal(x.setup_ok, true, `${x.task}: ${x.error}`);
         assert.equal(x.error, null, `${x.task}: ${x.error}`);
         assert.deepEqual([x.group.setups, x.group.forks, x.group.members.length], [1, x.group.size - 1, x.group.size]);
-        assert.deepEqual(x.group.members.map((m) => m.origin), ['setup', ...Array(x.group.size - 1).fill('fork')]);
+        assert.deepEqual(
+          x.group.members.map((m) => m.origin),
+          ['setup', ...Array(x.group.size - 1).fill('fork')],
+        );
         assert.equal(new Set(x.group.members.map((m) => m.session)).size, x.group.size);
         for (const m of x.group.members) {
           assert.equal(m.score, want, `${x.task} ${m.origin} ${m.session}: score ${m.score} (${m.error})`);

@@ -13,14 +13,23 @@ type Result = { task: string; setup_ok: boolean; score: number | null; error: st
 describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
   let d: TestDaemon;
   let tmp: string;
-  before(async () => { d = await startDaemon(); tmp = mkdtempSync('/tmp/drums-osw-'); });
+  before(async () => {
+    d = await startDaemon();
+    tmp = mkdtempSync('/tmp/drums-osw-');
+  });
   after(async () => {
     await d.finish();
   });
 
   const run = (args: string[]) => {
     const r = d.cli(['osworld', 'run', ...args]);
-    const out = existsSync(join(tmp, 'out.json')) ? (JSON.parse(readFileSync(join(tmp, 'out.json'), 'utf8')) as { schemaVersion: number; config: { parallel: number }; results: { summary: { tasks: number; wall_seconds: number }; tasks: Result[] } }) : undefined;
+    const out = existsSync(join(tmp, 'out.json'))
+      ? (JSON.parse(readFileSync(join(tmp, 'out.json'), 'utf8')) as {
+          schemaVersion: number;
+          config: { parallel: number };
+          results: { summary: { tasks: number; wall_seconds: number }; tasks: Result[] };
+        })
+      : undefined;
     if (out) {
       assert.equal(out.schemaVersion, 1);
       assert.equal(out.results.summary.tasks, out.results.tasks.length);
@@ -59,7 +68,10 @@ describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task dat
 
   it('malformed tasks and unknown setup types are reported per task; the daemon carries on', async () => {
     writeFileSync(join(tmp, 'bad.json'), '{"id": "bad", ');
-    writeFileSync(join(tmp, 'unknown.json'), JSON.stringify({ id: 'unknown-setup', instruction: 'x', config: [{ type: 'frobnicate', parameters: {} }], evaluator: { func: 'infeasible' } }));
+    writeFileSync(
+      join(tmp, 'unknown.json'),
+      JSON.stringify({ id: 'unknown-setup', instruction: 'x', config: [{ type: 'frobnicate', parameters: {} }], evaluator: { func: 'infeasible' } }),
+    );
     const r = run([join(tmp, 'bad.json'), join(tmp, 'unknown.json'), '--out', join(tmp, 'out.json')]);
     assert.equal(r.status, 0, r.stderr);
     const [bad, unk] = r.results;

@@ -30,10 +30,16 @@ describe('warm pools', () => {
   before(async () => {
     d = await startDaemon({ DRUMS_POOLS: JSON.stringify({ mini: { size: 2, template: { image: 'minimal', labels: { team: 'rl' } } } }) });
   });
-  after(async () => { await d.finish(); });
+  after(async () => {
+    await d.finish();
+  });
 
   it('fills a configured pool in the background; ready sessions are invisible until claimed', async () => {
-    const p = await until('pool mini to fill', () => d.client.getPool('mini'), (v) => v.ready === 2);
+    const p = await until(
+      'pool mini to fill',
+      () => d.client.getPool('mini'),
+      (v) => v.ready === 2,
+    );
     assert.equal(p.source, 'config');
     assert.equal(p.size, 2);
     assert.deepEqual(await d.client.listSessions(), []);
@@ -47,7 +53,10 @@ describe('warm pools', () => {
       assert.equal(s.generation, 1);
       assert.match(s.attempt.token, /^[0-9a-f-]{36}$/);
       assert.deepEqual(s.labels, { team: 'rl', run: 'a', 'drums.pool': 'mini' });
-      assert.deepEqual((await d.client.listSessions()).map((x) => x.id), [s.id]);
+      assert.deepEqual(
+        (await d.client.listSessions()).map((x) => x.id),
+        [s.id],
+      );
       assert.equal((await d.client.exec(s.id, { argv: ['id', '-u'] })).stdout.trim(), '1000');
       await d.client.exec(s.id, { shell: 'echo secret > /home/user/marker' });
       const r = await d.client.releaseSession(s.id, { mode: 'reset' });
@@ -101,7 +110,11 @@ describe('warm pools', () => {
   });
 
   it('a create whose spec equals a pool template is served from the pool', async () => {
-    await until('pool mini to refill', () => d.client.getPool('mini'), (v) => v.ready >= 1);
+    await until(
+      'pool mini to refill',
+      () => d.client.getPool('mini'),
+      (v) => v.ready >= 1,
+    );
     const res = await d.client.request('POST', '/v1/sessions', { image: 'minimal', labels: { team: 'rl' } });
     const s = (await res.json()) as { id: string; labels: Record<string, string> };
     try {
@@ -137,7 +150,10 @@ describe('warm pools', () => {
       const e = await apiError(p());
       assert.deepEqual([e.status, e.code], [status, code], e.message);
     }
-    assert.deepEqual((await d.client.listPools()).map((p) => p.name), ['mini']);
+    assert.deepEqual(
+      (await d.client.listPools()).map((p) => p.name),
+      ['mini'],
+    );
     assert.deepEqual(await d.client.listSessions(), []);
   });
 
@@ -154,7 +170,11 @@ describe('warm pools', () => {
 
   it('shrinking a pool destroys its surplus ready sessions', async () => {
     await d.client.putPool('mini', { size: 0, template: { image: 'minimal', labels: { team: 'rl' } } });
-    const p = await until('pool mini to empty', () => d.client.getPool('mini'), (v) => v.ready === 0 && v.creating === 0);
+    const p = await until(
+      'pool mini to empty',
+      () => d.client.getPool('mini'),
+      (v) => v.ready === 0 && v.creating === 0,
+    );
     assert.equal(p.size, 0);
   });
 });

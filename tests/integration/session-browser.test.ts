@@ -17,12 +17,14 @@ async function colourShare(png: Buffer, rgb: [number, number, number], tol = 12)
 
 describe('Chromium in a session', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon(); });
+  before(async () => {
+    d = await startDaemon();
+  });
   after(async () => {
     await d.finish();
   });
 
-  it('`drums session create --url` shows Chromium on the session\'s own display', async () => {
+  it("`drums session create --url` shows Chromium on the session's own display", async () => {
     // Two sessions with different page colours: each screenshot shows only its own.
     const page = (hex: string, label: string) => `data:text/html,<body style="background:%23${hex};margin:0"><h1>${label}</h1></body>`;
     const c1 = d.cli(['session', 'create', '--url', page('2e8b57', 'one'), '--json']);
@@ -37,7 +39,9 @@ describe('Chromium in a session', () => {
       const wins = await d.client.exec(s1.id, { shell: 'xdotool search --onlyvisible --class chromium | head -1' });
       assert.match(wins.stdout, /^\d+/);
       // The page paints shortly after the window maps: poll screenshots (bounded) until it shows.
-      let share1 = 0, share2 = 0, png1 = Buffer.alloc(0);
+      let share1 = 0,
+        share2 = 0,
+        png1 = Buffer.alloc(0);
       for (let i = 0; i < 60 && (share1 < 0.3 || share2 < 0.3); i++) {
         assert.equal(d.cli(['session', 'screenshot', s1.id, '-o', join(dir, '1.png')]).status, 0);
         assert.equal(d.cli(['session', 'screenshot', s2.id, '-o', join(dir, '2.png')]).status, 0);

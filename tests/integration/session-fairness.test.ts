@@ -20,10 +20,14 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 30_
 // CPU and memory fairness: the daemon's own cgroup, default CPU quota, OOM inside one session only, PSI in /metrics.
 describe('CPU and memory fairness', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon(); });
-  after(async () => { await d.finish(); });
+  before(async () => {
+    d = await startDaemon();
+  });
+  after(async () => {
+    await d.finish();
+  });
 
-  it('the daemon runs in a CPU cgroup of its own with twice the sessions\' weight', () => {
+  it("the daemon runs in a CPU cgroup of its own with twice the sessions' weight", () => {
     const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
     const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
     if (v2) {

@@ -56,7 +56,13 @@ describe('isolation between two sessions', () => {
   it('no host path shows inside a session (mountinfo, mounts, cgroup)', async () => {
     const r = await exec(a, 'cat /proc/self/mountinfo /proc/mounts /proc/self/cgroup', true);
     for (const leak of [d.stateDir, '/var/lib/drums', '/work/', '/var/tmp', '/root']) {
-      assert.ok(!r.stdout.includes(leak), `'${leak}' visible in the session:\n${r.stdout.split('\n').filter((l) => l.includes(leak)).join('\n')}`);
+      assert.ok(
+        !r.stdout.includes(leak),
+        `'${leak}' visible in the session:\n${r.stdout
+          .split('\n')
+          .filter((l) => l.includes(leak))
+          .join('\n')}`,
+      );
     }
     assert.match(r.stdout, /lowerdir=lower,upperdir=disk\/upper,workdir=disk\/work/);
   });
@@ -86,14 +92,20 @@ describe('isolation between two sessions', () => {
   it('sessions cannot reach each other over the network', async () => {
     const port = 18000 + Math.floor(Math.random() * 1000);
     const listen = d.client.exec(b.id, { shell: `timeout 8 python3 -m http.server ${port} --bind 0.0.0.0 >/dev/null 2>&1; true`, timeoutMs: 20_000 });
-    await exec(b, `for i in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', ${port}), 0.2)" 2>/dev/null && break; sleep 0.1; done`);
-    const probe = await exec(a, `python3 -c "
+    await exec(
+      b,
+      `for i in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', ${port}), 0.2)" 2>/dev/null && break; sleep 0.1; done`,
+    );
+    const probe = await exec(
+      a,
+      `python3 -c "
 import socket
 for host in ['${b.network.address}', '${b.network.gateway}']:
     try:
         socket.create_connection((host, ${port}), 1.5); print(host, 'OPEN')
     except Exception as e: print(host, 'blocked', type(e).__name__)
-"`);
+"`,
+    );
     assert.doesNotMatch(probe.stdout, /OPEN/, probe.stdout);
     assert.equal((probe.stdout.match(/blocked/g) ?? []).length, 2, probe.stdout + probe.stderr);
     await listen;
@@ -138,7 +150,7 @@ print('ksm', 'ok' if libc.prctl(67, 1, 0, 0, 0) == 0 else errno.errorcode[ctypes
     assert.match(nnp.stdout, /Seccomp:\s+2/);
   });
 
-  it('killing one session\'s processes leaves the other working', async () => {
+  it("killing one session's processes leaves the other working", async () => {
     await exec(a, 'kill -9 -1', true).catch(() => {});
     // B still answers and its X server is alive.
     const x = await exec(b, 'xdpyinfo | grep -c dimensions');

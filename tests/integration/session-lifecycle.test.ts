@@ -6,7 +6,9 @@ import { assertClean, removeStateDir, residue, startDaemon, type TestDaemon } fr
 // Lifecycle, bad input and failure injection on the `minimal` image (fast).
 describe('session lifecycle (minimal image)', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon({ DRUMS_TEST_HOOKS: '1' }); });
+  before(async () => {
+    d = await startDaemon({ DRUMS_TEST_HOOKS: '1' });
+  });
   after(async () => {
     await d.finish();
   });
@@ -47,7 +49,10 @@ describe('session lifecycle (minimal image)', () => {
     const { id } = JSON.parse(created.stdout) as { id: string };
     try {
       const ls = JSON.parse(d.cli(['session', 'ls', '--json']).stdout) as { id: string }[];
-      assert.deepEqual(ls.map((x) => x.id), [id]);
+      assert.deepEqual(
+        ls.map((x) => x.id),
+        [id],
+      );
       const got = JSON.parse(d.cli(['session', 'get', id, '--json']).stdout) as { id: string; state: string };
       assert.equal(got.state, 'ready');
       const ex = d.cli(['session', 'exec', id, '--', 'sh', '-c', 'echo hi; exit 3']);
@@ -65,7 +70,10 @@ describe('session lifecycle (minimal image)', () => {
     const s = await d.client.createSession({ image: 'minimal', memoryMb: 512, pids: 200, cpus: 0.5 });
     try {
       // Read through the session's own cgroup namespace: v1 controllers or the v2 unified files.
-      const r = await d.client.exec(s.id, { shell: 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max' });
+      const r = await d.client.exec(s.id, {
+        shell:
+          'cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max',
+      });
       const out = r.stdout.trim().split('\n');
       assert.equal(out[0], String(512 * 1024 * 1024));
       assert.equal(out[1], '200');

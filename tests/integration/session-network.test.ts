@@ -37,11 +37,12 @@ describe('network policy', () => {
     const r = await d.client.exec(s.id, { argv: ['timeout', '2', 'bash', '-c', `exec 3<>/dev/tcp/${host}/${p}`], timeoutMs: 10_000 });
     return r.exitCode === 0 ? 'open' : 'blocked';
   };
-  const listenHost = (addr: string, p: number) => new Promise<void>((res, rej) => {
-    const srv = createServer((sock) => sock.end()).listen(p, addr, () => res());
-    srv.on('error', rej);
-    hostServers.push(srv);
-  });
+  const listenHost = (addr: string, p: number) =>
+    new Promise<void>((res, rej) => {
+      const srv = createServer((sock) => sock.end()).listen(p, addr, () => res());
+      srv.on('error', rej);
+      hostServers.push(srv);
+    });
 
   before(async () => {
     // The fake world: a namespace holding every target address, routed via the host.
@@ -63,7 +64,9 @@ describe('network policy', () => {
       try {
         execFileSync('timeout', ['1', 'bash', '-c', `exec 3<>/dev/tcp/${FAKE.public}/${port}`]);
         break;
-      } catch { await new Promise((r) => setTimeout(r, 100)); }
+      } catch {
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
     d = await startDaemon();
     open = await d.client.createSession({ image: 'minimal', egress: true, hostPorts: [port] });
@@ -75,7 +78,11 @@ describe('network policy', () => {
   });
 
   after(async () => {
-    const quiet = (f: () => unknown) => { try { f(); } catch {} };
+    const quiet = (f: () => unknown) => {
+      try {
+        f();
+      } catch {}
+    };
     for (const s of hostServers) s.close();
     if (d) {
       for (const s of [open, closed]) if (s) await d.client.destroySession(s.id).catch(() => {});

@@ -14,13 +14,17 @@ function loopsUnder(dir: string): string[] {
   const list = out.trim() ? (JSON.parse(out) as { loopdevices: { name: string; 'back-file': string }[] }).loopdevices : [];
   // (A deleted image's loop held only by another process's private mount namespace is not ours: see helpers.residue.)
   const mounted = readFileSync('/proc/self/mountinfo', 'utf8');
-  return list.filter((l) => l['back-file'].startsWith(dir + '/') && (!l['back-file'].endsWith(' (deleted)') || mounted.includes(` ${l.name} `))).map((l) => l.name);
+  return list
+    .filter((l) => l['back-file'].startsWith(dir + '/') && (!l['back-file'].endsWith(' (deleted)') || mounted.includes(` ${l.name} `)))
+    .map((l) => l.name);
 }
 
 // Disk quota: each session's writable layer is its own filesystem of diskMb.
 describe('session disk quota and admission', () => {
   let d: TestDaemon;
-  before(async () => { d = await startDaemon(); });
+  before(async () => {
+    d = await startDaemon();
+  });
   after(async () => {
     await d.finish();
     assert.deepEqual(loopsUnder(d.stateDir), []);
@@ -36,7 +40,10 @@ describe('session disk quota and admission', () => {
       const size = Number(df.stdout.trim());
       assert.ok(size > 100 * MiB && size <= 128 * MiB, `df / shows ${size} bytes`);
       // Fill it: dd stops with ENOSPC near the quota.
-      const fill = await d.client.exec(a.id, { shell: 'dd if=/dev/zero of=/home/user/fill bs=1M count=400 2>&1; stat -c %s /home/user/fill', timeoutMs: 60_000 });
+      const fill = await d.client.exec(a.id, {
+        shell: 'dd if=/dev/zero of=/home/user/fill bs=1M count=400 2>&1; stat -c %s /home/user/fill',
+        timeoutMs: 60_000,
+      });
       assert.match(fill.stdout, /No space left on device/);
       const written = Number(fill.stdout.trim().split('\n').pop());
       assert.ok(written > 100 * MiB && written <= 128 * MiB, `wrote ${written} bytes`);
@@ -88,7 +95,10 @@ describe('session disk quota and admission', () => {
 
 describe('admission refuses creates the host cannot take', () => {
   it('503 insufficient_disk below the disk reserve, 503 insufficient_memory below the memory reserve, nothing made', async () => {
-    for (const [env, code] of [[{ DRUMS_DISK_RESERVE_MB: String(2 ** 40) }, 'insufficient_disk'], [{ DRUMS_MEMORY_RESERVE_MB: String(2 ** 30) }, 'insufficient_memory']] as const) {
+    for (const [env, code] of [
+      [{ DRUMS_DISK_RESERVE_MB: String(2 ** 40) }, 'insufficient_disk'],
+      [{ DRUMS_MEMORY_RESERVE_MB: String(2 ** 30) }, 'insufficient_memory'],
+    ] as const) {
       const dd = await startDaemon(env);
       try {
         await assert.rejects(dd.client.createSession({ image: 'minimal' }), (e: DrumsApiError) => e.status === 503 && e.code === code);

@@ -27,18 +27,31 @@ async function died(d: TestDaemon): Promise<void> {
 describe('daemon restart', () => {
   let d: TestDaemon;
   let env: NodeJS.ProcessEnv;
-  const restart = async () => { d = await startDaemon(env); };
+  const restart = async () => {
+    d = await startDaemon(env);
+  };
   before(async () => {
     d = await startDaemon({ DRUMS_TEST_HOOKS: '1' });
     env = { DRUMS_TEST_HOOKS: '1', DRUMS_STATE_DIR: d.stateDir, DRUMS_INSTANCE: d.instance, DRUMS_TOKEN: d.token };
   });
-  after(async () => { await d.finish(); });
+  after(async () => {
+    await d.finish();
+  });
 
   /** Exactly the objects of `n` sessions are on the host. */
   const assertObjects = (n: number) => {
     const r = residue(d.instance, d.stateDir);
     assert.deepEqual(
-      { netns: r.netns.length, links: r.links.length, mounts: r.mounts.length, loops: r.loops.length, claims: r.claims.length, sessionDirs: r.sessionDirs.length, containers: r.containers.length, cgroups: new Set(r.cgroups.map((c) => c.split('/').pop())).size },
+      {
+        netns: r.netns.length,
+        links: r.links.length,
+        mounts: r.mounts.length,
+        loops: r.loops.length,
+        claims: r.claims.length,
+        sessionDirs: r.sessionDirs.length,
+        containers: r.containers.length,
+        cgroups: new Set(r.cgroups.map((c) => c.split('/').pop())).size,
+      },
       { netns: n, links: n, mounts: 3 * n, loops: n, claims: n, sessionDirs: n, containers: n, cgroups: n },
     );
   };
@@ -76,7 +89,10 @@ describe('daemon restart', () => {
       await assert.rejects(d.client.createSession({ image: 'minimal', labels: { 'drums.test.killAtStep': step } }));
       await died(d);
       await restart();
-      assert.deepEqual((await d.client.listSessions()).map((s) => [s.id, s.attempt.token]), before);
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => [s.id, s.attempt.token]),
+        before,
+      );
       assertObjects(before.length);
     });
   }
@@ -100,7 +116,10 @@ describe('daemon restart', () => {
     await killDaemon(d);
     writeFileSync(join(d.stateDir, 'sessions', c.id, 'session.json'), '{"id": "trunc');
     await restart();
-    assert.deepEqual((await d.client.listSessions()).map((s) => s.id), keep);
+    assert.deepEqual(
+      (await d.client.listSessions()).map((s) => s.id),
+      keep,
+    );
     const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
     assert.match(t.terminations.find((x) => x.id === c.id)?.reason ?? '', /unreadable record/);
     assertObjects(keep.length);
@@ -113,7 +132,10 @@ describe('daemon restart', () => {
     await d.stop();
     assertObjects(ids.length);
     await restart();
-    assert.deepEqual((await d.client.listSessions()).map((s) => s.id), ids);
+    assert.deepEqual(
+      (await d.client.listSessions()).map((s) => s.id),
+      ids,
+    );
   });
 });
 

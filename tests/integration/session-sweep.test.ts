@@ -9,10 +9,7 @@ describe('sweep after a killed daemon', () => {
   it('kill -9 of the daemon, then `drums sweep`, leaves nothing of the instance', async () => {
     const d = await startDaemon();
     try {
-      await Promise.all([
-        d.client.createSession({ image: 'minimal' }),
-        d.client.createSession({ image: 'minimal', egress: true, hostPorts: [18555] }),
-      ]);
+      await Promise.all([d.client.createSession({ image: 'minimal' }), d.client.createSession({ image: 'minimal', egress: true, hostPorts: [18555] })]);
       const before = residue(d.instance, d.stateDir);
       assert.equal(before.netns.length, 2);
       // Per session: the overlay root, its disk (the writable layer's filesystem) and its runtime tmpfs.
@@ -47,7 +44,11 @@ describe('sweep after a killed daemon', () => {
       const s1 = await d1.client.createSession({ image: 'minimal' });
       const s2 = await d2.client.createSession({ image: 'minimal' });
       let refused = '';
-      try { execFileSync(DRUMS, ['sweep'], { env: d1.env, encoding: 'utf8', stdio: 'pipe' }); } catch (e) { refused = String((e as { stderr: string }).stderr); }
+      try {
+        execFileSync(DRUMS, ['sweep'], { env: d1.env, encoding: 'utf8', stdio: 'pipe' });
+      } catch (e) {
+        refused = String((e as { stderr: string }).stderr);
+      }
       assert.match(refused, /daemon_running/);
       // Stopping d1 removes its objects and leaves d2's session alone.
       await d1.stop();

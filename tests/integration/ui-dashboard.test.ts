@@ -19,14 +19,22 @@ describe('dashboard in Chromium (minimal image)', () => {
     const end = Date.now() + ms;
     let last: unknown;
     for (;;) {
-      try { const v = await fn(); if (v) return v; } catch (e) { last = e; }
+      try {
+        const v = await fn();
+        if (v) return v;
+      } catch (e) {
+        last = e;
+      }
       if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   };
-  const agentAct = (id: string) => fetch(`${d.url}/v1/sessions/${id}/actions`, {
-    method: 'POST', headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' }, body: JSON.stringify({ actions: [{ type: 'move', x: 3, y: 3 }] }),
-  });
+  const agentAct = (id: string) =>
+    fetch(`${d.url}/v1/sessions/${id}/actions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ actions: [{ type: 'move', x: 3, y: 3 }] }),
+    });
 
   before(async () => {
     d = await startDaemon();
@@ -46,7 +54,9 @@ describe('dashboard in Chromium (minimal image)', () => {
       await browser?.close();
       if (profile) rmSync(profile, { recursive: true, force: true });
       for (const s of sessions) await d.client.destroySession(s.id).catch(() => {});
-    } finally { await d?.finish(); }
+    } finally {
+      await d?.finish();
+    }
   });
 
   it('is refused without the token', async () => {
@@ -61,7 +71,9 @@ describe('dashboard in Chromium (minimal image)', () => {
   it('shows every session live, a click and keys reach it, a take-over blocks the agent', async () => {
     const [a, b] = sessions;
     // A window in session a that writes what is typed into it to a file.
-    const typer = d.client.exec(a.id, { shell: 'timeout 120 xterm -geometry 60x10+0+0 -e sh -c "cat > /tmp/typed" & echo $! > /tmp/typer.pid; wait', timeoutMs: 150_000 }).catch(() => undefined);
+    const typer = d.client
+      .exec(a.id, { shell: 'timeout 120 xterm -geometry 60x10+0+0 -e sh -c "cat > /tmp/typed" & echo $! > /tmp/typer.pid; wait', timeoutMs: 150_000 })
+      .catch(() => undefined);
     const p = await browser!.newPage();
     const errors: string[] = [];
     p.on('pageerror', (e) => errors.push(String(e)));
@@ -86,7 +98,9 @@ describe('dashboard in Chromium (minimal image)', () => {
     await until('full-rate frames', async () => Number(await view.getAttribute('data-frames')) >= 1);
     await p.locator('#take').click();
     await p.locator('#release').waitFor({ state: 'visible' });
-    const held = (await (await fetch(`${d.url}/v1/sessions/${a.id}/takeover`, { headers: { authorization: `Bearer ${d.token}` } })).json()) as { takeover: { holder: string } | null };
+    const held = (await (await fetch(`${d.url}/v1/sessions/${a.id}/takeover`, { headers: { authorization: `Bearer ${d.token}` } })).json()) as {
+      takeover: { holder: string } | null;
+    };
     assert.equal(held.takeover?.holder, 'dashboard');
     const blocked = await agentAct(a.id);
     assert.equal(blocked.status, 409);

@@ -9,7 +9,12 @@ function fakeBus(onCall: (n: number) => unknown) {
   let calls = 0;
   const client = {
     timeoutMs: 1000,
-    call: async () => { calls++; const v = onCall(calls); await new Promise((r) => setTimeout(r, 5)); return v; },
+    call: async () => {
+      calls++;
+      const v = onCall(calls);
+      await new Promise((r) => setTimeout(r, 5));
+      return v;
+    },
     peer: async () => undefined,
   };
   return { client: client as never, calls: () => calls };
@@ -23,7 +28,10 @@ test('a walk with an aborted signal makes no call and throws CancelledError', as
 
 test('aborting during a walk stops it: no call starts after the abort', async () => {
   const ac = new AbortController();
-  const bus = fakeBus((n) => { if (n === 1) ac.abort(); return []; });
+  const bus = fakeBus((n) => {
+    if (n === 1) ac.abort();
+    return [];
+  });
   await assert.rejects(walk(bus.client, { signal: ac.signal }), CancelledError);
   assert.equal(bus.calls(), 1);
 });

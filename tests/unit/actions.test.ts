@@ -9,11 +9,14 @@ const screen = { width: 1280, height: 800 };
 const n = (a: unknown, scale?: { width: number; height: number }) => normalizeAction(a, { screen, scale });
 
 function rejects(a: unknown, message: RegExp, code: 'invalid_action' | 'invalid_key' = 'invalid_action', scale?: { width: number; height: number }) {
-  assert.throws(() => normalizeActions([a], { screen, scale }), (err: unknown) => {
-    assert.ok(isDisplayError(err, code), `expected ${code}, got ${(err as Error).message}`);
-    assert.match((err as Error).message, message);
-    return true;
-  });
+  assert.throws(
+    () => normalizeActions([a], { screen, scale }),
+    (err: unknown) => {
+      assert.ok(isDisplayError(err, code), `expected ${code}, got ${(err as Error).message}`);
+      assert.match((err as Error).message, message);
+      return true;
+    },
+  );
 }
 
 test('canonical actions pass through unchanged (idempotent)', () => {
@@ -23,7 +26,14 @@ test('canonical actions pass through unchanged (idempotent)', () => {
     { type: 'click', button: 'left', count: 1 },
     { type: 'mouse_down', button: 'middle' },
     { type: 'mouse_up', button: 'left', x: 5, y: 6 },
-    { type: 'drag', path: [{ x: 1, y: 1 }, { x: 100, y: 100 }], button: 'left' },
+    {
+      type: 'drag',
+      path: [
+        { x: 1, y: 1 },
+        { x: 100, y: 100 },
+      ],
+      button: 'left',
+    },
     { type: 'scroll', x: 10, y: 10, dx: 0, dy: -3 },
     { type: 'key', keys: ['ctrl', 'shift', 't'] },
     { type: 'key_down', key: 'shift' },
@@ -51,20 +61,37 @@ test('Anthropic computer_20250124 / 20251124', () => {
   assert.deepEqual(n({ action: 'mouse_move', coordinate: [10, 20] }), [{ type: 'move', x: 10, y: 20 }]);
   assert.deepEqual(n({ action: 'left_click', coordinate: [10, 20] }), [{ type: 'click', x: 10, y: 20, button: 'left', count: 1 }]);
   assert.deepEqual(n({ action: 'left_click' }), [{ type: 'click', button: 'left', count: 1 }]);
-  assert.deepEqual(n({ action: 'left_click', coordinate: [1, 2], text: 'shift' }), [{ type: 'click', x: 1, y: 2, button: 'left', count: 1, modifiers: ['shift'] }]);
+  assert.deepEqual(n({ action: 'left_click', coordinate: [1, 2], text: 'shift' }), [
+    { type: 'click', x: 1, y: 2, button: 'left', count: 1, modifiers: ['shift'] },
+  ]);
   assert.deepEqual(n({ action: 'right_click', coordinate: [1, 2] })[0], { type: 'click', x: 1, y: 2, button: 'right', count: 1 });
   assert.deepEqual(n({ action: 'middle_click' })[0], { type: 'click', button: 'middle', count: 1 });
   assert.deepEqual(n({ action: 'double_click', coordinate: [1, 2] })[0], { type: 'click', x: 1, y: 2, button: 'left', count: 2 });
   assert.deepEqual(n({ action: 'triple_click', coordinate: [1, 2] })[0], { type: 'click', x: 1, y: 2, button: 'left', count: 3 });
   assert.deepEqual(n({ action: 'left_mouse_down' }), [{ type: 'mouse_down', button: 'left' }]);
   assert.deepEqual(n({ action: 'left_mouse_up', coordinate: [3, 4] }), [{ type: 'mouse_up', button: 'left', x: 3, y: 4 }]);
-  assert.deepEqual(n({ action: 'left_click_drag', start_coordinate: [1, 2], coordinate: [30, 40] }), [{ type: 'drag', path: [{ x: 1, y: 2 }, { x: 30, y: 40 }], button: 'left' }]);
+  assert.deepEqual(n({ action: 'left_click_drag', start_coordinate: [1, 2], coordinate: [30, 40] }), [
+    {
+      type: 'drag',
+      path: [
+        { x: 1, y: 2 },
+        { x: 30, y: 40 },
+      ],
+      button: 'left',
+    },
+  ]);
   assert.deepEqual(n({ action: 'left_click_drag', coordinate: [30, 40] }), [{ type: 'drag', path: [{ x: 30, y: 40 }], button: 'left' }]);
-  assert.deepEqual(n({ action: 'key', text: 'ctrl+a Delete' }), [{ type: 'key', keys: ['ctrl', 'a'] }, { type: 'key', keys: ['Delete'] }]);
+  assert.deepEqual(n({ action: 'key', text: 'ctrl+a Delete' }), [
+    { type: 'key', keys: ['ctrl', 'a'] },
+    { type: 'key', keys: ['Delete'] },
+  ]);
   assert.deepEqual(n({ action: 'key', text: 'Return' }), [{ type: 'key', keys: ['Return'] }]);
   assert.deepEqual(n({ action: 'type', text: 'hi' }), [{ type: 'type', text: 'hi' }]);
   assert.deepEqual(n({ action: 'hold_key', text: 'shift', duration: 0.5 }), [
-    { type: 'key_down', key: 'shift' }, { type: 'wait', ms: 500 }, { type: 'key_up', key: 'shift' }]);
+    { type: 'key_down', key: 'shift' },
+    { type: 'wait', ms: 500 },
+    { type: 'key_up', key: 'shift' },
+  ]);
   assert.deepEqual(n({ action: 'scroll', coordinate: [5, 5], scroll_direction: 'up', scroll_amount: 3 }), [{ type: 'scroll', x: 5, y: 5, dx: 0, dy: -3 }]);
   assert.deepEqual(n({ action: 'scroll', scroll_direction: 'right', scroll_amount: 2, text: 'ctrl' }), [{ type: 'scroll', dx: 2, dy: 0, modifiers: ['ctrl'] }]);
   assert.deepEqual(n({ action: 'wait', duration: 1.5 }), [{ type: 'wait', ms: 1500 }]);
@@ -75,7 +102,9 @@ test('Anthropic computer_20250124 / 20251124', () => {
 
 test('OSWorld computer_13 (nested and flat parameters, plain strings)', () => {
   assert.deepEqual(n({ action_type: 'MOVE_TO', parameters: { x: 10, y: 20 } }), [{ type: 'move', x: 10, y: 20 }]);
-  assert.deepEqual(n({ action_type: 'CLICK', parameters: { button: 'right', x: 1, y: 2, num_clicks: 2 } }), [{ type: 'click', x: 1, y: 2, button: 'right', count: 2 }]);
+  assert.deepEqual(n({ action_type: 'CLICK', parameters: { button: 'right', x: 1, y: 2, num_clicks: 2 } }), [
+    { type: 'click', x: 1, y: 2, button: 'right', count: 2 },
+  ]);
   assert.deepEqual(n({ action_type: 'CLICK', x: 1, y: 2 }), [{ type: 'click', x: 1, y: 2, button: 'left', count: 1 }]);
   assert.deepEqual(n({ action_type: 'CLICK', parameters: {} }), [{ type: 'click', button: 'left', count: 1 }]);
   assert.deepEqual(n({ action_type: 'MOUSE_DOWN', parameters: { button: 'middle' } }), [{ type: 'mouse_down', button: 'middle' }]);
@@ -107,7 +136,16 @@ test('E2B Desktop names', () => {
   assert.deepEqual(n({ action: 'move_mouse', x: 1, y: 2 }), [{ type: 'move', x: 1, y: 2 }]);
   assert.deepEqual(n({ action: 'mousePress', button: 'right' }), [{ type: 'mouse_down', button: 'right' }]);
   assert.deepEqual(n({ action: 'mouseRelease' }), [{ type: 'mouse_up', button: 'left' }]);
-  assert.deepEqual(n({ action: 'drag', from: [1, 2], to: [3, 4] }), [{ type: 'drag', path: [{ x: 1, y: 2 }, { x: 3, y: 4 }], button: 'left' }]);
+  assert.deepEqual(n({ action: 'drag', from: [1, 2], to: [3, 4] }), [
+    {
+      type: 'drag',
+      path: [
+        { x: 1, y: 2 },
+        { x: 3, y: 4 },
+      ],
+      button: 'left',
+    },
+  ]);
   assert.deepEqual(n({ action: 'scroll', direction: 'up', amount: 2 }), [{ type: 'scroll', dx: 0, dy: -2 }]);
   assert.deepEqual(n({ action: 'scroll' }), [{ type: 'scroll', dx: 0, dy: 1 }]);
   assert.deepEqual(n({ action: 'write', text: 'abc' }), [{ type: 'type', text: 'abc' }]);
@@ -124,7 +162,28 @@ test('cua computer-server commands', () => {
   assert.deepEqual(n({ command: 'double_click', x: 1, y: 2 })[0], { type: 'click', x: 1, y: 2, button: 'left', count: 2 });
   assert.deepEqual(n({ command: 'move_cursor', params: { x: 1, y: 2 } }), [{ type: 'move', x: 1, y: 2 }]);
   assert.deepEqual(n({ command: 'drag_to', params: { x: 1, y: 2 } }), [{ type: 'drag', path: [{ x: 1, y: 2 }], button: 'left' }]);
-  assert.deepEqual(n({ command: 'drag', params: { path: [[1, 2], [3, 4]], button: 'right' } }), [{ type: 'drag', path: [{ x: 1, y: 2 }, { x: 3, y: 4 }], button: 'right' }]);
+  assert.deepEqual(
+    n({
+      command: 'drag',
+      params: {
+        path: [
+          [1, 2],
+          [3, 4],
+        ],
+        button: 'right',
+      },
+    }),
+    [
+      {
+        type: 'drag',
+        path: [
+          { x: 1, y: 2 },
+          { x: 3, y: 4 },
+        ],
+        button: 'right',
+      },
+    ],
+  );
   assert.deepEqual(n({ command: 'mouse_down', params: { button: 'left', x: 1, y: 2 } }), [{ type: 'mouse_down', button: 'left', x: 1, y: 2 }]);
   assert.deepEqual(n({ command: 'type_text', params: { text: 'x' } }), [{ type: 'type', text: 'x' }]);
   assert.deepEqual(n({ command: 'press_key', params: { key: 'esc' } }), [{ type: 'key', keys: ['esc'] }]);
@@ -145,7 +204,26 @@ test('scale maps agent-space coordinates back to the screen', () => {
   assert.deepEqual(n({ action: 'zoom', region: [0, 0, 1024, 768] }, scale), [{ type: 'screenshot', region: { x: 0, y: 0, width: 1280, height: 800 } }]);
   assert.deepEqual(n({ action: 'screenshot' }, scale), [{ type: 'screenshot', scale: { width: 1024, height: 768 } }]);
   rejects({ action: 'left_click', coordinate: [1100, 10] }, /^actions\[0\]\.coordinate\[0\]: must be an integer within 0\.\.1023$/, 'invalid_action', scale);
-  assert.deepEqual(n({ type: 'drag', path: [{ x: 0, y: 0 }, { x: 512, y: 384 }] }, scale)[0], { type: 'drag', path: [{ x: 0, y: 0 }, { x: 640, y: 400 }], button: 'left' });
+  assert.deepEqual(
+    n(
+      {
+        type: 'drag',
+        path: [
+          { x: 0, y: 0 },
+          { x: 512, y: 384 },
+        ],
+      },
+      scale,
+    )[0],
+    {
+      type: 'drag',
+      path: [
+        { x: 0, y: 0 },
+        { x: 640, y: 400 },
+      ],
+      button: 'left',
+    },
+  );
 });
 
 test('validation errors name the failing field', () => {
@@ -186,7 +264,16 @@ test('validation errors name the failing field', () => {
   rejects({ type: 'scroll', dy: 1001 }, /^actions\[0\]\.dy: must be an integer within -1000\.\.1000$/);
   rejects({ action: 'scroll', scroll_direction: 'sideways', scroll_amount: 1 }, /^actions\[0\]\.scroll_direction: must be one of up, down, left, right$/);
   rejects({ type: 'drag', path: [] }, /^actions\[0\]\.path: must be an array of at least one point$/);
-  rejects({ type: 'drag', path: [{ x: 1, y: 1 }, { x: 1, y: 9999 }] }, /^actions\[0\]\.path\[1\]\.y: must be an integer within 0\.\.799$/);
+  rejects(
+    {
+      type: 'drag',
+      path: [
+        { x: 1, y: 1 },
+        { x: 1, y: 9999 },
+      ],
+    },
+    /^actions\[0\]\.path\[1\]\.y: must be an integer within 0\.\.799$/,
+  );
   rejects({ action: 'zoom', region: [10, 10, 5, 20] }, /^actions\[0\]\.region\[2\]: must be an integer within 11\.\.1280$/);
   rejects({ action: 'zoom', region: [10, 10] }, /^actions\[0\]\.region: must be \[x0, y0, x1, y1\]$/);
   rejects({ type: 'screenshot', format: 'gif' }, /^actions\[0\]\.format: must be one of png, jpeg, webp, raw$/);
@@ -196,16 +283,46 @@ test('validation errors name the failing field', () => {
   rejects({ action: 'hold_key', text: 'shift' }, /^actions\[0\]\.duration: is required/);
   assert.throws(() => normalizeActions({} as never, { screen }), /^DisplayError: actions: must be an array$/);
   // The index in the path is the index of the failing input.
-  assert.throws(() => normalizeActions([{ type: 'wait', ms: 1 }, { type: 'wait', ms: 1 }, { action: 'left_click', coordinate: [0, 900] }], { screen }),
-    /actions\[2\]\.coordinate\[1\]: must be an integer within 0\.\.799/);
+  assert.throws(
+    () =>
+      normalizeActions(
+        [
+          { type: 'wait', ms: 1 },
+          { type: 'wait', ms: 1 },
+          { action: 'left_click', coordinate: [0, 900] },
+        ],
+        { screen },
+      ),
+    /actions\[2\]\.coordinate\[1\]: must be an integer within 0\.\.799/,
+  );
 });
 
 test('key names from every vocabulary resolve', () => {
   const same: Array<[string, string]> = [
-    ['enter', 'Return'], ['Return', 'Return'], ['esc', 'Escape'], ['pagedown', 'Next'], ['page_down', 'Next'], ['pgdn', 'Next'],
-    ['win', 'Super_L'], ['super', 'Super_L'], ['cmd', 'Super_L'], ['ctrl', 'Control_L'], ['ctrlright', 'Control_R'],
-    ['backspace', 'BackSpace'], ['BackSpace', 'BackSpace'], ['f5', 'F5'], ['F12', 'F12'], ['ArrowUp', 'Up'], ['caps_lock', 'Caps_Lock'],
-    ['num7', 'KP_7'], ['\n', 'Return'], ['\t', 'Tab'], ['space', 'space'], [' ', 'space'], ['kp_enter', 'KP_Enter'], ['printscreen', 'Print'],
+    ['enter', 'Return'],
+    ['Return', 'Return'],
+    ['esc', 'Escape'],
+    ['pagedown', 'Next'],
+    ['page_down', 'Next'],
+    ['pgdn', 'Next'],
+    ['win', 'Super_L'],
+    ['super', 'Super_L'],
+    ['cmd', 'Super_L'],
+    ['ctrl', 'Control_L'],
+    ['ctrlright', 'Control_R'],
+    ['backspace', 'BackSpace'],
+    ['BackSpace', 'BackSpace'],
+    ['f5', 'F5'],
+    ['F12', 'F12'],
+    ['ArrowUp', 'Up'],
+    ['caps_lock', 'Caps_Lock'],
+    ['num7', 'KP_7'],
+    ['\n', 'Return'],
+    ['\t', 'Tab'],
+    ['space', 'space'],
+    [' ', 'space'],
+    ['kp_enter', 'KP_Enter'],
+    ['printscreen', 'Print'],
   ];
   for (const [a, b] of same) assert.equal(keysymFromName(a), keysymFromName(b), `${JSON.stringify(a)} vs ${b}`);
   assert.equal(keysymFromName('Return'), 0xff0d);
@@ -217,7 +334,10 @@ test('key names from every vocabulary resolve', () => {
   assert.equal(keysymFromName('😀'), 0x101f600);
   assert.equal(keysymFromName('U+263A'), 0x100263a);
   assert.equal(keysymFromName('volumeup'), 0x1008ff13);
-  assert.throws(() => keysymFromName('nope'), (e: unknown) => isDisplayError(e, 'invalid_key') && /nope/.test((e as Error).message));
+  assert.throws(
+    () => keysymFromName('nope'),
+    (e: unknown) => isDisplayError(e, 'invalid_key') && /nope/.test((e as Error).message),
+  );
   assert.deepEqual(splitChord('ctrl+shift+t'), ['ctrl', 'shift', 't']);
   assert.deepEqual(splitChord('ctrl++'), ['ctrl', '+']);
   assert.deepEqual(splitChord('+'), ['+']);

@@ -92,7 +92,7 @@ describe('API middleware (app.request, no socket)', () => {
     assert.equal(r.json.error.code, 'rate_limited');
   });
 
-  it('creates a session in the spec\'s shape, then checks an expected generation on every session route', async () => {
+  it("creates a session in the spec's shape, then checks an expected generation on every session route", async () => {
     const { call } = setup();
     const c = await call('POST', '/v1/sessions', { body: { image: 'minimal', screen: '640x480' } });
     assert.equal(c.status, 201);
@@ -149,7 +149,9 @@ describe('API middleware (app.request, no socket)', () => {
     const mgr = new FakeManager();
     const osworld = { host: '127.0.0.1', serverPort: 1, chromiumPort: 2, vncPort: 0, vlcPort: 3, address: '127.0.0.1:1:2:0:3' };
     const app = createApp(mgr as unknown as SessionManager, new DisplayService(), {
-      token: TOKEN, allowedHosts: ['127.0.0.1'], rateLimit: { perSecond: 0, burst: 1 },
+      token: TOKEN,
+      allowedHosts: ['127.0.0.1'],
+      rateLimit: { perSecond: 0, burst: 1 },
       viewExtras: (s) => (s.spec.labels.osworld === '1' ? { osworld } : {}),
     });
     const headers = { host: '127.0.0.1', authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
@@ -159,6 +161,9 @@ describe('API middleware (app.request, no socket)', () => {
     assert.equal(off.osworld, undefined);
     const list = await (await app.request('/v1/sessions', { headers })).json();
     assert.equal(responses.violation('GET', '/v1/sessions', 200, list), undefined);
-    assert.deepEqual(list.sessions.map((s: { osworld?: unknown }) => !!s.osworld), [true, false]);
+    assert.deepEqual(
+      list.sessions.map((s: { osworld?: unknown }) => !!s.osworld),
+      [true, false],
+    );
   });
 });

@@ -7,7 +7,14 @@ import { after, before, describe, it } from 'node:test';
 import { serve } from '@hono/node-server';
 import { createApp } from '../../src/api/app.ts';
 import {
-  ClientTimeoutError, DrumsApiError, DrumsClient, ERROR_CLASSES, NoDaemonError, SessionNotFoundError, StaleGenerationError, UnauthorizedError,
+  ClientTimeoutError,
+  DrumsApiError,
+  DrumsClient,
+  ERROR_CLASSES,
+  NoDaemonError,
+  SessionNotFoundError,
+  StaleGenerationError,
+  UnauthorizedError,
 } from '../../src/client/client.ts';
 import { ERROR_CODES } from '../../src/protocol/generated/error-codes.ts';
 import { DisplayService } from '../../src/session/display-service.ts';
@@ -21,18 +28,30 @@ describe('TypeScript client errors', () => {
   let server: ReturnType<typeof serve>;
   let url: string;
   before(async () => {
-    const app = createApp(new FakeManager() as unknown as SessionManager, new DisplayService(), { token: 't0', allowedHosts: ['127.0.0.1'], rateLimit: { perSecond: 0, burst: 1 } });
+    const app = createApp(new FakeManager() as unknown as SessionManager, new DisplayService(), {
+      token: 't0',
+      allowedHosts: ['127.0.0.1'],
+      rateLimit: { perSecond: 0, burst: 1 },
+    });
     server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
     url = `http://127.0.0.1:${await listen(server)}`;
   });
-  after(() => { server.close(); });
+  after(() => {
+    server.close();
+  });
 
   it('has one class per spec code, each a DrumsApiError named after its code', () => {
     assert.deepEqual(Object.keys(ERROR_CLASSES).sort(), Object.keys(ERROR_CODES).sort());
     for (const [code, Cls] of Object.entries(ERROR_CLASSES)) {
       const e = new Cls(400, code, 'm');
       assert.ok(e instanceof DrumsApiError);
-      assert.equal(e.name, code.split('_').map((p) => p[0]!.toUpperCase() + p.slice(1)).join('') + 'Error');
+      assert.equal(
+        e.name,
+        code
+          .split('_')
+          .map((p) => p[0]!.toUpperCase() + p.slice(1))
+          .join('') + 'Error',
+      );
     }
   });
 
@@ -45,18 +64,26 @@ describe('TypeScript client errors', () => {
   });
 
   it('gives up after its timeout with ClientTimeoutError, and says NoDaemonError when nothing listens', async () => {
-    const silent = createServer(() => { /* never answers */ });
+    const silent = createServer(() => {
+      /* never answers */
+    });
     silent.listen(0, '127.0.0.1');
     const port = await listen(silent);
     try {
       const t0 = performance.now();
-      await assert.rejects(new DrumsClient(`http://127.0.0.1:${port}`, 't0', { timeoutMs: 200 }).listSessions(), (e: unknown) => e instanceof ClientTimeoutError && e.status === 0);
+      await assert.rejects(
+        new DrumsClient(`http://127.0.0.1:${port}`, 't0', { timeoutMs: 200 }).listSessions(),
+        (e: unknown) => e instanceof ClientTimeoutError && e.status === 0,
+      );
       assert.ok(performance.now() - t0 < 10_000);
     } finally {
       silent.closeAllConnections();
       silent.close();
     }
     // The silent server's port is closed now: nothing answers there.
-    await assert.rejects(new DrumsClient(`http://127.0.0.1:${port}`, 't0').listSessions(), (e: unknown) => e instanceof NoDaemonError && e.code === 'no_daemon');
+    await assert.rejects(
+      new DrumsClient(`http://127.0.0.1:${port}`, 't0').listSessions(),
+      (e: unknown) => e instanceof NoDaemonError && e.code === 'no_daemon',
+    );
   });
 });

@@ -12,7 +12,11 @@ describe('loadConfig', () => {
     assert.equal(c.startConcurrency, 4);
     assert.equal(c.stateDir, '/var/lib/drums');
     assert.equal(loadConfig({ DRUMS_PORT: '' }).port, 7450, 'an empty variable is unset');
-    assert.equal(loadConfig({ DRUMS_STATE_DIR: 'rel/state' }).stateDir, `${process.cwd()}/rel/state`, 'a relative directory is taken from the working directory');
+    assert.equal(
+      loadConfig({ DRUMS_STATE_DIR: 'rel/state' }).stateDir,
+      `${process.cwd()}/rel/state`,
+      'a relative directory is taken from the working directory',
+    );
   });
 
   it('parses typed fields', () => {
@@ -24,15 +28,27 @@ describe('loadConfig', () => {
     assert.equal(c.testHooks, true);
   });
 
-  for (const [name, value] of [['DRUMS_PORT', '70000'], ['DRUMS_MAX_SESSIONS', 'many'], ['DRUMS_LOG_LEVEL', 'loud'], ['DRUMS_INSTANCE', 'TOO-LONG'], ['DRUMS_RATE_LIMIT', '-1'], ['DRUMS_RATE_BURST', '0'], ['DRUMS_OSWORLD_PEER_CHECK', 'maybe'], ['DRUMS_OSWORLD_UIDS', 'root']] as const) {
+  for (const [name, value] of [
+    ['DRUMS_PORT', '70000'],
+    ['DRUMS_MAX_SESSIONS', 'many'],
+    ['DRUMS_LOG_LEVEL', 'loud'],
+    ['DRUMS_INSTANCE', 'TOO-LONG'],
+    ['DRUMS_RATE_LIMIT', '-1'],
+    ['DRUMS_RATE_BURST', '0'],
+    ['DRUMS_OSWORLD_PEER_CHECK', 'maybe'],
+    ['DRUMS_OSWORLD_UIDS', 'root'],
+  ] as const) {
     it(`refuses ${name}=${value} with invalid_config naming the variable`, () => {
-      assert.throws(() => loadConfig({ [name]: value }), (e: unknown) => {
-        assert.ok(e instanceof DrumsError);
-        assert.equal(e.code, 'invalid_config');
-        assert.equal(e.details?.variable, name);
-        assert.match(e.message, new RegExp(`^${name}=`));
-        return true;
-      });
+      assert.throws(
+        () => loadConfig({ [name]: value }),
+        (e: unknown) => {
+          assert.ok(e instanceof DrumsError);
+          assert.equal(e.code, 'invalid_config');
+          assert.equal(e.details?.variable, name);
+          assert.match(e.message, new RegExp(`^${name}=`));
+          return true;
+        },
+      );
     });
   }
 

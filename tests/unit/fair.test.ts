@@ -6,7 +6,11 @@ describe('fair share between sessions', () => {
   it('a flood on one session waits in its own queue: others are served in turn', async () => {
     const sched = new FairScheduler({ slots: 1, maxQueue: 100 });
     const order: string[] = [];
-    const job = (who: string) => sched.run(who, async () => { order.push(who); await new Promise((r) => setImmediate(r)); });
+    const job = (who: string) =>
+      sched.run(who, async () => {
+        order.push(who);
+        await new Promise((r) => setImmediate(r));
+      });
     const flood = Array.from({ length: 10 }, () => job('a'));
     const others = [job('b'), job('c')];
     await Promise.all([...flood, ...others]);
@@ -17,10 +21,19 @@ describe('fair share between sessions', () => {
 
   it('is work-conserving (a lone session gets every slot) and refuses a session over its queue bound', async () => {
     const sched = new FairScheduler({ slots: 3, maxQueue: 2 });
-    let running = 0, peak = 0;
+    let running = 0,
+      peak = 0;
     let release!: () => void;
-    const gate = new Promise<void>((r) => { release = r; });
-    const job = () => sched.run('a', async () => { running++; peak = Math.max(peak, running); await gate; running--; });
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const job = () =>
+      sched.run('a', async () => {
+        running++;
+        peak = Math.max(peak, running);
+        await gate;
+        running--;
+      });
     const jobs = [job(), job(), job(), job(), job()];
     const refused = job();
     await assert.rejects(refused, (e: Error & { code: string }) => e.code === 'rate_limited');

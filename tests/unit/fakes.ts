@@ -14,7 +14,12 @@ export class FakeManager {
   readonly config = loadConfig({});
   capacity() {
     const m = { totalBytes: 0, availableBytes: 0, reserveBytes: 0, perSessionBytes: 0, inFlightBytes: 0, moreSessions: 128 };
-    return { memory: m, disk: { totalBytes: 0, freeBytes: 0, reserveBytes: 0, committedBytes: 0, perSessionBytes: 0, moreSessions: 128 }, cpu: { cores: 2 }, moreSessions: 128 };
+    return {
+      memory: m,
+      disk: { totalBytes: 0, freeBytes: 0, reserveBytes: 0, committedBytes: 0, perSessionBytes: 0, moreSessions: 128 },
+      cpu: { cores: 2 },
+      moreSessions: 128,
+    };
   }
   list(): Session[] {
     return [...this.sessions.values()];
@@ -29,8 +34,15 @@ export class FakeManager {
     const spec = parseSpec(body);
     const id = 's' + String(this.creates).padStart(10, '0');
     const s = {
-      id, state: 'ready', spec, generation: 1, attempt: { generation: 1, token: 'a'.repeat(32) }, createdAt: new Date(0).toISOString(),
-      subnet: { address: '10.231.0.2', gateway: '10.231.0.1' }, timings: { total: 12.3 }, x11Socket: '/nonexistent/drums-unit/X0',
+      id,
+      state: 'ready',
+      spec,
+      generation: 1,
+      attempt: { generation: 1, token: 'a'.repeat(32) },
+      createdAt: new Date(0).toISOString(),
+      subnet: { address: '10.231.0.2', gateway: '10.231.0.1' },
+      timings: { total: 12.3 },
+      x11Socket: '/nonexistent/drums-unit/X0',
       names: { cgroup: `drums-unit-none/${id}` },
     } as unknown as Session;
     this.sessions.set(id, s);
@@ -46,4 +58,3 @@ export class FakeManager {
     this.sessions.delete(id);
   }
 }
-

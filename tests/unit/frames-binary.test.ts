@@ -28,13 +28,31 @@ test('stream query: defaults, factors and sizes, and stable codes for bad values
   const screen = { width: 1280, height: 800 };
   assert.deepEqual(parseStreamQuery({}, screen), { fps: 5, format: 'jpeg', quality: 70, scale: undefined, cursor: true });
   assert.deepEqual(parseStreamQuery({ scale: '0.25' }, screen).scale, { width: 320, height: 200 });
-  assert.deepEqual(parseStreamQuery({ scale: '640x400', fps: '0.5', format: 'webp', quality: '90', cursor: 'false' }, screen),
-    { fps: 0.5, format: 'webp', quality: 90, scale: { width: 640, height: 400 }, cursor: false });
+  assert.deepEqual(parseStreamQuery({ scale: '640x400', fps: '0.5', format: 'webp', quality: '90', cursor: 'false' }, screen), {
+    fps: 0.5,
+    format: 'webp',
+    quality: 90,
+    scale: { width: 640, height: 400 },
+    cursor: false,
+  });
   assert.equal(parseStreamQuery({ scale: '1280x800' }, screen).scale, undefined);
-  for (const [q, code] of [[{ fps: '0' }, 'invalid_request'], [{ fps: '30.5' }, 'invalid_request'], [{ fps: '1e1' }, 'invalid_request'],
-    [{ format: 'raw' }, 'invalid_format'], [{ quality: '0' }, 'invalid_format'], [{ quality: '7.5' }, 'invalid_format'],
-    [{ scale: '0' }, 'invalid_region'], [{ scale: '1281x10' }, 'invalid_region'], [{ scale: '-1x5' }, 'invalid_region'],
-    [{ cursor: 'maybe' }, 'invalid_request'], [{ nope: '1' }, 'invalid_request']] as const) {
-    assert.throws(() => parseStreamQuery(q as Record<string, string>, screen), (e: { code?: string }) => e.code === code, JSON.stringify(q));
+  for (const [q, code] of [
+    [{ fps: '0' }, 'invalid_request'],
+    [{ fps: '30.5' }, 'invalid_request'],
+    [{ fps: '1e1' }, 'invalid_request'],
+    [{ format: 'raw' }, 'invalid_format'],
+    [{ quality: '0' }, 'invalid_format'],
+    [{ quality: '7.5' }, 'invalid_format'],
+    [{ scale: '0' }, 'invalid_region'],
+    [{ scale: '1281x10' }, 'invalid_region'],
+    [{ scale: '-1x5' }, 'invalid_region'],
+    [{ cursor: 'maybe' }, 'invalid_request'],
+    [{ nope: '1' }, 'invalid_request'],
+  ] as const) {
+    assert.throws(
+      () => parseStreamQuery(q as Record<string, string>, screen),
+      (e: { code?: string }) => e.code === code,
+      JSON.stringify(q),
+    );
   }
 });

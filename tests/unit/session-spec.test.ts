@@ -17,7 +17,10 @@ describe('session spec validation', () => {
     assert.deepEqual(parseScreen('1920x1080'), { width: 1920, height: 1080, depth: 24 });
     assert.deepEqual(parseScreen({ width: 800, height: 600 }), { width: 800, height: 600, depth: 24 });
     for (const bad of ['0x0', '100000x100000', '12x', 'axb', 5]) {
-      assert.throws(() => parseScreen(bad), (e: Error & { code: string }) => e.code === 'invalid_spec' && /screen/.test(e.message));
+      assert.throws(
+        () => parseScreen(bad),
+        (e: Error & { code: string }) => e.code === 'invalid_spec' && /screen/.test(e.message),
+      );
     }
   });
   it('rejects negative limits, unknown fields, bad URLs and unsafe flags', () => {
@@ -33,7 +36,12 @@ describe('session spec validation', () => {
       [{ image: 'A B' }, /image/],
       [{ labels: { 'bad key': 'x' } }, /labels/],
     ];
-    for (const [body, re] of cases) assert.throws(() => parseSpec(body), (e: Error) => re.test(e.message), JSON.stringify(body));
+    for (const [body, re] of cases)
+      assert.throws(
+        () => parseSpec(body),
+        (e: Error) => re.test(e.message),
+        JSON.stringify(body),
+      );
   });
 });
 
@@ -57,8 +65,22 @@ describe('generated host configuration', () => {
   });
   it('the OCI spec drops capabilities, sets no_new_privs and seccomp, and joins the session netns', () => {
     const spec = buildSpec({
-      hostname: 'h', uid: 1000, gid: 1000, home: '/home/user', args: ['/x'], env: { A: 'b' }, netnsPath: '/var/run/netns/n',
-      cgroupsPath: '/drums-x/s', runDir: '/r', x11Dir: '/x11', initPath: '/init', memoryBytes: 1 << 30, pids: 100, cpus: 0, shmBytes: 1, tmpBytes: 1,
+      hostname: 'h',
+      uid: 1000,
+      gid: 1000,
+      home: '/home/user',
+      args: ['/x'],
+      env: { A: 'b' },
+      netnsPath: '/var/run/netns/n',
+      cgroupsPath: '/drums-x/s',
+      runDir: '/r',
+      x11Dir: '/x11',
+      initPath: '/init',
+      memoryBytes: 1 << 30,
+      pids: 100,
+      cpus: 0,
+      shmBytes: 1,
+      tmpBytes: 1,
     });
     assert.deepEqual(spec.process.capabilities.effective, []);
     assert.ok(!spec.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
@@ -66,7 +88,10 @@ describe('generated host configuration', () => {
     assert.equal(spec.process.noNewPrivileges, true);
     assert.equal(spec.linux.seccomp.defaultAction, 'SCMP_ACT_ALLOW');
     assert.ok(spec.linux.seccomp.syscalls[0]!.names!.includes('mount'));
-    assert.deepEqual(spec.linux.namespaces.find((n) => n.type === 'network'), { type: 'network', path: '/var/run/netns/n' });
+    assert.deepEqual(
+      spec.linux.namespaces.find((n) => n.type === 'network'),
+      { type: 'network', path: '/var/run/netns/n' },
+    );
     assert.ok(spec.mounts.some((m) => m.destination === '/sys' && m.options.includes('ro')));
     assert.ok(spec.linux.maskedPaths.includes('/proc/kcore'));
   });

@@ -9,16 +9,53 @@ import { validateRecord, type BenchRecord } from '../../src/bench/record.ts';
 
 function record(experiment: string, plots: BenchRecord['plots']): BenchRecord {
   return {
-    schemaVersion: 1, kind: 'drums-bench-record', experiment, description: 'd', mode: 'full', status: 'passed', complete: true, incompleteReasons: [],
-    command: 'x', commit: 'c'.repeat(40), dirty: false, started: '2026-12-01T00:00:00Z', finished: '2026-12-01T00:01:00Z', bars: null, host: {}, method: {},
-    config: {}, arms: [], trials: [], results: [{ arm: 'a', metric: 'm', value: 1, ci: null, unit: 'u', n: 1 }], verdicts: [], summary: 's', surprises: [], limitations: [], failures: [], plots,
+    schemaVersion: 1,
+    kind: 'drums-bench-record',
+    experiment,
+    description: 'd',
+    mode: 'full',
+    status: 'passed',
+    complete: true,
+    incompleteReasons: [],
+    command: 'x',
+    commit: 'c'.repeat(40),
+    dirty: false,
+    started: '2026-12-01T00:00:00Z',
+    finished: '2026-12-01T00:01:00Z',
+    bars: null,
+    host: {},
+    method: {},
+    config: {},
+    arms: [],
+    trials: [],
+    results: [{ arm: 'a', metric: 'm', value: 1, ci: null, unit: 'u', n: 1 }],
+    verdicts: [],
+    summary: 's',
+    surprises: [],
+    limitations: [],
+    failures: [],
+    plots,
   };
 }
 
 test('throughput plot: one line per arm and trial, one point per N', () => {
   const svg = throughputPlot([
-    { arm: 'frames', trial: 0, points: [{ n: 10, stepsPerSec: 120 }, { n: 50, stepsPerSec: 150 }] },
-    { arm: 'base', trial: 0, points: [{ n: 10, stepsPerSec: 50 }, { n: 50, stepsPerSec: 48 }] },
+    {
+      arm: 'frames',
+      trial: 0,
+      points: [
+        { n: 10, stepsPerSec: 120 },
+        { n: 50, stepsPerSec: 150 },
+      ],
+    },
+    {
+      arm: 'base',
+      trial: 0,
+      points: [
+        { n: 10, stepsPerSec: 50 },
+        { n: 50, stepsPerSec: 48 },
+      ],
+    },
   ]);
   assert.equal((svg.match(/<polyline class="line"/g) ?? []).length, 2);
   assert.equal((svg.match(/<circle class="pt"/g) ?? []).length, 4);
@@ -33,8 +70,35 @@ test('the headline figure comes before the tables, and the index shows one per e
   try {
     const recs = join(dir, 'records');
     mkdirSync(recs);
-    const steps = record('steps', { latency: [{ arm: 'a', metric: 'step', samples: Array.from({ length: 50 }, (_, i) => 10 + i) }], throughput: [{ arm: 'a', trial: 0, points: [{ n: 1, stepsPerSec: 10 }, { n: 2, stepsPerSec: 18 }] }] });
-    const mem = record('memory', { memory: [{ arm: 'a', trial: 0, points: [{ n: 0, usedMiB: 100 }, { n: 1, usedMiB: 210 }, { n: 2, usedMiB: 320 }], slope: 110, intercept: 100 }], latency: [] });
+    const steps = record('steps', {
+      latency: [{ arm: 'a', metric: 'step', samples: Array.from({ length: 50 }, (_, i) => 10 + i) }],
+      throughput: [
+        {
+          arm: 'a',
+          trial: 0,
+          points: [
+            { n: 1, stepsPerSec: 10 },
+            { n: 2, stepsPerSec: 18 },
+          ],
+        },
+      ],
+    });
+    const mem = record('memory', {
+      memory: [
+        {
+          arm: 'a',
+          trial: 0,
+          points: [
+            { n: 0, usedMiB: 100 },
+            { n: 1, usedMiB: 210 },
+            { n: 2, usedMiB: 320 },
+          ],
+          slope: 110,
+          intercept: 100,
+        },
+      ],
+      latency: [],
+    });
     assert.deepEqual(validateRecord(steps), []);
     assert.equal(headlineKind(steps), 'throughput');
     assert.equal(headlineKind(mem), 'memory');
@@ -53,5 +117,7 @@ test('the headline figure comes before the tables, and the index shows one per e
     assert.match(glance, /plot throughput/);
     assert.match(glance, /plot memory/);
     assert.doesNotMatch(index + page, /<script/);
-  } finally { rmSync(dir, { recursive: true, force: true }); }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -7,6 +7,7 @@ bodies, generated from the spec (protocol/openapi.yaml). ``SessionInfo`` is the 
 ``Session`` (what ``Session.info`` holds), renamed here so it does not clash with the
 ``Session`` handle class.
 """
+
 from . import _models as models
 from . import errors
 from ._models import (
@@ -32,8 +33,29 @@ from .errors import DrumsError
 
 __version__ = "0.1.0"
 __all__ = [
-    "Client", "AsyncClient", "Session", "AsyncSession", "Files", "DrumsError", "errors", "models", "__version__",
-    "SessionInfo", "SessionSpec", "ExecRequest", "ExecResult", "Action", "ActionsRequest", "ActionsResponse",
-    "ActionResult", "ScreenshotOptions", "A11yNode", "A11yTree", "WindowsView", "FileStat", "FileStatResult",
-    "FileList", "FileWritten",
+    "Client",
+    "AsyncClient",
+    "Session",
+    "AsyncSession",
+    "Files",
+    "DrumsError",
+    "errors",
+    "models",
+    "__version__",
+    "SessionInfo",
+    "SessionSpec",
+    "ExecRequest",
+    "ExecResult",
+    "Action",
+    "ActionsRequest",
+    "ActionsResponse",
+    "ActionResult",
+    "ScreenshotOptions",
+    "A11yNode",
+    "A11yTree",
+    "WindowsView",
+    "FileStat",
+    "FileStatResult",
+    "FileList",
+    "FileWritten",
 ]

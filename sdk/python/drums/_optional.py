@@ -1,4 +1,5 @@
 """Placeholders for heavy optional packages desktop_env imports at module level (see drums.osworld)."""
+
 from __future__ import annotations
 
 import importlib.abc
@@ -8,8 +9,21 @@ import sys
 import types
 
 #: Packages desktop_env imports at module level that osworld-deps.txt may lack (easyocr pulls torch).
-OPTIONAL_HEAVY = ("easyocr", "librosa", "cv2", "skimage", "acoustid", "fastdtw", "scipy", "fitz",
-                  "borb", "formulas", "imagehash", "pdfplumber", "torch")
+OPTIONAL_HEAVY = (
+    "easyocr",
+    "librosa",
+    "cv2",
+    "skimage",
+    "acoustid",
+    "fastdtw",
+    "scipy",
+    "fitz",
+    "borb",
+    "formulas",
+    "imagehash",
+    "pdfplumber",
+    "torch",
+)
 
 
 class _MissingModule(types.ModuleType):
@@ -29,8 +43,10 @@ class _MissingAttr:
         self._name, self._root = name, root
 
     def _fail(self, *a, **k):
-        raise ModuleNotFoundError(f"{self._name} needs the optional package '{self._root}', which is not installed "
-                                  f"(drums.osworld installs desktop-env without its heavy dependencies; pip install it to use this metric)")
+        raise ModuleNotFoundError(
+            f"{self._name} needs the optional package '{self._root}', which is not installed "
+            f"(drums.osworld installs desktop-env without its heavy dependencies; pip install it to use this metric)"
+        )
 
     __call__ = _fail
 
@@ -67,8 +83,6 @@ class OptionalFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
-
-
 
 
 def install_finder(roots) -> "OptionalFinder":

@@ -29,6 +29,7 @@ Drums sessions placed over a cluster of Drums hosts (``drums.cluster``):
   pools, else destroy. ``renew_session`` checks they are still alive (a lost host
   raises ``drums.cluster.SessionLost``). ``release()`` ends them all.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,13 +43,22 @@ from .cluster import AsyncClusterClient, ClusterSession, Endpoint
 
 
 class DrumsEnvironmentController(EnvironmentController):
-    def __init__(self, delegation: EnvironmentDelegation, cluster: AsyncClusterClient, *, specs: Dict[str, Dict[str, Any]] | None = None,
-                 state_driver: str = "local", state_options: Dict[str, Any] | None = None):
+    def __init__(
+        self,
+        delegation: EnvironmentDelegation,
+        cluster: AsyncClusterClient,
+        *,
+        specs: Dict[str, Dict[str, Any]] | None = None,
+        state_driver: str = "local",
+        state_options: Dict[str, Any] | None = None,
+    ):
         super().__init__(delegation)
         self.cluster = cluster
         self.specs = specs or {}
         self.valid_subtypes = delegation.get_subtypes()
-        self.state = create_state_provider(driver=state_driver, prefix=f"agentrl:{delegation.get_name()}:drums", **(state_options or {}))
+        self.state = create_state_provider(
+            driver=state_driver, prefix=f"agentrl:{delegation.get_name()}:drums", **(state_options or {})
+        )
         self._envs: Dict[str, ClusterSession] = {}
         self._started = False
         self._lock = asyncio.Lock()
@@ -70,11 +80,15 @@ class DrumsEnvironmentController(EnvironmentController):
 
     # -- AgentRL's EnvironmentController interface
 
-    async def start_session(self, subtypes: Union[List[str], str], immutable: bool = True, **kwargs: Any) -> Tuple[str, Dict[str, str], Dict[str, str]]:
+    async def start_session(
+        self, subtypes: Union[List[str], str], immutable: bool = True, **kwargs: Any
+    ) -> Tuple[str, Dict[str, str], Dict[str, str]]:
         subtypes = subtypes if isinstance(subtypes, list) else [subtypes]
         for st in subtypes:
             if st not in self.valid_subtypes:
-                raise ValueError(f"invalid subtype {st!r} for task {self.delegation.get_name()}; valid: {self.valid_subtypes}")
+                raise ValueError(
+                    f"invalid subtype {st!r} for task {self.delegation.get_name()}; valid: {self.valid_subtypes}"
+                )
         await self._ensure_started()
         session_id = await self.state.generate_session_id()
         specs = [self._spec(st) for st in subtypes]
@@ -95,7 +109,9 @@ class DrumsEnvironmentController(EnvironmentController):
             env_ids[st] = s.id
             urls[st] = f"{s.host.endpoint.url}/v1/sessions/{s.id}"
             await self.state.allocate_container(s.id, session_id)
-        await self.state.store_session(session_id, {"containers": env_ids, "exclusive_containers": list(env_ids.values())})
+        await self.state.store_session(
+            session_id, {"containers": env_ids, "exclusive_containers": list(env_ids.values())}
+        )
         return session_id, env_ids, urls
 
     async def renew_session(self, session_id: str) -> None:
@@ -118,7 +134,9 @@ class DrumsEnvironmentController(EnvironmentController):
             await self.state.remove_container(env_id)
         await self.state.delete_session(session_id)
 
-    async def execute_command(self, environment_id: str, command: Union[str, List[str]], timeout: int = 30) -> Tuple[int, bytes, bytes]:
+    async def execute_command(
+        self, environment_id: str, command: Union[str, List[str]], timeout: int = 30
+    ) -> Tuple[int, bytes, bytes]:
         r = await self._env(environment_id).exec(command, timeout_ms=int(timeout * 1000))
         return r["exitCode"], r["stdout"].encode(), r["stderr"].encode()
 
@@ -164,8 +182,16 @@ def create_controller(driver: str, delegation: EnvironmentDelegation, **config: 
     other keys go to :class:`AsyncClusterClient`)."""
     if driver != "drums":
         return _agentrl_create_controller(driver, delegation, **config)
-    eps = [e if isinstance(e, Endpoint) else Endpoint(e["url"], e["token"], e.get("name")) for e in config.pop("endpoints")]
+    eps = [
+        e if isinstance(e, Endpoint) else Endpoint(e["url"], e["token"], e.get("name")) for e in config.pop("endpoints")
+    ]
     specs = config.pop("specs", None)
     state_driver = config.pop("state_driver", "local")
     state_options = config.pop("state_options", None)
-    return DrumsEnvironmentController(delegation, AsyncClusterClient(eps, **config), specs=specs, state_driver=state_driver, state_options=state_options)
+    return DrumsEnvironmentController(
+        delegation,
+        AsyncClusterClient(eps, **config),
+        specs=specs,
+        state_driver=state_driver,
+        state_options=state_options,
+    )

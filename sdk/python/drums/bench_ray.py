@@ -10,6 +10,7 @@ Drums daemon per node (drums.ray.DrumsNodes), and measures in one run:
   lost, how many were lost, and how many of the creates issued right after the kill failed.
 Every session, daemon and Ray process it made is gone at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,13 @@ SPEC = {"image": "minimal", "screen": "320x240"}
 
 def _stats(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    return {"n": len(xs), "p50": statistics.median(xs), "p95": xs[min(len(xs) - 1, int(0.95 * len(xs)))], "min": xs[0], "max": xs[-1]}
+    return {
+        "n": len(xs),
+        "p50": statistics.median(xs),
+        "p95": xs[min(len(xs) - 1, int(0.95 * len(xs)))],
+        "min": xs[0],
+        "max": xs[-1],
+    }
 
 
 async def _latency(nodes: DrumsNodes, rounds: int) -> dict[str, Any]:
@@ -67,10 +74,12 @@ async def _latency(nodes: DrumsNodes, rounds: int) -> dict[str, Any]:
             cluster._choose(1, set())
             decide.append((time.perf_counter_ns() - t0) / 1000)
     cc, cd, ac, ad = _stats(create_cluster), _stats(create_direct), _stats(act_cluster), _stats(act_direct)
-    return {"createMs": {"cluster": cc, "direct": cd, "ratioP50": cc["p50"] / cd["p50"]},
-            "actMs": {"cluster": ac, "direct": ad, "ratioP50": ac["p50"] / ad["p50"]},
-            "placementDecisionUs": _stats(decide),
-            "note": "claims are creates until warm pools land (POST /v1/sessions with pool= goes the same path)"}
+    return {
+        "createMs": {"cluster": cc, "direct": cd, "ratioP50": cc["p50"] / cd["p50"]},
+        "actMs": {"cluster": ac, "direct": ad, "ratioP50": ac["p50"] / ad["p50"]},
+        "placementDecisionUs": _stats(decide),
+        "note": "claims are creates until warm pools land (POST /v1/sessions with pool= goes the same path)",
+    }
 
 
 async def _spread(nodes: DrumsNodes, n: int) -> dict[str, Any]:
@@ -113,9 +122,18 @@ async def _failure(nodes: DrumsNodes, held: int, creates_after: int) -> dict[str
         new = [r for r in results if not isinstance(r, BaseException)]
         await asyncio.gather(*(s.destroy() for s in sessions + new), return_exceptions=True)
         detect = [t - killed for t in lost_at.values()]
-        return {"heldBefore": held, "onVictim": spread[victim_name], "sessionsLost": len(cluster.lost),
-                "detectS": _stats(detect) if detect else None, "createsDuringFailure": creates_after, "createsFailed": len(failed),
-                "createsPlacedOn": sorted({s.host.name for s in new}), "victim": victim_name, "deadAfterS": 2.0, "refreshS": 0.5}
+        return {
+            "heldBefore": held,
+            "onVictim": spread[victim_name],
+            "sessionsLost": len(cluster.lost),
+            "detectS": _stats(detect) if detect else None,
+            "createsDuringFailure": creates_after,
+            "createsFailed": len(failed),
+            "createsPlacedOn": sorted({s.host.name for s in new}),
+            "victim": victim_name,
+            "deadAfterS": 2.0,
+            "refreshS": 0.5,
+        }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,16 +152,28 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs("/tmp/ray", exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     nodes = None
-    rec: dict[str, Any] = {"schemaVersion": 1, "kind": "cluster-ray", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           "host": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "kernel": platform.release(), "ray": ray.__version__,
-                                    "gitCommit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()},
-                           "nodes": a.nodes, "image": SPEC["image"]}
+    rec: dict[str, Any] = {
+        "schemaVersion": 1,
+        "kind": "cluster-ray",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {
+            "cpus": os.cpu_count(),
+            "loadavg": os.getloadavg(),
+            "kernel": platform.release(),
+            "ray": ray.__version__,
+            "gitCommit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        },
+        "nodes": a.nodes,
+        "image": SPEC["image"],
+    }
     try:
         for _ in range(a.nodes - 1):
             cluster.add_node(**args)
         ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
         cluster.wait_for_nodes()
-        nodes = DrumsNodes.start(a.drums_bin, subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": "8"})
+        nodes = DrumsNodes.start(
+            a.drums_bin, subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": "8"}
+        )
         rec["latency"] = asyncio.run(_latency(nodes, a.rounds))
         rec["spread"] = asyncio.run(_spread(nodes, a.spread))
         rec["failure"] = asyncio.run(_failure(nodes, 9, 3))

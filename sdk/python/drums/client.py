@@ -17,6 +17,7 @@ so a call made after somebody else reset the session fails with
 Request and response bodies are plain dicts at run time; their annotations are
 the TypedDicts generated from the API spec into ``drums._models`` (``drums.models``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -83,7 +84,12 @@ def _image_response(r: httpx.Response) -> tuple[m.ActionsResponse, bytes | None]
     j = json.loads(meta)
     h = r.headers
     mime = h.get("content-type", "")
-    shot: dict[str, Any] = {"format": next((k for k, v in _MIME.items() if v == mime), "raw"), "width": int(h["x-drums-width"]), "height": int(h["x-drums-height"]), "mimeType": mime}
+    shot: dict[str, Any] = {
+        "format": next((k for k, v in _MIME.items() if v == mime), "raw"),
+        "width": int(h["x-drums-width"]),
+        "height": int(h["x-drums-height"]),
+        "mimeType": mime,
+    }
     if "x-drums-scale-x" in h:
         shot["scaleX"], shot["scaleY"] = float(h["x-drums-scale-x"]), float(h["x-drums-scale-y"])
     j["screenshot"] = shot
@@ -92,7 +98,14 @@ def _image_response(r: httpx.Response) -> tuple[m.ActionsResponse, bytes | None]
 
 def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
     body: dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
-    names = {"root": "root", "cwd": "cwd", "env": "env", "stdin": "stdin", "timeout_ms": "timeoutMs", "max_output_bytes": "maxOutputBytes"}
+    names = {
+        "root": "root",
+        "cwd": "cwd",
+        "env": "env",
+        "stdin": "stdin",
+        "timeout_ms": "timeoutMs",
+        "max_output_bytes": "maxOutputBytes",
+    }
     for k, v in kw.items():
         if k not in names:
             raise TypeError(f"exec() got an unexpected keyword argument {k!r}")
@@ -102,7 +115,13 @@ def _exec_body(cmd: str | Sequence[str], kw: dict[str, Any]) -> m.ExecRequest:
 
 
 def _spec(kw: dict[str, Any]) -> m.SessionSpec:
-    names = {"memory_mb": "memoryMb", "disk_mb": "diskMb", "host_ports": "hostPorts", "browser_flags": "browserFlags", "ttl_seconds": "ttlSeconds"}
+    names = {
+        "memory_mb": "memoryMb",
+        "disk_mb": "diskMb",
+        "host_ports": "hostPorts",
+        "browser_flags": "browserFlags",
+        "ttl_seconds": "ttlSeconds",
+    }
     return {names.get(k, k): v for k, v in kw.items() if v is not None}  # type: ignore[return-value]
 
 
@@ -144,9 +163,13 @@ class _SessionBase:
 class Client:
     """Synchronous client. ``Client(url, token)``; both default from the environment."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT):
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT
+    ):
         self.url, self._token = _discover(url, token)
-        self._http = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout
+        )
         self.sessions = Sessions(self)
         self.pools = Pools(self)
 
@@ -234,8 +257,20 @@ class Pools:
     def delete(self, name: str) -> None:
         self._c.request("DELETE", f"/v1/pools/{name}")
 
-    def claim(self, name: str, *, on_empty: str = "create", labels: dict[str, str] | None = None, ttl_seconds: int | None = None) -> "Session":
-        r = self._c.request("POST", "/v1/sessions", json=_claim(name, on_empty, labels, ttl_seconds), headers={"idempotency-key": uuid.uuid4().hex})
+    def claim(
+        self,
+        name: str,
+        *,
+        on_empty: str = "create",
+        labels: dict[str, str] | None = None,
+        ttl_seconds: int | None = None,
+    ) -> "Session":
+        r = self._c.request(
+            "POST",
+            "/v1/sessions",
+            json=_claim(name, on_empty, labels, ttl_seconds),
+            headers={"idempotency-key": uuid.uuid4().hex},
+        )
         s = Session(self._c, r.json())
         s.pool_hit = r.headers.get("x-drums-pool", "").endswith("; hit")
         return s
@@ -258,7 +293,13 @@ class Files:
 
     def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> m.FileWritten:
         body = data.encode() if isinstance(data, str) else data
-        return self._s._req("PUT", "/files", params=self._q(path, root, mode=mode), content=body, headers={"content-type": "application/octet-stream"}).json()
+        return self._s._req(
+            "PUT",
+            "/files",
+            params=self._q(path, root, mode=mode),
+            content=body,
+            headers={"content-type": "application/octet-stream"},
+        ).json()
 
     def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
         self._s._req("DELETE", "/files", params=self._q(path, root, recursive="true" if recursive else None))
@@ -300,7 +341,13 @@ class Session(_SessionBase):
         w, h = int(r.headers["x-drums-width"]), int(r.headers["x-drums-height"])
         return np.frombuffer(r.content, dtype=np.uint8).reshape(h, w, 3)
 
-    def act(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool | None = None, scale: m.Size | None = None) -> m.ActionsResponse:
+    def act(
+        self,
+        actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]],
+        *,
+        screenshot: m.ScreenshotOptions | bool | None = None,
+        scale: m.Size | None = None,
+    ) -> m.ActionsResponse:
         """Runs one canonical action or a batch; optionally returns a screenshot taken after it."""
         body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation}
         if screenshot is not None:
@@ -309,7 +356,13 @@ class Session(_SessionBase):
             body["scale"] = scale
         return self._req("POST", "/actions", json=body).json()
 
-    def act_image(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool = True, scale: m.Size | None = None) -> tuple[m.ActionsResponse, bytes | None]:
+    def act_image(
+        self,
+        actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]],
+        *,
+        screenshot: m.ScreenshotOptions | bool = True,
+        scale: m.Size | None = None,
+    ) -> tuple[m.ActionsResponse, bytes | None]:
         """Like act, with the screenshot as bytes (no base64): returns (response, image).
 
         Asks for the binary response (image body, JSON in the x-drums-actions header); a JSON
@@ -341,7 +394,9 @@ class Session(_SessionBase):
 
     def events(self, fps: float = 0) -> Iterator[tuple[str, dict[str, Any]]]:
         """Server-sent events: ("state", session), ("frame", {...}), ("end", {reason})."""
-        with self._c._http.stream("GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)) as r:
+        with self._c._http.stream(
+            "GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)
+        ) as r:
             _check_stream(r)
             yield from _sse(r.iter_lines())
 
@@ -407,9 +462,13 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 class AsyncClient:
     """Asynchronous client with the same shape: ``await client.sessions.create(...)``."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT):
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT
+    ):
         self.url, self._token = _discover(url, token)
-        self._http = httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers={"authorization": f"Bearer {self._token}"}, timeout=timeout
+        )
         self.sessions = AsyncSessions(self)
         self.pools = AsyncPools(self)
 
@@ -447,7 +506,9 @@ class AsyncSessions:
 
     async def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "AsyncSession":
         headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
-        return AsyncSession(self._c, (await self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers)).json())
+        return AsyncSession(
+            self._c, (await self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers)).json()
+        )
 
     async def list(self) -> list["AsyncSession"]:
         return [AsyncSession(self._c, s) for s in (await self._c.request("GET", "/v1/sessions")).json()["sessions"]]
@@ -469,13 +530,27 @@ class AsyncPools:
         return (await self._c.request("GET", f"/v1/pools/{name}")).json()
 
     async def put(self, name: str, *, size: int, **template: Any) -> m.Pool:
-        return (await self._c.request("PUT", f"/v1/pools/{name}", json={"size": size, "template": _spec(template)})).json()
+        return (
+            await self._c.request("PUT", f"/v1/pools/{name}", json={"size": size, "template": _spec(template)})
+        ).json()
 
     async def delete(self, name: str) -> None:
         await self._c.request("DELETE", f"/v1/pools/{name}")
 
-    async def claim(self, name: str, *, on_empty: str = "create", labels: dict[str, str] | None = None, ttl_seconds: int | None = None) -> "AsyncSession":
-        r = await self._c.request("POST", "/v1/sessions", json=_claim(name, on_empty, labels, ttl_seconds), headers={"idempotency-key": uuid.uuid4().hex})
+    async def claim(
+        self,
+        name: str,
+        *,
+        on_empty: str = "create",
+        labels: dict[str, str] | None = None,
+        ttl_seconds: int | None = None,
+    ) -> "AsyncSession":
+        r = await self._c.request(
+            "POST",
+            "/v1/sessions",
+            json=_claim(name, on_empty, labels, ttl_seconds),
+            headers={"idempotency-key": uuid.uuid4().hex},
+        )
         s = AsyncSession(self._c, r.json())
         s.pool_hit = r.headers.get("x-drums-pool", "").endswith("; hit")
         return s
@@ -486,19 +561,33 @@ class AsyncFiles:
         self._s = s
 
     async def read(self, path: str, *, root: bool = False) -> bytes:
-        return (await self._s._req("GET", "/files", params={"path": path, **({"root": "true"} if root else {})})).content
+        return (
+            await self._s._req("GET", "/files", params={"path": path, **({"root": "true"} if root else {})})
+        ).content
 
-    async def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> m.FileWritten:
+    async def write(
+        self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False
+    ) -> m.FileWritten:
         q: dict[str, Any] = {"path": path, **({"mode": mode} if mode else {}), **({"root": "true"} if root else {})}
         body = data.encode() if isinstance(data, str) else data
-        return (await self._s._req("PUT", "/files", params=q, content=body, headers={"content-type": "application/octet-stream"})).json()
+        return (
+            await self._s._req(
+                "PUT", "/files", params=q, content=body, headers={"content-type": "application/octet-stream"}
+            )
+        ).json()
 
     async def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
-        q: dict[str, Any] = {"path": path, **({"recursive": "true"} if recursive else {}), **({"root": "true"} if root else {})}
+        q: dict[str, Any] = {
+            "path": path,
+            **({"recursive": "true"} if recursive else {}),
+            **({"root": "true"} if root else {}),
+        }
         await self._s._req("DELETE", "/files", params=q)
 
     async def list(self, path: str, *, root: bool = False) -> m.FileList:
-        return (await self._s._req("GET", "/files/list", params={"path": path, **({"root": "true"} if root else {})})).json()
+        return (
+            await self._s._req("GET", "/files/list", params={"path": path, **({"root": "true"} if root else {})})
+        ).json()
 
 
 class AsyncSession(_SessionBase):
@@ -521,13 +610,24 @@ class AsyncSession(_SessionBase):
         params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
         return (await self._req("GET", "/screenshot", params=params)).content
 
-    async def act(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool | None = None) -> m.ActionsResponse:
+    async def act(
+        self,
+        actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]],
+        *,
+        screenshot: m.ScreenshotOptions | bool | None = None,
+    ) -> m.ActionsResponse:
         body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation}
         if screenshot is not None:
             body["screenshot"] = screenshot
         return (await self._req("POST", "/actions", json=body)).json()
 
-    async def act_image(self, actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]], *, screenshot: m.ScreenshotOptions | bool = True, scale: m.Size | None = None) -> tuple[m.ActionsResponse, bytes | None]:
+    async def act_image(
+        self,
+        actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]],
+        *,
+        screenshot: m.ScreenshotOptions | bool = True,
+        scale: m.Size | None = None,
+    ) -> tuple[m.ActionsResponse, bytes | None]:
         """Like act, with the screenshot as bytes: returns (response, image). See Session.act_image."""
         body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation, "screenshot": screenshot}
         if scale is not None:
@@ -547,7 +647,9 @@ class AsyncSession(_SessionBase):
         return self
 
     async def events(self, fps: float = 0) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        async with self._c._http.stream("GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)) as r:
+        async with self._c._http.stream(
+            "GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)
+        ) as r:
             if r.status_code >= 400:
                 await r.aread()
                 _check(r)

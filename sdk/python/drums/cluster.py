@@ -22,6 +22,7 @@ random usable hosts, counting its own in-flight placements (``drums.placement``)
 - With no capacity anywhere, a create waits up to ``wait_s`` for some, then raises
   :class:`NoCapacity` (code ``no_capacity``) naming each host's reason.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -98,7 +99,12 @@ def validate_report(r: Any) -> dict[str, Any]:
     if not isinstance(r.get("draining"), bool):
         raise ValueError("draining: must be a boolean")
     cap = r.get("capacity")
-    if not isinstance(cap, dict) or not isinstance(cap.get("sessions"), int) or isinstance(cap.get("sessions"), bool) or cap["sessions"] < 0:
+    if (
+        not isinstance(cap, dict)
+        or not isinstance(cap.get("sessions"), int)
+        or isinstance(cap.get("sessions"), bool)
+        or cap["sessions"] < 0
+    ):
         raise ValueError("capacity.sessions: must be a non-negative integer")
     sess = r.get("sessions")
     if not isinstance(sess, dict) or not all(isinstance(sess.get(k), int) for k in ("held", "max")):
@@ -259,7 +265,9 @@ class AsyncClusterClient:
         try:
             eps = await self.discovery.endpoints()
         except Exception as e:  # noqa: BLE001 - any discovery failure keeps the last good list
-            self.problems["discovery"] = f"discovery failed, keeping {sum(not h.retired for h in self.hosts)} known hosts: {e}"
+            self.problems["discovery"] = (
+                f"discovery failed, keeping {sum(not h.retired for h in self.hosts)} known hosts: {e}"
+            )
             return
         self.problems.pop("discovery", None)
         await self.set_endpoints(eps)
@@ -340,7 +348,9 @@ class AsyncClusterClient:
     def _raise_if_lost(self, s: ClusterSession) -> None:
         why = self.lost.get(s.id)
         if why is not None:
-            raise SessionLost(f"session {s.id} is lost: {why}", details={"session": s.id, "host": s.host.name, "reason": why})
+            raise SessionLost(
+                f"session {s.id} is lost: {why}", details={"session": s.id, "host": s.host.name, "reason": why}
+            )
 
     def _forget(self, s: ClusterSession) -> None:
         s.host.sessions.pop(s.id, None)
@@ -391,7 +401,9 @@ class AsyncClusterClient:
                 parts.append(f"{h.name}: room for {max(0, h.load.free)} (need {need})")
         return "; ".join(parts) or "no hosts"
 
-    async def _place(self, need: int, make: Callable[[Host], Awaitable[list[AsyncSession]]]) -> tuple[Host, list[AsyncSession]]:
+    async def _place(
+        self, need: int, make: Callable[[Host], Awaitable[list[AsyncSession]]]
+    ) -> tuple[Host, list[AsyncSession]]:
         deadline = time.monotonic() + self.wait_s
         tried: dict[str, str] = {}
         while True:
@@ -399,7 +411,10 @@ class AsyncClusterClient:
             if h is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise NoCapacity(f"no host could take {need} session(s) within {self.wait_s:g} s: {self._why_none(need, tried)}", details={"hosts": self._why_none(need, tried), "need": need})
+                    raise NoCapacity(
+                        f"no host could take {need} session(s) within {self.wait_s:g} s: {self._why_none(need, tried)}",
+                        details={"hosts": self._why_none(need, tried), "need": need},
+                    )
                 await asyncio.sleep(min(self.refresh_s, left))
                 await self.refresh()
                 tried.clear()  # fresh reports: refusals may be over

@@ -13,6 +13,7 @@ gymnasium's next-step autoreset, its next ``step`` places a new session on a
 live host and returns that one's first observation. ``infos["host"]`` names
 each sub-env's host.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,8 +34,16 @@ from .gym import CHARSET
 class ClusterVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, cluster: AsyncClusterClient | Callable[[], AsyncClusterClient], num_envs: int, *, image: str = "minimal",
-                 screen: tuple[int, int] = (320, 240), spec: dict[str, Any] | None = None, max_steps: int | None = None):
+    def __init__(
+        self,
+        cluster: AsyncClusterClient | Callable[[], AsyncClusterClient],
+        num_envs: int,
+        *,
+        image: str = "minimal",
+        screen: tuple[int, int] = (320, 240),
+        spec: dict[str, Any] | None = None,
+        max_steps: int | None = None,
+    ):
         self.num_envs = num_envs
         self._spec = {"image": image, "screen": f"{screen[0]}x{screen[1]}", **(spec or {})}
         self._w, self._h = screen
@@ -124,13 +133,19 @@ class ClusterVectorEnv(VectorEnv):
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
         results = self._run(_gather(*(self._step_one(i, a) for i, a in enumerate(actions))))
         obs = {"screenshot": np.stack([r[0] for r in results])}
-        return (obs, np.array([r[1] for r in results], np.float64), np.array([r[2] for r in results]),
-                np.array([r[3] for r in results]), _batch_infos([r[4] for r in results]))
+        return (
+            obs,
+            np.array([r[1] for r in results], np.float64),
+            np.array([r[2] for r in results]),
+            np.array([r[3] for r in results]),
+            _batch_infos([r[4] for r in results]),
+        )
 
     def close_extras(self, **kwargs: Any) -> None:
         async def _close() -> None:
             await asyncio.gather(*(s.destroy() for s in self.sessions if s is not None), return_exceptions=True)
             await self.cluster.aclose()
+
         try:
             self._run(_close())
         finally:

@@ -7,6 +7,7 @@ HTTP status family (``Conflict``, ``NotFound``, ...), all subclasses of
 ``DrumsError``. The per-code classes are generated from ``_codes.ERROR_CODES``
 (itself generated from the spec by scripts/gen-protocol.ts).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,7 +21,9 @@ class DrumsError(Exception):
     code: str = "error"
     status: int = 0
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None, details: dict[str, Any] | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int | None = None, details: dict[str, Any] | None = None
+    ):
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -39,24 +42,71 @@ class DrumsError(Exception):
         return f"{self.code} ({self.status}): {self.message}"
 
 
-class BadRequest(DrumsError): status = 400
-class Unauthorized(DrumsError): status = 401
-class Forbidden(DrumsError): status = 403
-class NotFound(DrumsError): status = 404
-class MethodNotAllowed(DrumsError): status = 405
-class Conflict(DrumsError): status = 409
-class Gone(DrumsError): status = 410
-class PayloadTooLarge(DrumsError): status = 413
-class UnsupportedMediaType(DrumsError): status = 415
-class TooManyRequests(DrumsError): status = 429
-class ServerError(DrumsError): status = 500
-class Unavailable(ServerError): status = 503
-class Timeout(ServerError): status = 504
+class BadRequest(DrumsError):
+    status = 400
+
+
+class Unauthorized(DrumsError):
+    status = 401
+
+
+class Forbidden(DrumsError):
+    status = 403
+
+
+class NotFound(DrumsError):
+    status = 404
+
+
+class MethodNotAllowed(DrumsError):
+    status = 405
+
+
+class Conflict(DrumsError):
+    status = 409
+
+
+class Gone(DrumsError):
+    status = 410
+
+
+class PayloadTooLarge(DrumsError):
+    status = 413
+
+
+class UnsupportedMediaType(DrumsError):
+    status = 415
+
+
+class TooManyRequests(DrumsError):
+    status = 429
+
+
+class ServerError(DrumsError):
+    status = 500
+
+
+class Unavailable(ServerError):
+    status = 503
+
+
+class Timeout(ServerError):
+    status = 504
+
 
 _BY_STATUS: dict[int, type[DrumsError]] = {
-    400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed,
-    409: Conflict, 410: Gone, 413: PayloadTooLarge, 415: UnsupportedMediaType, 429: TooManyRequests,
-    503: Unavailable, 504: Timeout,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    410: Gone,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+    429: TooManyRequests,
+    503: Unavailable,
+    504: Timeout,
 }
 
 
@@ -74,11 +124,21 @@ def _class_name(code: str) -> str:
 #: code -> exception class, e.g. ERRORS["stale_generation"] is StaleGeneration.
 ERRORS: dict[str, type[DrumsError]] = {}
 for _code, (_status, _doc) in ERROR_CODES.items():
-    _cls = type(_class_name(_code), (_base_for(_status),), {"code": _code, "status": _status, "__doc__": _doc, "__module__": __name__})
+    _cls = type(
+        _class_name(_code),
+        (_base_for(_status),),
+        {"code": _code, "status": _status, "__doc__": _doc, "__module__": __name__},
+    )
     ERRORS[_code] = _cls
     globals()[_cls.__name__] = _cls
 
-__all__ = ["DrumsError", "ERRORS", "error_from_response", *(c.__name__ for c in set(_BY_STATUS.values())), *(c.__name__ for c in ERRORS.values())]
+__all__ = [
+    "DrumsError",
+    "ERRORS",
+    "error_from_response",
+    *(c.__name__ for c in set(_BY_STATUS.values())),
+    *(c.__name__ for c in ERRORS.values()),
+]
 
 
 def error_from_response(status: int, body: Any) -> DrumsError:

@@ -15,6 +15,7 @@ error code); a ``{"type": "done"}`` action ends the episode (``terminated``).
 (fresh upper layer and processes, generation + 1). ``close()`` destroys it. Reward is always
 0.0: tasks and their checkers live outside the environment (e.g. the OSWorld adapter).
 """
+
 from __future__ import annotations
 
 import json
@@ -126,7 +127,12 @@ class DesktopEnv(gym.Env):
                 self.session.act(actions)
                 terminated = any(a.get("type") == "done" for a in actions)
             except DrumsError as e:
-                if e.status >= 500 or e.code in ("stale_generation", "session_not_found", "session_expired", "unauthorized"):
+                if e.status >= 500 or e.code in (
+                    "stale_generation",
+                    "session_not_found",
+                    "session_expired",
+                    "unauthorized",
+                ):
                     raise
                 info["error"] = e.code
         truncated = self._max_steps is not None and self._steps >= self._max_steps and not terminated

@@ -14,6 +14,7 @@ action = a canonical action dict, a list of them, or its JSON; reward 0.0). No a
 that terminated stays as it is until the next ``reset()`` (``autoreset_mode`` DISABLED).
 ``info["sessions"]`` names the copies, ``info["source"]`` the source.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -30,7 +31,16 @@ from .gym import DesktopEnv
 class GroupVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
 
-    def __init__(self, client: Client, source: Session, n: int, *, a11y: bool = False, max_steps: int | None = None, mode: str = "disk"):
+    def __init__(
+        self,
+        client: Client,
+        source: Session,
+        n: int,
+        *,
+        a11y: bool = False,
+        max_steps: int | None = None,
+        mode: str = "disk",
+    ):
         if n < 1:
             raise ValueError("n must be at least 1")
         self.client = client
@@ -38,7 +48,10 @@ class GroupVectorEnv(VectorEnv):
         self.num_envs = n
         self._mode = mode
         w, h = source.screen
-        self.envs = [DesktopEnv(client, image=source.info["image"], screen=(w, h), a11y=a11y, max_steps=max_steps) for _ in range(n)]
+        self.envs = [
+            DesktopEnv(client, image=source.info["image"], screen=(w, h), a11y=a11y, max_steps=max_steps)
+            for _ in range(n)
+        ]
         self.single_observation_space = self.envs[0].observation_space
         self.single_action_space = self.envs[0].action_space
         self.observation_space = batch_space(self.single_observation_space, n)

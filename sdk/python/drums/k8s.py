@@ -16,6 +16,7 @@ tokens rotate) and the namespace come from the standard in-cluster locations; ou
 pass ``api_server``, ``token`` and ``namespace``. The daemons' bearer token is
 ``drums_token`` or ``DRUMS_TOKEN`` (the Secret ``drums-token`` mounted or in the env).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,19 @@ class DiscoveryError(Exception):
 
 
 class EndpointSliceDiscovery:
-    def __init__(self, service: str = "drums", namespace: str | None = None, *, api_server: str | None = None, token: str | None = None,
-                 ca_file: str | None = None, drums_token: str | None = None, port_name: str = "http", scheme: str = "http", timeout_s: float = 10.0):
+    def __init__(
+        self,
+        service: str = "drums",
+        namespace: str | None = None,
+        *,
+        api_server: str | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
+        drums_token: str | None = None,
+        port_name: str = "http",
+        scheme: str = "http",
+        timeout_s: float = 10.0,
+    ):
         self.service = service
         self.namespace = namespace or _read(SA_DIR / "namespace") or "default"
         if api_server is None:

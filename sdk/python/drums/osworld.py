@@ -32,6 +32,7 @@ everything else is the real code. Install the package to get the real one.
 (``check_python_file_by_test_suite``) for versions that run it in a throwaway
 Drums session (``drums.osworld_sandbox``; ``DRUMS_OSWORLD_SANDBOX=0`` turns it off).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,8 @@ from ._optional import install_finder as _install_finder
 __all__ = ["register", "DrumsAPI", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
 
 
-
 # --------------------------------------------------------------------- Drums HTTP API (minimal)
+
 
 class DrumsAPI:
     """Just what the provider needs from the Drums daemon's HTTP API."""
@@ -112,8 +113,10 @@ def adopt_next(session: dict) -> None:
 
 # --------------------------------------------------------------------- provider
 
+
 def _base_classes():
     from desktop_env.providers.base import Provider, VMManager
+
     return Provider, VMManager
 
 
@@ -199,7 +202,9 @@ def _make_classes():
                 elif s["state"] == "broken":
                     raise RuntimeError(f"Drums session {s['id']} is broken: {s.get('brokenReason')}")
                 elif s["state"] == "ready":
-                    raise RuntimeError(f"Drums session {s['id']} has no OSWorld endpoint (image {s['image']!r}; use the osworld image or label drums.osworld=1)")
+                    raise RuntimeError(
+                        f"Drums session {s['id']} has no OSWorld endpoint (image {s['image']!r}; use the osworld image or label drums.osworld=1)"
+                    )
                 time.sleep(0.5)
             raise TimeoutError(f"Drums session not ready for OSWorld within {self.ready_timeout}s ({last})")
 
@@ -250,7 +255,10 @@ def register() -> None:
     if _registered:
         return
     import warnings
-    warnings.filterwarnings("ignore", message="The `fitz` API is deprecated", category=FutureWarning)  # desktop_env imports fitz
+
+    warnings.filterwarnings(
+        "ignore", message="The `fitz` API is deprecated", category=FutureWarning
+    )  # desktop_env imports fitz
     if _finder is None:
         _finder = _install_finder(OPTIONAL_HEAVY)
     import desktop_env.providers as providers
@@ -272,7 +280,9 @@ def register() -> None:
     def __init__(self, provider_name: str = "vmware", *args, **kwargs):
         if isinstance(provider_name, str) and provider_name.lower().strip() == "drums":
             # Pass the fixed name check as "docker" (clean on start); the factory call inside sees "drums".
-            de.create_vm_manager_and_provider = lambda _n, region, use_proxy=False: create_vm_manager_and_provider("drums", region, use_proxy)
+            de.create_vm_manager_and_provider = lambda _n, region, use_proxy=False: create_vm_manager_and_provider(
+                "drums", region, use_proxy
+            )
             try:
                 init(self, "docker", *args, **kwargs)
             finally:
@@ -284,6 +294,7 @@ def register() -> None:
     de.DesktopEnv.__init__ = __init__
     if os.environ.get("DRUMS_OSWORLD_SANDBOX", "1") != "0":
         from . import osworld_sandbox
+
         osworld_sandbox.install()  # metrics that run agent code do so in a throwaway session
     _registered = True
 
@@ -311,7 +322,7 @@ def needs_internet(task: dict) -> Optional[str]:
             return f"setup step '{st.get('type')}'" + (f" opens {urls[0]}" if urls and isinstance(urls[0], str) else "")
     for key in ("result", "expected"):
         cfgs = ev.get(key)
-        for c in (cfgs if isinstance(cfgs, list) else [cfgs]):
+        for c in cfgs if isinstance(cfgs, list) else [cfgs]:
             if isinstance(c, dict) and c.get("type") in INTERNET_GETTERS:
                 return f"evaluator getter '{c.get('type')}'"
     return None
@@ -331,6 +342,7 @@ def validate_task(task: Any) -> None:
     if not isinstance(task["evaluator"], dict) or "func" not in task["evaluator"]:
         raise ValueError("'evaluator' must be an object with 'func'")
     from .osworld_assets import task_assets
+
     task_assets(task)  # ids and file names that are safe as cache paths (AssetError is a ValueError)
 
 
@@ -356,10 +368,19 @@ def load_tasks(paths: list[str]) -> list[tuple[str, Any]]:
 
 #: related_apps value (lower case, spaces as _) -> the command the image must have for the task to make sense.
 APP_COMMANDS = {
-    "chrome": "google-chrome", "browser": "google-chrome", "gimp": "gimp",
-    "libreoffice": "libreoffice", "libreoffice_calc": "libreoffice", "calc": "libreoffice", "libreoffice_impress": "libreoffice",
-    "libreoffice_writer": "libreoffice", "writer": "libreoffice", "vlc": "vlc", "thunderbird": "thunderbird",
-    "vs_code": "code", "vscode": "code",
+    "chrome": "google-chrome",
+    "browser": "google-chrome",
+    "gimp": "gimp",
+    "libreoffice": "libreoffice",
+    "libreoffice_calc": "libreoffice",
+    "calc": "libreoffice",
+    "libreoffice_impress": "libreoffice",
+    "libreoffice_writer": "libreoffice",
+    "writer": "libreoffice",
+    "vlc": "vlc",
+    "thunderbird": "thunderbird",
+    "vs_code": "code",
+    "vscode": "code",
 }
 
 
@@ -379,11 +400,19 @@ def missing_apps(task: dict, have: Any) -> list[str]:
 
 def _image_has(env) -> Any:
     """A probe of the session's image: which of these commands exist on the desktop user's PATH."""
+
     def have(cmds: list[str]) -> set:
-        r = requests.post(env.controller.http_server + "/execute", timeout=60,
-                          json={"command": ["sh", "-c", 'for c in "$@"; do command -v "$c" >/dev/null && echo "$c"; done', "sh", *cmds], "shell": False})
+        r = requests.post(
+            env.controller.http_server + "/execute",
+            timeout=60,
+            json={
+                "command": ["sh", "-c", 'for c in "$@"; do command -v "$c" >/dev/null && echo "$c"; done', "sh", *cmds],
+                "shell": False,
+            },
+        )
         r.raise_for_status()
         return set((r.json().get("output") or "").split())
+
     return have
 
 
@@ -397,6 +426,7 @@ def _step_noting_errors(env, action: str, pause: float, i: int, warnings: list) 
         r = real(command)
         seen.append(r)
         return r
+
     ctl.execute_python_command = recording
     try:
         env.step(action, pause)
@@ -415,30 +445,58 @@ def _refuse(res: dict, t0: float, msg: str) -> dict:
     return res
 
 
-def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str,
-             asset_cache: Optional[str] = None) -> dict:
+def run_task(
+    src: str,
+    task: Any,
+    oracle: Optional[list],
+    pause: float,
+    allow_internet: bool,
+    cache_root: str,
+    asset_cache: Optional[str] = None,
+) -> dict:
     import shutil
     import tempfile
     from desktop_env.desktop_env import DesktopEnv
     from . import osworld_assets as assets
+
     t0 = time.monotonic()
-    res: dict = {"task": task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src),
-                 "file": src, "setup_ok": False, "score": None, "oracle": oracle is not None, "error": None,
-                 "warnings": [], "session": None, "reset_s": None, "seconds": None}
+    res: dict = {
+        "task": task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src),
+        "file": src,
+        "setup_ok": False,
+        "score": None,
+        "oracle": oracle is not None,
+        "error": None,
+        "warnings": [],
+        "session": None,
+        "reset_s": None,
+        "seconds": None,
+    }
     if isinstance(task, Exception):
         return _refuse(res, t0, str(task))
     why = None if allow_internet else needs_internet(task)
     if why:
-        return _refuse(res, t0, f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)")
+        return _refuse(
+            res,
+            t0,
+            f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)",
+        )
     cache = asset_cache or assets.default_cache_dir()
     st = assets.check_task(cache, task)
     if st["bad"]:
         return _refuse(res, t0, f"bad file(s) in the asset cache {cache}: " + "; ".join(st["bad"]))
     if st["missing"] and not allow_internet:
-        return _refuse(res, t0, f"needs {len(st['missing'])} file(s) that are not in the asset cache {cache}: "
-                       + ", ".join(st["missing"]) + " (run `drums osworld assets fetch` for this task on a host with internet, or pass --allow-internet)")
+        return _refuse(
+            res,
+            t0,
+            f"needs {len(st['missing'])} file(s) that are not in the asset cache {cache}: "
+            + ", ".join(st["missing"])
+            + " (run `drums osworld assets fetch` for this task on a host with internet, or pass --allow-internet)",
+        )
     if st["fonts"] not in (None, "ok"):
-        res["warnings"].append(f"OSWorld's font pack is not installed (not cached: {assets.FONTS_URL}); slides may render with other fonts")
+        res["warnings"].append(
+            f"OSWorld's font pack is not installed (not cached: {assets.FONTS_URL}); slides may render with other fonts"
+        )
     env = None
     base = tempfile.mkdtemp(prefix="task-", dir=cache_root)  # this task's private copy of its cache files
     try:
@@ -450,14 +508,17 @@ def run_task(src: str, task: Any, oracle: Optional[list], pause: float, allow_in
         res["session"] = env.provider.session["id"] if env.provider.session else None
         lacking = missing_apps(task, _image_has(env))
         if lacking:
-            res["error"] = (f"the session's image ({env.provider.session.get('image') if env.provider.session else '?'}) lacks the app(s) "
-                            f"this task uses: {', '.join(lacking)}; use an image that has them (DRUMS_OSWORLD_IMAGE)")
+            res["error"] = (
+                f"the session's image ({env.provider.session.get('image') if env.provider.session else '?'}) lacks the app(s) "
+                f"this task uses: {', '.join(lacking)}; use an image that has them (DRUMS_OSWORLD_IMAGE)"
+            )
             return res
         t1 = time.monotonic()
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
         from drums.osworld_apps import record_windows
+
         record_windows(env, task, res)
         for i, a in enumerate(oracle or []):
             _step_noting_errors(env, a, pause, i, res["warnings"])
@@ -481,6 +542,7 @@ def check_osworld_src() -> Optional[str]:
     if not src:
         return None
     import desktop_env
+
     where = os.path.realpath(os.path.dirname(desktop_env.__file__))
     want = os.path.realpath(os.path.join(src, "desktop_env"))
     if where != want:
@@ -494,15 +556,28 @@ def run_main(argv: list[str]) -> int:
     import logging
     import shutil
     import tempfile
-    ap = argparse.ArgumentParser(prog="drums osworld run", description="Run OSWorld task JSONs on Drums sessions with the real desktop_env.")
+
+    ap = argparse.ArgumentParser(
+        prog="drums osworld run", description="Run OSWorld task JSONs on Drums sessions with the real desktop_env."
+    )
     ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
     ap.add_argument("--parallel", type=int, default=1)
-    ap.add_argument("--oracle", help="JSON {task_id: [pyautogui code | 'FAIL' | 'DONE' | 'WAIT', ...]} applied through env.step")
+    ap.add_argument(
+        "--oracle", help="JSON {task_id: [pyautogui code | 'FAIL' | 'DONE' | 'WAIT', ...]} applied through env.step"
+    )
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--pause", type=float, default=0.5, help="seconds env.step sleeps after each action")
     ap.add_argument("--allow-internet", action="store_true", help="start tasks that need the internet")
-    ap.add_argument("--group", type=int, default=0, help="GRPO groups: set each task up once, fork N-1 copies, score all N (drums.osworld_group)")
-    ap.add_argument("--cache", help="the shared asset cache (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache); never written by a run")
+    ap.add_argument(
+        "--group",
+        type=int,
+        default=0,
+        help="GRPO groups: set each task up once, fork N-1 copies, score all N (drums.osworld_group)",
+    )
+    ap.add_argument(
+        "--cache",
+        help="the shared asset cache (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache); never written by a run",
+    )
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
@@ -519,6 +594,7 @@ def run_main(argv: list[str]) -> int:
         print("no task files found", file=sys.stderr)
         return 2
     from .osworld_assets import default_cache_dir
+
     asset_cache = a.cache or default_cache_dir()
     cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
     results: list[dict] = []
@@ -534,6 +610,7 @@ def run_main(argv: list[str]) -> int:
                 orc = oracles.get(tid) if (a.oracle and tid) else None
                 if a.group > 0:
                     from .osworld_group import run_group
+
                     futs[ex.submit(run_group, src, t, orc, a.pause, a.allow_internet, cache_root, a.group)] = src
                 else:
                     futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache)] = src
@@ -541,8 +618,12 @@ def run_main(argv: list[str]) -> int:
                 r = fut.result()
                 results.append(r)
                 status = "ok " if r["setup_ok"] else "ERR"
-                print(f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
-                      + (f"  {r['error'][:300]}" if r["error"] else ""), file=sys.stderr, flush=True)
+                print(
+                    f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
+                    + (f"  {r['error'][:300]}" if r["error"] else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
     order = {src: i for i, (src, _) in enumerate(tasks)}
@@ -550,12 +631,15 @@ def run_main(argv: list[str]) -> int:
     print(f"{'task':38} {'setup':5} {'score':>5} {'time':>7}  error")
     for r in results:
         sc = "-" if r["score"] is None else f"{r['score']:.1f}"
-        print(f"{r['task'][:38]:38} {('ok' if r['setup_ok'] else 'no'):5} {sc:>5} {r['seconds']:>6}s  {(r['error'] or '')[:100]}")
+        print(
+            f"{r['task'][:38]:38} {('ok' if r['setup_ok'] else 'no'):5} {sc:>5} {r['seconds']:>6}s  {(r['error'] or '')[:100]}"
+        )
     wall = round(time.monotonic() - t_run, 1)
     print(f"{n} task(s) in {wall} s at --parallel {a.parallel}", file=sys.stderr)
     if a.out:
         import platform
         import desktop_env
+
         summary = {
             "tasks": n,
             "setup_ok": sum(1 for r in results if r["setup_ok"]),
@@ -565,15 +649,31 @@ def run_main(argv: list[str]) -> int:
             "wall_seconds": wall,
         }
         with open(a.out, "w") as f:
-            json.dump({
-                "schemaVersion": 1, "experiment": "osworld-tasks", "started": started,
-                "config": {"parallel": a.parallel, "tasks": a.tasks, "oracle": bool(a.oracle), "pause": a.pause,
-                           "allow_internet": a.allow_internet, "cache": asset_cache,
-                           "desktop_env": os.path.dirname(desktop_env.__file__), "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"), "group": a.group},
-                "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                "results": {"summary": summary, "tasks": results},
-                "notes": ["wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"],
-            }, f, indent=2)
+            json.dump(
+                {
+                    "schemaVersion": 1,
+                    "experiment": "osworld-tasks",
+                    "started": started,
+                    "config": {
+                        "parallel": a.parallel,
+                        "tasks": a.tasks,
+                        "oracle": bool(a.oracle),
+                        "pause": a.pause,
+                        "allow_internet": a.allow_internet,
+                        "cache": asset_cache,
+                        "desktop_env": os.path.dirname(desktop_env.__file__),
+                        "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
+                        "group": a.group,
+                    },
+                    "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                    "results": {"summary": summary, "tasks": results},
+                    "notes": [
+                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"
+                    ],
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 
@@ -581,11 +681,16 @@ def assets_main(argv: list[str]) -> int:
     """drums osworld assets fetch|check TASKS... [--cache DIR] [--mirror URL] [--fonts] [--json]"""
     import argparse
     from . import osworld_assets as assets
+
     ap = argparse.ArgumentParser(prog="drums osworld assets", description="OSWorld's asset cache (docs/osworld.md)")
     ap.add_argument("action", choices=["fetch", "check"])
     ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
     ap.add_argument("--cache", help="cache directory (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache)")
-    ap.add_argument("--mirror", default=os.environ.get("DRUMS_OSWORLD_MIRROR"), help=f"fetch from this base URL instead of {assets.STORE}")
+    ap.add_argument(
+        "--mirror",
+        default=os.environ.get("DRUMS_OSWORLD_MIRROR"),
+        help=f"fetch from this base URL instead of {assets.STORE}",
+    )
     ap.add_argument("--fonts", action="store_true", help="include OSWorld's font pack even if no Impress task is named")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
@@ -622,7 +727,9 @@ def assets_main(argv: list[str]) -> int:
             else:
                 bad.append({"url": f.url, "path": os.path.join(cache, f.rel), "detail": detail})
         bad_any = bad_any or bool(missing or bad)
-        report.append({"file": e["file"], "task": e["task"], "files": len(e["files"]), "ok": ok, "missing": missing, "bad": bad})
+        report.append(
+            {"file": e["file"], "task": e["task"], "files": len(e["files"]), "ok": ok, "missing": missing, "bad": bad}
+        )
     if a.json:
         print(json.dumps({"cache": cache, "tasks": report, "fetch": fetched}, indent=2))
     else:
@@ -637,7 +744,10 @@ def assets_main(argv: list[str]) -> int:
             for b in r["bad"]:
                 print(f"       bad     {b['detail']}")
         if fetched is not None:
-            print(f"fetched {fetched['fetched']} file(s) ({fetched['bytes']} bytes), {fetched['present']} already cached, {len(fetched['failed'])} failed", file=sys.stderr)
+            print(
+                f"fetched {fetched['fetched']} file(s) ({fetched['bytes']} bytes), {fetched['present']} already cached, {len(fetched['failed'])} failed",
+                file=sys.stderr,
+            )
     return 1 if bad_any else 0
 
 

@@ -4,6 +4,7 @@
 setup starts have no window (`missing_windows`), so a setup that "succeeds" while its app never
 came up shows as such (docs/osworld.md, "Running tasks").
 """
+
 from __future__ import annotations
 
 import os
@@ -28,11 +29,23 @@ APP_WINDOWS = {
 
 #: Program names (argv[0] basenames) that start each app.
 _PROGRAMS = {
-    "google-chrome": "chrome", "google-chrome-stable": "chrome", "chromium": "chrome",
-    "gimp": "gimp", "gimp-2.10": "gimp", "vlc": "vlc", "thunderbird": "thunderbird",
-    "libreoffice": "libreoffice", "soffice": "libreoffice", "localc": "libreoffice",
-    "lowriter": "libreoffice", "loimpress": "libreoffice", "nautilus": "nautilus",
-    "gnome-terminal": "terminal", "gedit": "gedit", "evince": "evince", "eog": "eog",
+    "google-chrome": "chrome",
+    "google-chrome-stable": "chrome",
+    "chromium": "chrome",
+    "gimp": "gimp",
+    "gimp-2.10": "gimp",
+    "vlc": "vlc",
+    "thunderbird": "thunderbird",
+    "libreoffice": "libreoffice",
+    "soffice": "libreoffice",
+    "localc": "libreoffice",
+    "lowriter": "libreoffice",
+    "loimpress": "libreoffice",
+    "nautilus": "nautilus",
+    "gnome-terminal": "terminal",
+    "gedit": "gedit",
+    "evince": "evince",
+    "eog": "eog",
 }
 
 #: What `open` (xdg-open, the image's mimeapps.list) starts for a file extension.

@@ -18,6 +18,7 @@ each file's size (from Content-Length / Content-Range) in ``<cache>/<task id>/.d
 ``check`` compares the files against those sizes. OSWorld's font pack (the VM guide installs
 it into /usr/share/fonts for Impress tasks) lives in the same cache under ``fonts/``.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -46,14 +47,16 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def default_cache_dir() -> str:
-    return os.environ.get("DRUMS_OSWORLD_CACHE") or os.path.join(os.environ.get("DRUMS_STATE_DIR", "/var/lib/drums"), "osworld-cache")
+    return os.environ.get("DRUMS_OSWORLD_CACHE") or os.path.join(
+        os.environ.get("DRUMS_STATE_DIR", "/var/lib/drums"), "osworld-cache"
+    )
 
 
 @dataclass(frozen=True)
 class Asset:
     url: str
-    rel: str    # path inside the cache directory: "<task id>/<name>" or "fonts/<name>"
-    kind: str   # download | cloud_file | history | fonts
+    rel: str  # path inside the cache directory: "<task id>/<name>" or "fonts/<name>"
+    kind: str  # download | cloud_file | history | fonts
 
 
 class AssetError(ValueError):
@@ -116,7 +119,7 @@ def task_assets(task: dict, fonts: bool = True) -> list[Asset]:
             out["history_new.sqlite"] = Asset(HISTORY_URL, f"{tid}/history_new.sqlite", "history")
     for key in ("result", "expected"):
         cfgs = ev.get(key)
-        for c in (cfgs if isinstance(cfgs, list) else [cfgs]):
+        for c in cfgs if isinstance(cfgs, list) else [cfgs]:
             if not isinstance(c, dict) or c.get("type") != "cloud_file":
                 continue
             if c.get("multi"):
@@ -135,6 +138,7 @@ def task_assets(task: dict, fonts: bool = True) -> list[Asset]:
 
 
 # --------------------------------------------------------------------- state of the cache
+
 
 def _manifest_path(cache: str, rel: str) -> str:
     return os.path.join(cache, os.path.dirname(rel), MANIFEST)
@@ -169,7 +173,10 @@ def status(cache: str, a: Asset) -> tuple[str, str]:
         return "bad", f"{p} is not a regular file"
     want = recorded_size(cache, a)
     if want is not None and st.st_size != want:
-        return "bad", f"{p} has {st.st_size} bytes but {a.url} has {want} (recorded when it was fetched); run `drums osworld assets fetch` again"
+        return (
+            "bad",
+            f"{p} has {st.st_size} bytes but {a.url} has {want} (recorded when it was fetched); run `drums osworld assets fetch` again",
+        )
     if st.st_size == 0:
         return "bad", f"{p} is empty (a failed download?); delete it and run `drums osworld assets fetch` again"
     return "ok", p
@@ -216,19 +223,28 @@ def font_steps(font_name: str) -> list[dict]:
     """Setup steps that install the cached font pack as OSWorld's VM guide does (unzip into
     /usr/share/fonts), through desktop_env's own download (served from the per-task cache)."""
     zip_in_guest = "/tmp/" + os.path.basename(FONTS_REL)
-    unzip = ("import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])")
+    unzip = "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])"
     return [
         {"type": "download", "parameters": {"files": [{"url": FONTS_URL, "path": zip_in_guest}]}},
-        {"type": "execute", "parameters": {"command": ["/bin/sh", "-c",
-            f"echo password | sudo -S python3 -c '{unzip}' {zip_in_guest} /usr/share/fonts/osworld && rm -f {zip_in_guest} && fc-cache -f /usr/share/fonts/osworld >/dev/null"]}},
+        {
+            "type": "execute",
+            "parameters": {
+                "command": [
+                    "/bin/sh",
+                    "-c",
+                    f"echo password | sudo -S python3 -c '{unzip}' {zip_in_guest} /usr/share/fonts/osworld && rm -f {zip_in_guest} && fc-cache -f /usr/share/fonts/osworld >/dev/null",
+                ]
+            },
+        },
     ]
 
 
 # --------------------------------------------------------------------- fetching
 
+
 def mirror_url(url: str, mirror: Optional[str]) -> str:
     if mirror and url.startswith(STORE):
-        return mirror.rstrip("/") + "/" + url[len(STORE):]
+        return mirror.rstrip("/") + "/" + url[len(STORE) :]
     return url
 
 
@@ -250,18 +266,30 @@ def _record(cache: str, a: Asset, size: int) -> None:
     with open(mp + ".lock", "a") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         m = _read_manifest(mp)
-        m[os.path.basename(a.rel)] = {"url": a.url, "size": size, "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        m[os.path.basename(a.rel)] = {
+            "url": a.url,
+            "size": size,
+            "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         tmp = mp + f".tmp{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(m, f, indent=1, sort_keys=True)
         os.replace(tmp, mp)
 
 
-def fetch_one(cache: str, a: Asset, mirror: Optional[str] = None, session=None,
-              progress: Optional[Callable[[int, Optional[int]], None]] = None, retries: int = 3, timeout: float = 60) -> int:
+def fetch_one(
+    cache: str,
+    a: Asset,
+    mirror: Optional[str] = None,
+    session=None,
+    progress: Optional[Callable[[int, Optional[int]], None]] = None,
+    retries: int = 3,
+    timeout: float = 60,
+) -> int:
     """Downloads one asset into the cache, resuming ``<file>.part`` with a Range request.
     Verifies the final size against the server's and records it. Returns the size."""
     import requests
+
     s = session or requests.Session()
     final = os.path.join(cache, a.rel)
     part = final + ".part"
@@ -311,9 +339,13 @@ def fetch_one(cache: str, a: Asset, mirror: Optional[str] = None, session=None,
                 return size
             except Exception as e:  # network errors, short reads: retry, resuming from what we have
                 last = e
-                if isinstance(e, requests.HTTPError) and e.response is not None and e.response.status_code in (401, 403, 404):
+                if (
+                    isinstance(e, requests.HTTPError)
+                    and e.response is not None
+                    and e.response.status_code in (401, 403, 404)
+                ):
                     break
-                time.sleep(min(2 ** attempt, 5))
+                time.sleep(min(2**attempt, 5))
     raise FetchError(f"could not fetch {url}: {last}")
 
 
@@ -330,6 +362,7 @@ def _human(n: Optional[int]) -> str:
 def fetch_assets(cache: str, assets: Iterable[Asset], mirror: Optional[str] = None, out=sys.stderr) -> dict:
     """Fetches every asset not already (correctly) in the cache. {"fetched", "present", "failed": [msg]}."""
     import requests
+
     todo = list({a.rel: a for a in assets}.values())
     res: dict = {"fetched": 0, "present": 0, "failed": [], "bytes": 0}
     s = requests.Session()
@@ -354,6 +387,7 @@ def fetch_assets(cache: str, assets: Iterable[Asset], mirror: Optional[str] = No
             last_print[0] = now
             pct = f" {100 * done / total:5.1f}%" if total else ""
             print(f"{label}: {_human(done)} of {_human(total)}{pct}", end="\r" if tty else "\n", file=out, flush=True)
+
         try:
             n = fetch_one(cache, a, mirror, s, progress)
             res["fetched"] += 1

@@ -16,6 +16,7 @@ per task:
 The result says, per member, whether it was the setup or a fork (and the fork mode and
 replayed steps), its session, and its score. The group's ``score`` is the mean.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -39,8 +40,17 @@ def _score(env: Any, oracle: Optional[list], pause: float) -> float:
 
 def _member(task: dict, copy_info: dict, oracle: Optional[list], pause: float, cache_dir: str, mode: str) -> dict:
     from desktop_env.desktop_env import DesktopEnv
+
     t0 = time.monotonic()
-    m: dict = {"origin": "fork", "fork_mode": mode, "session": copy_info["id"], "score": None, "error": None, "replayed": [], "ready_s": None}
+    m: dict = {
+        "origin": "fork",
+        "fork_mode": mode,
+        "session": copy_info["id"],
+        "score": None,
+        "error": None,
+        "replayed": [],
+        "ready_s": None,
+    }
     env = None
     try:
         adopt_next(copy_info)
@@ -67,24 +77,51 @@ def _member(task: dict, copy_info: dict, oracle: Optional[list], pause: float, c
     return m
 
 
-def run_group(src: str, task: Any, oracle: Optional[list], pause: float, allow_internet: bool, cache_root: str, n: int, mode: str = "disk") -> dict:
+def run_group(
+    src: str,
+    task: Any,
+    oracle: Optional[list],
+    pause: float,
+    allow_internet: bool,
+    cache_root: str,
+    n: int,
+    mode: str = "disk",
+) -> dict:
     from desktop_env.desktop_env import DesktopEnv
+
     t0 = time.monotonic()
     tid = task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src)
-    res: dict = {"task": tid, "file": src, "setup_ok": False, "score": None, "oracle": oracle is not None, "error": None,
-                 "session": None, "reset_s": None, "seconds": None, "group": {"size": n, "setups": 0, "forks": 0, "fork_s": None, "members": []}}
+    res: dict = {
+        "task": tid,
+        "file": src,
+        "setup_ok": False,
+        "score": None,
+        "oracle": oracle is not None,
+        "error": None,
+        "session": None,
+        "reset_s": None,
+        "seconds": None,
+        "group": {"size": n, "setups": 0, "forks": 0, "fork_s": None, "members": []},
+    }
     if isinstance(task, Exception):
         res["error"] = str(task)
         return res
     why = None if allow_internet else needs_internet(task)
     if why:
-        res["error"] = f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)"
+        res["error"] = (
+            f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)"
+        )
         res["seconds"] = round(time.monotonic() - t0, 2)
         return res
     env = None
     copies: list[dict] = []
     try:
-        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, tid, "setup"))
+        env = DesktopEnv(
+            provider_name="drums",
+            action_space="pyautogui",
+            require_a11y_tree=False,
+            cache_dir=os.path.join(cache_root, tid, "setup"),
+        )
         res["session"] = env.provider.session["id"] if env.provider.session else None
         t1 = time.monotonic()
         env.reset(task_config=task)
@@ -97,9 +134,16 @@ def run_group(src: str, task: Any, oracle: Optional[list], pause: float, allow_i
             copies = env.provider.fork(n - 1, mode)
             res["group"]["fork_s"] = round(time.monotonic() - t2, 2)
             res["group"]["forks"] = len(copies)
-        members = [{"origin": "setup", "session": res["session"], "score": None, "error": None, "ready_s": res["reset_s"]}]
+        members = [
+            {"origin": "setup", "session": res["session"], "score": None, "error": None, "ready_s": res["reset_s"]}
+        ]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(copies))) as ex:
-            futs = [ex.submit(_member, copy.deepcopy(task), c, oracle, pause, os.path.join(cache_root, tid, f"fork{i}"), mode) for i, c in enumerate(copies)]
+            futs = [
+                ex.submit(
+                    _member, copy.deepcopy(task), c, oracle, pause, os.path.join(cache_root, tid, f"fork{i}"), mode
+                )
+                for i, c in enumerate(copies)
+            ]
             try:
                 members[0]["score"] = _score(env, oracle, pause)
             except Exception as e:
@@ -131,9 +175,11 @@ def run_group(src: str, task: Any, oracle: Optional[list], pause: float, allow_i
 
 # --------------------------------------------------------------------- bench (drums osworld run --group, measured)
 
+
 def _ready_fresh(task: dict, n: int, cache_root: str) -> dict:
     """N independent setups of one task, in parallel: seconds from the start until each is ready to act."""
     from desktop_env.desktop_env import DesktopEnv
+
     t0 = time.monotonic()
     envs: list[Any] = [None] * n
     ready: list[Optional[float]] = [None] * n
@@ -141,7 +187,12 @@ def _ready_fresh(task: dict, n: int, cache_root: str) -> dict:
 
     def one(i: int) -> None:
         try:
-            envs[i] = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, f"fresh{i}"))
+            envs[i] = DesktopEnv(
+                provider_name="drums",
+                action_space="pyautogui",
+                require_a11y_tree=False,
+                cache_dir=os.path.join(cache_root, f"fresh{i}"),
+            )
             envs[i].reset(task_config=copy.deepcopy(task))
             ready[i] = round(time.monotonic() - t0, 2)
         except Exception as e:
@@ -156,15 +207,25 @@ def _ready_fresh(task: dict, n: int, cache_root: str) -> dict:
             except Exception as ce:
                 errors.append(f"close: {ce}")
     done = [r for r in ready if r is not None]
-    return {"first_ready_s": min(done) if done else None, "all_ready_s": max(done) if len(done) == n else None, "errors": errors}
+    return {
+        "first_ready_s": min(done) if done else None,
+        "all_ready_s": max(done) if len(done) == n else None,
+        "errors": errors,
+    }
 
 
 def _ready_group(task: dict, n: int, cache_root: str, mode: str = "disk") -> dict:
     """One setup, then N-1 forks made ready (app-starting steps replayed): seconds until each member is ready."""
     from desktop_env.desktop_env import DesktopEnv
+
     t0 = time.monotonic()
     errors: list[str] = []
-    env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, "setup"))
+    env = DesktopEnv(
+        provider_name="drums",
+        action_space="pyautogui",
+        require_a11y_tree=False,
+        cache_dir=os.path.join(cache_root, "setup"),
+    )
     members: list[Any] = []
     out: dict = {}
     try:
@@ -176,7 +237,12 @@ def _ready_group(task: dict, n: int, cache_root: str, mode: str = "disk") -> dic
 
         def one(c: dict) -> None:
             adopt_next(c)
-            m = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=os.path.join(cache_root, c["id"]))
+            m = DesktopEnv(
+                provider_name="drums",
+                action_space="pyautogui",
+                require_a11y_tree=False,
+                cache_dir=os.path.join(cache_root, c["id"]),
+            )
             members.append(m)
             m._set_task_info(copy.deepcopy(task))
             replay = [s for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]
@@ -190,8 +256,13 @@ def _ready_group(task: dict, n: int, cache_root: str, mode: str = "disk") -> dic
                     f.result()
                 except Exception as e:
                     errors.append(f"{type(e).__name__}: {e}")
-        out = {"setup_s": setup_s, "forked_s": fork_s, "first_ready_s": min(ready), "all_ready_s": max(ready) if len(ready) == n else None,
-               "replayed": [s["type"] for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]}
+        out = {
+            "setup_s": setup_s,
+            "forked_s": fork_s,
+            "first_ready_s": min(ready),
+            "all_ready_s": max(ready) if len(ready) == n else None,
+            "replayed": [s["type"] for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY],
+        }
     finally:
         for m in members + [env]:
             try:
@@ -209,7 +280,11 @@ def bench_main(argv: list[str]) -> int:
     import tempfile
 
     from .osworld import load_tasks
-    ap = argparse.ArgumentParser(prog="python -m drums.osworld_group bench", description="A group of N ready to act: by fork against N setups, per task.")
+
+    ap = argparse.ArgumentParser(
+        prog="python -m drums.osworld_group bench",
+        description="A group of N ready to act: by fork against N setups, per task.",
+    )
     ap.add_argument("tasks", nargs="+")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--out", required=True)
@@ -229,13 +304,35 @@ def bench_main(argv: list[str]) -> int:
         print(f"{task['id']}: {a.n} setups", file=sys.stderr, flush=True)
         f = _ready_fresh(task, a.n, cache)
         ratio = round(g["all_ready_s"] / f["all_ready_s"], 3) if g.get("all_ready_s") and f.get("all_ready_s") else None
-        rows.append({"task": task["id"], "file": src, "setup_types": [s.get("type") for s in task.get("config") or []], "fork": g, "fresh": f, "all_ready_ratio": ratio})
+        rows.append(
+            {
+                "task": task["id"],
+                "file": src,
+                "setup_types": [s.get("type") for s in task.get("config") or []],
+                "fork": g,
+                "fresh": f,
+                "all_ready_ratio": ratio,
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    rec = {"schemaVersion": 1, "kind": "osworld-group", "started": started, "n": a.n, "fork_mode": "disk",
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
-           "tasks": rows,
-           "notes": ["ready = the setup done (fresh) or the fork made and the setup's app-starting steps replayed (fork), measured from the group's start",
-                     "all_ready_ratio = fork all-ready / fresh all-ready (below 1: the group by fork is ready sooner)"]}
+    rec = {
+        "schemaVersion": 1,
+        "kind": "osworld-group",
+        "started": started,
+        "n": a.n,
+        "fork_mode": "disk",
+        "host": {
+            "kernel": platform.release(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load0,
+            "loadavg_after": os.getloadavg(),
+        },
+        "tasks": rows,
+        "notes": [
+            "ready = the setup done (fresh) or the fork made and the setup's app-starting steps replayed (fork), measured from the group's start",
+            "all_ready_ratio = fork all-ready / fresh all-ready (below 1: the group by fork is ready sooner)",
+        ],
+    }
     with open(a.out, "w") as fh:
         json.dump(rec, fh, indent=2)
     print(f"record: {a.out}", file=sys.stderr)
@@ -244,6 +341,7 @@ def bench_main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     import sys
+
     if len(sys.argv) > 1 and sys.argv[1] == "bench":
         sys.exit(bench_main(sys.argv[2:]))
     print("usage: python -m drums.osworld_group bench TASKS... --n 8 --out FILE", file=sys.stderr)

@@ -5,6 +5,7 @@ Times the unmodified desktop_env.DesktopEnv with the `drums` provider: start_emu
 SetupController), and step() of a pyautogui click (OSWorld's own path: python -c
 inside the session, then an observation). Writes a JSON record (schemaVersion 1).
 The daemon comes from DRUMS_URL/DRUMS_TOKEN or the state directory."""
+
 import argparse
 import datetime
 import json
@@ -15,10 +16,16 @@ import time
 
 import drums.osworld  # noqa: F401  (registers the provider)
 
-TASK = {"id": "drums-perf", "instruction": "noop",
-        "config": [{"type": "execute", "parameters": {"command": "true", "shell": True}}],
-        "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": "echo yes", "shell": True},
-                      "expected": {"type": "rule", "rules": {"expected": "yes\n"}}}}
+TASK = {
+    "id": "drums-perf",
+    "instruction": "noop",
+    "config": [{"type": "execute", "parameters": {"command": "true", "shell": True}}],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "vm_command_line", "command": "echo yes", "shell": True},
+        "expected": {"type": "rule", "rules": {"expected": "yes\n"}},
+    },
+}
 
 
 def pct(xs, q):
@@ -33,6 +40,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="clicks after each reset")
     a = ap.parse_args()
     from desktop_env.desktop_env import DesktopEnv
+
     t = time.time()
     env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False)
     start_s = time.time() - t
@@ -51,17 +59,40 @@ def main():
         env.close()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat()
     record = {
-        "schemaVersion": 1, "experiment": "osworld-desktop-env", "started": started,
+        "schemaVersion": 1,
+        "experiment": "osworld-desktop-env",
+        "started": started,
         "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "config": {"resets": a.resets, "stepsPerReset": a.steps, "task": "one execute step in setup", "screen": "1920x1080 (osworld image)"},
+        "config": {
+            "resets": a.resets,
+            "stepsPerReset": a.steps,
+            "task": "one execute step in setup",
+            "screen": "1920x1080 (osworld image)",
+        },
         "results": {
             "startEmulatorS": round(start_s, 3),
-            "resetS": {"n": len(resets), "p50": round(statistics.median(resets), 3), "p95": round(pct(resets, 0.95), 3)},
-            "stepClickMs": {"n": len(steps), "p50": round(statistics.median(steps) * 1000, 1), "p95": round(pct(steps, 0.95) * 1000, 1)},
+            "resetS": {
+                "n": len(resets),
+                "p50": round(statistics.median(resets), 3),
+                "p95": round(pct(resets, 0.95), 3),
+            },
+            "stepClickMs": {
+                "n": len(steps),
+                "p50": round(statistics.median(steps) * 1000, 1),
+                "p95": round(pct(steps, 0.95) * 1000, 1),
+            },
         },
-        "bars": {"resetP50S": {"value": round(statistics.median(resets), 3), "bar": 1.0, "pass": statistics.median(resets) <= 1.0}},
-        "notes": ["the docker provider's design boots a VM per environment and allows 300 s for it; its reset is a VM snapshot revert",
-                  "step() runs OSWorld's own `python -c 'import pyautogui; ...'` inside the session, so it includes a Python start and a pyautogui import"],
+        "bars": {
+            "resetP50S": {
+                "value": round(statistics.median(resets), 3),
+                "bar": 1.0,
+                "pass": statistics.median(resets) <= 1.0,
+            }
+        },
+        "notes": [
+            "the docker provider's design boots a VM per environment and allows 300 s for it; its reset is a VM snapshot revert",
+            "step() runs OSWorld's own `python -c 'import pyautogui; ...'` inside the session, so it includes a Python start and a pyautogui import",
+        ],
     }
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "osworld-desktop-env-%s.json" % started.replace(":", "-").replace(".", "-")[:23])

@@ -8,6 +8,7 @@ the desktop user, the session's cgroup limits), runs the same steps there (chdir
 directory, put it first on sys.path, load it as a module, call the test function, map its
 result to a score the way upstream does), reads the score back, and destroys the session.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,8 @@ RUN_TIMEOUT_MS = int(os.environ.get("DRUMS_OSWORLD_SANDBOX_TIMEOUT_MS", "120000"
 MARK = "DRUMS-SANDBOX-SCORE "
 
 # Runs in the sandbox: upstream's steps and result mapping, the score on the last line.
-_RUNNER = r'''
+_RUNNER = (
+    r"""
 import importlib.util, json, math, os, sys
 test_file, fn = sys.argv[1], sys.argv[2]
 def score():
@@ -55,12 +57,16 @@ except BaseException as e:
     print("test raised %s: %s" % (type(e).__name__, e), file=sys.stderr)
     s = 0.0
 sys.stdout.flush()
-print("\n''' + MARK + r'''" + json.dumps(s))
-'''
+print("\n"""
+    + MARK
+    + r"""" + json.dumps(s))
+"""
+)
 
 
 def _client():
     from .client import Client
+
     return Client()
 
 
@@ -91,8 +97,11 @@ def check_python_file_by_test_suite(actual_files, test_file, **options) -> float
             for name, data in files.items():
                 s.files.write(f"{work}/{name}", data)
             s.files.write(f"{work}/.drums_runner.py", _RUNNER)
-            r = s.exec(["python3", f"{work}/.drums_runner.py", f"{work}/{os.path.basename(test_file)}", str(fn)],
-                       cwd=work, timeout_ms=RUN_TIMEOUT_MS)
+            r = s.exec(
+                ["python3", f"{work}/.drums_runner.py", f"{work}/{os.path.basename(test_file)}", str(fn)],
+                cwd=work,
+                timeout_ms=RUN_TIMEOUT_MS,
+            )
         finally:
             s.destroy()
     out = r.get("stdout") or ""
@@ -102,7 +111,7 @@ def check_python_file_by_test_suite(actual_files, test_file, **options) -> float
     for line in reversed(out.splitlines()):
         if line.startswith(MARK):
             try:
-                v = float(json.loads(line[len(MARK):]))
+                v = float(json.loads(line[len(MARK) :]))
             except ValueError:
                 break
             log.info("sandboxed %s: %s (stderr: %s)", os.path.basename(test_file), v, (r.get("stderr") or "")[-500:])
@@ -117,5 +126,6 @@ SANDBOXED["check_python_file_by_test_suite"] = check_python_file_by_test_suite
 def install() -> None:
     """Replaces the metrics in desktop_env's metrics package (DesktopEnv looks them up there by name)."""
     from desktop_env.evaluators import metrics
+
     for name, fn in SANDBOXED.items():
         setattr(metrics, name, fn)

@@ -9,6 +9,7 @@ where one random choice drifts to ``log n / log log n``), without reading every
 host's load on every decision. The same code runs in the cluster client
 (``drums.cluster``) and in the 1,000-host simulation (``drums.placement_sim``).
 """
+
 from __future__ import annotations
 
 import random
@@ -46,7 +47,9 @@ class Placer:
         #: How many decisions needed the full scan (a sign the cluster is nearly full).
         self.scans = 0
 
-    def choose(self, hosts: Sequence[HostLoad], need: int = 1, exclude: frozenset[str] | set[str] = frozenset()) -> HostLoad | None:
+    def choose(
+        self, hosts: Sequence[HostLoad], need: int = 1, exclude: frozenset[str] | set[str] = frozenset()
+    ) -> HostLoad | None:
         n = len(hosts)
         if n == 0:
             return None

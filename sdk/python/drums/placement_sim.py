@@ -20,6 +20,7 @@ what the cluster client does), ``random`` (one random usable host with room) and
 ``least`` (the host with most room in the client's view: every client herds onto the
 same host until its next report).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def simulate(cfg: SimConfig, policy: str) -> dict[str, Any]:
-    rng = random.Random(cfg.seed)           # arrivals, lifetimes, failures: the same for every policy
-    prng = random.Random(cfg.seed + 1)      # the placers' own randomness
+    rng = random.Random(cfg.seed)  # arrivals, lifetimes, failures: the same for every policy
+    prng = random.Random(cfg.seed + 1)  # the placers' own randomness
     n = cfg.hosts
     held = [0] * n
     alive = [True] * n
@@ -90,7 +91,13 @@ def simulate(cfg: SimConfig, policy: str) -> dict[str, Any]:
     clients: list[_Client] = []
     for _ in range(cfg.clients):
         view = [HostLoad(str(i), capacity=cfg.capacity, usable=True, problem=None) for i in range(n)]
-        placer = Placer(random.Random(prng.random()), choices=2) if policy == "p2c" else Placer(random.Random(prng.random()), choices=1) if policy == "random" else _Least()
+        placer = (
+            Placer(random.Random(prng.random()), choices=2)
+            if policy == "p2c"
+            else Placer(random.Random(prng.random()), choices=1)
+            if policy == "random"
+            else _Least()
+        )
         clients.append(_Client(view, placer))
 
     events: list[tuple[float, int, str, tuple]] = []
@@ -222,10 +229,12 @@ def simulate(cfg: SimConfig, policy: str) -> dict[str, Any]:
         "deadHostTriesPer1k": 1000 * dead_tries / max(1, placed),
         "failedPlacements": failed,
         "fullScans": sum(getattr(c.placer, "scans", 0) for c in clients),
-        "balance": {"maxOverMeanMedian": statistics.median(imbalance) if imbalance else None,
-                    "maxOverMeanWorst": max(imbalance) if imbalance else None,
-                    "cvMedian": statistics.median(cv) if cv else None,
-                    "fullHostsMedian": statistics.median(full_frac) if full_frac else None},
+        "balance": {
+            "maxOverMeanMedian": statistics.median(imbalance) if imbalance else None,
+            "maxOverMeanWorst": max(imbalance) if imbalance else None,
+            "cvMedian": statistics.median(cv) if cv else None,
+            "fullHostsMedian": statistics.median(full_frac) if full_frac else None,
+        },
         "hostFailures": len(lost_per_failure),
         "sessionsLost": lost,
         "sessionsLostPerFailure": statistics.fmean(lost_per_failure) if lost_per_failure else 0,
@@ -245,10 +254,34 @@ def sweep_fill(base: SimConfig, fills: tuple[float, ...]) -> list[dict[str, Any]
     Sessions live for the whole run here, so the cluster really reaches that fill."""
     out = []
     for f in fills:
-        cfg = SimConfig(**{**base.__dict__, "sessions": int(f * base.hosts * base.capacity), "failures": 0, "life_s": 1e9,
-                           "duration_s": base.fill_s + 30})
+        cfg = SimConfig(
+            **{
+                **base.__dict__,
+                "sessions": int(f * base.hosts * base.capacity),
+                "failures": 0,
+                "life_s": 1e9,
+                "duration_s": base.fill_s + 30,
+            }
+        )
         r = simulate(cfg, "p2c")
-        out.append({"fill": f, **{k: r[k] for k in ("placements", "decisions", "refusedPer1k", "failedPlacements", "fullScans", "decisionUs", "balance", "heldAtEnd")}})
+        out.append(
+            {
+                "fill": f,
+                **{
+                    k: r[k]
+                    for k in (
+                        "placements",
+                        "decisions",
+                        "refusedPer1k",
+                        "failedPlacements",
+                        "fullScans",
+                        "decisionUs",
+                        "balance",
+                        "heldAtEnd",
+                    )
+                },
+            }
+        )
     return out
 
 
@@ -273,10 +306,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweeps", action="store_true", help="also the fill and cluster-size sweeps")
     ap.add_argument("--out", help="write the JSON record here")
     a = ap.parse_args(argv)
-    cfg = SimConfig(hosts=a.hosts, sessions=a.sessions, clients=a.clients, duration_s=a.duration, failures=a.failures, seed=a.seed)
-    rec: dict[str, Any] = {"schemaVersion": 1, "kind": "cluster-sim", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **run(cfg)}
+    cfg = SimConfig(
+        hosts=a.hosts, sessions=a.sessions, clients=a.clients, duration_s=a.duration, failures=a.failures, seed=a.seed
+    )
+    rec: dict[str, Any] = {
+        "schemaVersion": 1,
+        "kind": "cluster-sim",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run(cfg),
+    }
     if a.sweeps:
-        rec["fillSweep"] = sweep_fill(SimConfig(hosts=a.hosts, clients=a.clients, seed=a.seed), (0.5, 0.9, 0.97, 0.99, 0.999, 1.01))
+        rec["fillSweep"] = sweep_fill(
+            SimConfig(hosts=a.hosts, clients=a.clients, seed=a.seed), (0.5, 0.9, 0.97, 0.99, 0.999, 1.01)
+        )
         rec["sizeSweep"] = sweep_hosts((100, 1000, 10_000))
     text = json.dumps(rec, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
     if a.out:

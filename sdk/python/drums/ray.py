@@ -18,6 +18,7 @@ dies (``PR_SET_PDEATHSIG``), so no daemon outlives its node.
 
 :func:`join` builds a cluster client over daemons that already run, given URLs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -73,7 +74,9 @@ class _Supervisor:
         record = Path(self.state_dir, "daemon.json")
         record.unlink(missing_ok=True)
         log = open(Path(self.state_dir, "daemon.log"), "ab")
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent
+        )
         log.close()
         self.starts += 1
         deadline = time.monotonic() + 120
@@ -122,15 +125,33 @@ class _Supervisor:
 class DrumsNode:
     """One Drums daemon on this actor's Ray node."""
 
-    def __init__(self, drums_bin: str, *, instance: str | None = None, state_dir: str | None = None, subnet_pool: str | None = None,
-                 listen: str = "127.0.0.1", port: int = 0, token: str | None = None, env: dict[str, str] | None = None, restart: bool = True):
+    def __init__(
+        self,
+        drums_bin: str,
+        *,
+        instance: str | None = None,
+        state_dir: str | None = None,
+        subnet_pool: str | None = None,
+        listen: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        env: dict[str, str] | None = None,
+        restart: bool = True,
+    ):
         self.instance = instance or "r" + secrets.token_hex(2)
         self.state_dir = state_dir or f"/var/tmp/drums-ray-{self.instance}"
         self._own_dir = state_dir is None
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self.token = token or secrets.token_hex(16)
-        e = {**os.environ, **(env or {}), "DRUMS_STATE_DIR": self.state_dir, "DRUMS_INSTANCE": self.instance, "DRUMS_TOKEN": self.token,
-             "DRUMS_PORT": str(port), "DRUMS_LISTEN": listen}
+        e = {
+            **os.environ,
+            **(env or {}),
+            "DRUMS_STATE_DIR": self.state_dir,
+            "DRUMS_INSTANCE": self.instance,
+            "DRUMS_TOKEN": self.token,
+            "DRUMS_PORT": str(port),
+            "DRUMS_LISTEN": listen,
+        }
         if subnet_pool:
             e["DRUMS_SUBNET_POOL"] = subnet_pool
         e.pop("DRUMS_URL", None)
@@ -142,8 +163,15 @@ class DrumsNode:
     def endpoint(self, timeout: float = 150) -> dict[str, Any]:
         """The daemon's URL and token (waits while it restarts)."""
         self._sup.wait_ready(timeout)
-        return {"url": self._sup.url, "token": self.token, "name": f"node-{self.node_id[:8]}", "instance": self.instance,
-                "state_dir": self.state_dir, "node_id": self.node_id, "starts": self._sup.starts}
+        return {
+            "url": self._sup.url,
+            "token": self.token,
+            "name": f"node-{self.node_id[:8]}",
+            "instance": self.instance,
+            "state_dir": self.state_dir,
+            "node_id": self.node_id,
+            "starts": self._sup.starts,
+        }
 
     def kill_daemon(self) -> int:
         """SIGKILLs the daemon's Node process (failure injection): found from its record, checked by start time, signalled through a pidfd."""
@@ -174,8 +202,16 @@ class DrumsNodes:
     infos: list[dict[str, Any]]
 
     @classmethod
-    def start(cls, drums_bin: str, *, node_ids: Sequence[str] | None = None, subnet_pool: Callable[[int], str] | None = None,
-              listen: str | Callable[[dict[str, Any]], str] = "127.0.0.1", env: dict[str, str] | None = None, restart: bool = True) -> "DrumsNodes":
+    def start(
+        cls,
+        drums_bin: str,
+        *,
+        node_ids: Sequence[str] | None = None,
+        subnet_pool: Callable[[int], str] | None = None,
+        listen: str | Callable[[dict[str, Any]], str] = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        restart: bool = True,
+    ) -> "DrumsNodes":
         """One DrumsNode on each alive Ray node (or on ``node_ids``), pinned there. ``subnet_pool(i)``
         gives node i its DRUMS_SUBNET_POOL (needed when several nodes share a machine)."""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -184,8 +220,15 @@ class DrumsNodes:
         actors = []
         for i, n in enumerate(nodes):
             addr = listen(n) if callable(listen) else listen
-            actors.append(DrumsNode.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                drums_bin, subnet_pool=subnet_pool(i) if subnet_pool else None, listen=addr, env=env, restart=restart))
+            actors.append(
+                DrumsNode.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                    drums_bin,
+                    subnet_pool=subnet_pool(i) if subnet_pool else None,
+                    listen=addr,
+                    env=env,
+                    restart=restart,
+                )
+            )
         infos = ray.get([a.endpoint.remote() for a in actors])
         return cls(actors, [Endpoint(i["url"], i["token"], i["name"]) for i in infos], infos)
 

@@ -2,6 +2,7 @@
 its own state dir (DRUMS_STATE_DIR), instance name (DRUMS_INSTANCE), token, and port 0;
 the URL is parsed from the daemon's 'serving http://...' line. At the end no session may
 be left, and the daemon is stopped with SIGTERM (it sweeps its instance)."""
+
 from __future__ import annotations
 
 import os
@@ -28,9 +29,18 @@ class Daemon:
         self.instance = "p" + secrets.token_hex(2)
         self.state_dir = tempfile.mkdtemp(prefix=f"drums-test-{self.instance}-", dir="/var/tmp")
         self.token = secrets.token_hex(16)
-        env = {**os.environ, "DRUMS_STATE_DIR": self.state_dir, "DRUMS_INSTANCE": self.instance, "DRUMS_TOKEN": self.token, "DRUMS_PORT": "0", **(extra_env or {})}
+        env = {
+            **os.environ,
+            "DRUMS_STATE_DIR": self.state_dir,
+            "DRUMS_INSTANCE": self.instance,
+            "DRUMS_TOKEN": self.token,
+            "DRUMS_PORT": "0",
+            **(extra_env or {}),
+        }
         env.pop("DRUMS_URL", None)
-        self.proc = subprocess.Popen([str(DRUMS), "serve", *(args or [])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [str(DRUMS), "serve", *(args or [])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.log: list[str] = []
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()  # type: ignore[arg-type]
         deadline = time.monotonic() + 30

@@ -1,5 +1,6 @@
 """A loopback stand-in for OSWorld's file store, for tests: serves files the test made, honours
 HTTP Range (206 + Content-Range), and can cut a response short to exercise resuming."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ class Store:
     def __init__(self, root: str):
         self.root = root
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
-        self.cut_after: dict[str, int] = {}               # path -> bytes to send before dropping the connection (once)
+        self.cut_after: dict[str, int] = {}  # path -> bytes to send before dropping the connection (once)
         self.no_range = False
         store = self
 

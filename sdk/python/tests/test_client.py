@@ -123,6 +123,10 @@ def test_act_image_binary_response_matches_json(client):
         # Same screen, same cursor: the JSON answer carries the same bytes (the frame cache).
         j = s.act({"type": "move", "x": 50, "y": 60}, screenshot=True)
         import base64
+
         assert base64.b64decode(j["screenshot"]["data"]) == png
-        resp2, jpg = s.act_image({"type": "move", "x": 51, "y": 60}, screenshot={"format": "jpeg", "quality": 70, "scale": {"width": 320, "height": 240}})
+        resp2, jpg = s.act_image(
+            {"type": "move", "x": 51, "y": 60},
+            screenshot={"format": "jpeg", "quality": 70, "scale": {"width": 320, "height": 240}},
+        )
         assert jpg[:2] == b"\xff\xd8" and resp2["screenshot"]["width"] == 320 and resp2["screenshot"]["scaleX"] == 2.0

@@ -1,4 +1,5 @@
 """session.fork(n) against a real daemon: copies with the source's files and their own identity."""
+
 import pytest
 
 from drums import errors

@@ -13,6 +13,7 @@ create made is destroyed right after the call (a generated pool gets size 0 and 
 paths target one live session (so reset/exec/screenshot/events really run), except DELETE.
 The daemon fixture then checks that no session is left.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,7 +69,11 @@ def test_api_never_5xx(case, daemon, live):
             case.body["template"] = {**case.body["template"], "image": "minimal"}
             for k in ("url", "egress", "browserFlags"):
                 case.body["template"].pop(k, None)
-    if case.operation.path.endswith("/fork") and isinstance(case.body, dict) and isinstance(case.body.get("count"), int):
+    if (
+        case.operation.path.endswith("/fork")
+        and isinstance(case.body, dict)
+        and isinstance(case.body.get("count"), int)
+    ):
         case.body = {**case.body, "count": min(case.body["count"], 1)}  # copies are destroyed after the call
     if case.path_parameters and "id" in case.path_parameters and case.method != "DELETE" and _rng.random() < 0.5:
         case.path_parameters["id"] = live.id
@@ -82,7 +87,9 @@ def test_api_never_5xx(case, daemon, live):
         case.validate_response(response, checks=(not_a_server_error,))
         if response.status_code >= 400:
             body = response.json()
-            assert set(body) == {"error"} and isinstance(body["error"].get("code"), str), f"bad error body: {response.text[:200]}"
+            assert set(body) == {"error"} and isinstance(body["error"].get("code"), str), (
+                f"bad error body: {response.text[:200]}"
+            )
     finally:
         if case.operation.path == "/v1/host/drain" and case.method == "POST":
             with Client(daemon.url, daemon.token) as c:

@@ -9,6 +9,7 @@ outside the session is touched (a canary file on the host keeps its content and 
 no file named by a fuzzed upload appears on the host); the session still works at the end.
 Bounded by DRUMS_FUZZ_EXAMPLES (default 30 per route) and DRUMS_FUZZ_GUEST_BUDGET_S (60 s per route).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,23 +35,53 @@ with open(CANARY, "w") as f:
 _canary_stat = os.stat(CANARY)
 
 TRAVERSALS = [
-    "../../../../etc/shadow", "/etc/shadow", "/proc/self/root/etc/passwd", "/proc/1/root/etc/hostname",
-    "~/../../../../" + CANARY.lstrip("/"), CANARY, "/proc/self/cwd/../../" + CANARY.lstrip("/"),
-    "$HOME/../../../" + CANARY.lstrip("/"), "//" + CANARY, "/home/user/link-host/canary.txt", "/home/user/link-root",
-    "/home/user/link-loop", "/sys/fs/cgroup/../../..", "/dev/mem", "/proc/kcore", "~root/.bashrc", "${HOME}x",
-    "/tmp/.X11-unix/X0", "/run/drums/bus", "/", ".", "~", "a\x00b", "x" * 5000, "\udcff\udcfe", "é/../é", "%2e%2e/%2e%2e/etc",
+    "../../../../etc/shadow",
+    "/etc/shadow",
+    "/proc/self/root/etc/passwd",
+    "/proc/1/root/etc/hostname",
+    "~/../../../../" + CANARY.lstrip("/"),
+    CANARY,
+    "/proc/self/cwd/../../" + CANARY.lstrip("/"),
+    "$HOME/../../../" + CANARY.lstrip("/"),
+    "//" + CANARY,
+    "/home/user/link-host/canary.txt",
+    "/home/user/link-root",
+    "/home/user/link-loop",
+    "/sys/fs/cgroup/../../..",
+    "/dev/mem",
+    "/proc/kcore",
+    "~root/.bashrc",
+    "${HOME}x",
+    "/tmp/.X11-unix/X0",
+    "/run/drums/bus",
+    "/",
+    ".",
+    "~",
+    "a\x00b",
+    "x" * 5000,
+    "\udcff\udcfe",
+    "é/../é",
+    "%2e%2e/%2e%2e/etc",
 ]
-paths = st.one_of(st.sampled_from(TRAVERSALS), st.text(min_size=1, max_size=300),
-                  st.builds(lambda a, b: f"{a}/{b}", st.sampled_from(TRAVERSALS), st.text(max_size=40)))
+paths = st.one_of(
+    st.sampled_from(TRAVERSALS),
+    st.text(min_size=1, max_size=300),
+    st.builds(lambda a, b: f"{a}/{b}", st.sampled_from(TRAVERSALS), st.text(max_size=40)),
+)
 
 
 @pytest.fixture(scope="module")
 def guest(daemon):
     with Client(daemon.url, daemon.token) as c:
-        with c.sessions.create(image="default", screen="800x600", labels={"drums.osworld": "1", "drums.fuzz": "guest"}) as s:
+        with c.sessions.create(
+            image="default", screen="800x600", labels={"drums.osworld": "1", "drums.fuzz": "guest"}
+        ) as s:
             # Symlinks inside the session aimed at host-looking paths: they resolve in the session's root.
-            s.exec(f"mkdir -p {_canary_dir} && echo session-copy > {CANARY}; ln -s {_canary_dir} /home/user/link-host; "
-                   "ln -s / /home/user/link-root; ln -s link-loop /home/user/link-loop", root=True)
+            s.exec(
+                f"mkdir -p {_canary_dir} && echo session-copy > {CANARY}; ln -s {_canary_dir} /home/user/link-host; "
+                "ln -s / /home/user/link-root; ln -s link-loop /home/user/link-loop",
+                root=True,
+            )
             info = c.request("GET", f"/v1/sessions/{s.id}").json()
             yield s, f"http://127.0.0.1:{info['osworld']['serverPort']}"
     shutil.rmtree(_canary_dir, ignore_errors=True)
@@ -70,7 +101,9 @@ def _over_budget() -> bool:
     return time.monotonic() - _started.setdefault(test, time.monotonic()) > BUDGET_S
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+)
 @given(p=paths)
 def test_file_route(guest, p):
     if _over_budget():
@@ -82,17 +115,23 @@ def test_file_route(guest, p):
         assert r.content != b"host canary\n", "a host file was served"
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+)
 @given(p=paths, data=st.binary(max_size=2048))
 def test_upload_route(guest, p, data):
     if _over_budget():
         return
     _, base = guest
-    r = requests.post(f"{base}/setup/upload", files={"file_data": ("f", data)}, data={"file_path": _to_bytes(p)}, timeout=120)
+    r = requests.post(
+        f"{base}/setup/upload", files={"file_data": ("f", data)}, data={"file_path": _to_bytes(p)}, timeout=120
+    )
     _check(r, f"/setup/upload {p!r}")
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+)
 @given(p=st.one_of(paths, st.integers(), st.none(), st.lists(st.text(max_size=5), max_size=3)))
 def test_list_directory_route(guest, p):
     if _over_budget():
@@ -102,10 +141,23 @@ def test_list_directory_route(guest, p):
     _check(r, f"/list_directory {p!r}")
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+)
 # /execute keeps upstream's 500 for a malformed command (the contract test asserts it), so it is not here.
-@given(route=st.sampled_from(["/file", "/setup/upload", "/list_directory", "/run_bash_script"]),
-       body=st.binary(max_size=512), ctype=st.sampled_from(["application/json", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain; charset=utf-7", ""]))
+@given(
+    route=st.sampled_from(["/file", "/setup/upload", "/list_directory", "/run_bash_script"]),
+    body=st.binary(max_size=512),
+    ctype=st.sampled_from(
+        [
+            "application/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "text/plain; charset=utf-7",
+            "",
+        ]
+    ),
+)
 def test_bad_bodies(guest, route, body, ctype):
     if _over_budget():
         return
@@ -119,7 +171,9 @@ def test_huge_body_and_nothing_outside_touched(guest):
     # Over the main API's body limit: 413, not a crash.
     with requests.Session() as h:
         big = b"x" * (9 * 1024 * 1024)
-        r = h.post(f"{base}/setup/upload", files={"file_data": ("f", big)}, data={"file_path": "/home/user/big"}, timeout=300)
+        r = h.post(
+            f"{base}/setup/upload", files={"file_data": ("f", big)}, data={"file_path": "/home/user/big"}, timeout=300
+        )
         _check(r, "huge upload")
     # The host canary is untouched; the session's own copy is what the session saw.
     st_now = os.stat(CANARY)

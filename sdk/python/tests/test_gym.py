@@ -16,7 +16,9 @@ def test_desktop_env_passes_check_env(daemon):
 
 
 def test_desktop_env_episode(daemon):
-    env = DesktopEnv(url=daemon.url, token=daemon.token, image="minimal", screen=(640, 480), max_steps=3, render_mode="rgb_array")
+    env = DesktopEnv(
+        url=daemon.url, token=daemon.token, image="minimal", screen=(640, 480), max_steps=3, render_mode="rgb_array"
+    )
     try:
         obs, info = env.reset(seed=0)
         assert obs["screenshot"].shape == (480, 640, 3) and obs["screenshot"].dtype == np.uint8

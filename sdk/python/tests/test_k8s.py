@@ -4,6 +4,7 @@ and drums.k8s discovers daemons from EndpointSlices. No API server can be built 
 within a sane CI cost (docs/kubernetes.md says why), so discovery is tested against recorded
 EndpointSliceList answers (tests/data/k8s, themselves checked against the same schema) served by
 a loopback server, in front of two real Drums daemons on 127.0.0.2 and 127.0.0.3."""
+
 from __future__ import annotations
 
 import asyncio
@@ -59,7 +60,10 @@ def test_manifests_validate_against_the_pinned_api_schema():
     pod = kinds["DaemonSet"][0]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["securityContext"]["privileged"] is True and pod["hostNetwork"] is True
-    assert "host-probe.ts" in " ".join(c["readinessProbe"]["exec"]["command"]) and c["readinessProbe"]["exec"]["command"][-1] == "ready"
+    assert (
+        "host-probe.ts" in " ".join(c["readinessProbe"]["exec"]["command"])
+        and c["readinessProbe"]["exec"]["command"][-1] == "ready"
+    )
     assert c["lifecycle"]["preStop"]["exec"]["command"][2:4] == ["drain", "--wait"]
     assert int(c["lifecycle"]["preStop"]["exec"]["command"][4]) < pod["terminationGracePeriodSeconds"]
     env = {e["name"]: e for e in c["env"]}
@@ -69,7 +73,9 @@ def test_manifests_validate_against_the_pinned_api_schema():
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"].items() <= pod_labels(kinds).items()
     # RBAC: clients may only read EndpointSlices; the daemon has no token at all.
     (role,) = kinds["Role"]
-    assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+    ]
     assert pod["automountServiceAccountToken"] is False
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
 
@@ -83,7 +89,9 @@ def test_recorded_answers_match_the_api_schema():
         body = json.loads(f.read_text())
         kubernetes_validate.validate(body, K8S_VERSION, strict=True)
         for item in body["items"]:
-            kubernetes_validate.validate({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", **item}, K8S_VERSION, strict=True)
+            kubernetes_validate.validate(
+                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", **item}, K8S_VERSION, strict=True
+            )
 
 
 class _FakeApi(http.server.BaseHTTPRequestHandler):
@@ -101,7 +109,10 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
         srv.requests.append(("GET", self.path))  # type: ignore[attr-defined]
         if self.headers.get("authorization") != "Bearer sa-token":
             return self._reply(401, b'{"kind":"Status","status":"Failure","reason":"Unauthorized","code":401}')
-        if not self.path.startswith("/apis/discovery.k8s.io/v1/namespaces/drums/endpointslices?") or "kubernetes.io%2Fservice-name%3Ddrums" not in self.path:
+        if (
+            not self.path.startswith("/apis/discovery.k8s.io/v1/namespaces/drums/endpointslices?")
+            or "kubernetes.io%2Fservice-name%3Ddrums" not in self.path
+        ):
             return self._reply(404, b'{"kind":"Status","code":404}')
         self._reply(*srv.answer)  # type: ignore[attr-defined]
 
@@ -140,11 +151,22 @@ async def test_discovery_from_endpointslices_places_client_side():
     threading.Thread(target=api.serve_forever, daemon=True).start()
     try:
         for addr in ("127.0.0.2", "127.0.0.3"):
-            daemons.append(Daemon({"DRUMS_LISTEN": addr, "DRUMS_PORT": str(port), "DRUMS_TOKEN": token}, ["--allow-remote"]))
-        disc = EndpointSliceDiscovery("drums", "drums", api_server=f"http://127.0.0.1:{api.server_address[1]}", token="sa-token", drums_token=token)
+            daemons.append(
+                Daemon({"DRUMS_LISTEN": addr, "DRUMS_PORT": str(port), "DRUMS_TOKEN": token}, ["--allow-remote"])
+            )
+        disc = EndpointSliceDiscovery(
+            "drums",
+            "drums",
+            api_server=f"http://127.0.0.1:{api.server_address[1]}",
+            token="sa-token",
+            drums_token=token,
+        )
         eps = await disc.endpoints()
         # Ready endpoints only (node-c is not ready); the FQDN slice is skipped and said so.
-        assert [(e.url, e.name) for e in eps] == [(f"http://127.0.0.2:{port}", "node-a"), (f"http://127.0.0.3:{port}", "node-b")]
+        assert [(e.url, e.name) for e in eps] == [
+            (f"http://127.0.0.2:{port}", "node-a"),
+            (f"http://127.0.0.3:{port}", "node-b"),
+        ]
         assert disc.skipped == ["drums-fqdn-9zt4m: addressType FQDN"]
 
         import random
@@ -177,7 +199,9 @@ async def test_discovery_from_endpointslices_places_client_side():
             with Client(d.url, token) as c:
                 assert c.sessions.list() == []
         with pytest.raises(DiscoveryError):
-            await EndpointSliceDiscovery("drums", "drums", api_server=f"http://127.0.0.1:{api.server_address[1]}", token="wrong").endpoints()
+            await EndpointSliceDiscovery(
+                "drums", "drums", api_server=f"http://127.0.0.1:{api.server_address[1]}", token="wrong"
+            ).endpoints()
     finally:
         api.shutdown()
         api.server_close()

@@ -1,5 +1,6 @@
 """drums.osworld: the desktop_env provider hook and the task runner's checks.
 The live test needs a daemon (DRUMS_URL/DRUMS_TOKEN or the state dir) with the osworld image built."""
+
 import json
 
 import pytest
@@ -10,6 +11,7 @@ import drums.osworld as osw
 def test_registers_into_desktop_env(daemon):  # the provider finds the daemon through DRUMS_URL/DRUMS_TOKEN
     import desktop_env.desktop_env as de
     import desktop_env.providers as providers
+
     manager, provider = providers.create_vm_manager_and_provider("drums", None)
     assert type(provider).__name__ == "DrumsProvider"
     assert manager.get_vm_path(screen_size=(1920, 1080)).endswith(":1920x1080")
@@ -22,13 +24,22 @@ def test_missing_heavy_package_fails_loudly_on_use():
     if "easyocr" not in osw._finder.missing:
         pytest.skip("easyocr is installed for real")
     import easyocr
+
     with pytest.raises(ModuleNotFoundError, match="easyocr"):
         easyocr.Reader(["en"])
 
 
 def test_needs_internet_and_validation(tmp_path):
     # Downloads and cloud_file getters are served by the asset cache (test_osworld_assets.py), not the live web.
-    assert osw.needs_internet({"config": [{"type": "download", "parameters": {"files": [{"url": "https://x/y", "path": "a"}]}}], "evaluator": {}}) is None
+    assert (
+        osw.needs_internet(
+            {
+                "config": [{"type": "download", "parameters": {"files": [{"url": "https://x/y", "path": "a"}]}}],
+                "evaluator": {},
+            }
+        )
+        is None
+    )
     assert osw.needs_internet({"config": [{"type": "login", "parameters": {}}], "evaluator": {"func": "f"}})
     assert osw.needs_internet({"config": [], "evaluator": {"func": "f", "result": {"type": "pdf_from_url"}}})
     assert osw.needs_internet({"config": [{"type": "execute", "parameters": {}}], "evaluator": {"func": "f"}}) is None
@@ -42,12 +53,24 @@ def test_desktop_env_reset_step_evaluate(daemon):
     # The `daemon` fixture (conftest.py) starts a private daemon and exports DRUMS_URL/DRUMS_TOKEN,
     # which the provider reads. (A collection-time probe would run before the fixture and skip.)
     from desktop_env.desktop_env import DesktopEnv
+
     env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False)
     try:
         sid = env.provider.session["id"]
-        task = {"id": "drums-probe", "instruction": "make ~/probe", "config": [{"type": "execute", "parameters": {"command": "true", "shell": True}}],
-                "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": "test -d ~/probe && echo yes || echo no", "shell": True},
-                              "expected": {"type": "rule", "rules": {"expected": "yes\n"}}}}
+        task = {
+            "id": "drums-probe",
+            "instruction": "make ~/probe",
+            "config": [{"type": "execute", "parameters": {"command": "true", "shell": True}}],
+            "evaluator": {
+                "func": "exact_match",
+                "result": {
+                    "type": "vm_command_line",
+                    "command": "test -d ~/probe && echo yes || echo no",
+                    "shell": True,
+                },
+                "expected": {"type": "rule", "rules": {"expected": "yes\n"}},
+            },
+        }
         obs = env.reset(task_config=task)
         assert obs["screenshot"][:4] == b"\x89PNG"
         assert env.evaluate() == 0

@@ -1,6 +1,7 @@
 """The OSWorld asset cache (drums.osworld_assets): its layout is the one the real desktop_env reads,
 fetch resumes and verifies sizes against a loopback store serving files made here, check reports
 what is missing or wrong. No daemon needed."""
+
 import hashlib
 import io
 import json
@@ -20,17 +21,27 @@ U = assets.STORE + "libreoffice_calc/t1/"
 
 
 def task(tid="t1", **kw):
-    t = {"id": tid, "instruction": "x", "related_apps": ["libreoffice_calc"],
-         "config": [{"type": "download", "parameters": {"files": [{"url": U + "in.xlsx", "path": "/home/user/in.xlsx"}]}},
-                    {"type": "open", "parameters": {"path": "/home/user/in.xlsx"}}],
-         "evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "/home/user/in.xlsx", "dest": "in.xlsx"},
-                       "expected": {"type": "cloud_file", "path": U + "gold.xlsx", "dest": "gold.xlsx"}}}
+    t = {
+        "id": tid,
+        "instruction": "x",
+        "related_apps": ["libreoffice_calc"],
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": U + "in.xlsx", "path": "/home/user/in.xlsx"}]}},
+            {"type": "open", "parameters": {"path": "/home/user/in.xlsx"}},
+        ],
+        "evaluator": {
+            "func": "compare_table",
+            "result": {"type": "vm_file", "path": "/home/user/in.xlsx", "dest": "in.xlsx"},
+            "expected": {"type": "cloud_file", "path": U + "gold.xlsx", "dest": "gold.xlsx"},
+        },
+    }
     t.update(kw)
     return t
 
 
 def xlsx(value) -> bytes:
     import openpyxl
+
     wb = openpyxl.Workbook()
     wb.active["A1"] = value
     b = io.BytesIO()
@@ -59,8 +70,13 @@ def test_layout_is_desktop_envs(tmp_path, monkeypatch):
     import requests
     from desktop_env.controllers.setup import SetupController
     from desktop_env.evaluators.getters.file import get_cloud_file
-    t = task(config=[{"type": "download", "parameters": {"files": [{"url": U + "in.xlsx", "path": "/home/user/in.xlsx"}]}},
-                     {"type": "update_browse_history", "parameters": {"history": []}}])
+
+    t = task(
+        config=[
+            {"type": "download", "parameters": {"files": [{"url": U + "in.xlsx", "path": "/home/user/in.xlsx"}]}},
+            {"type": "update_browse_history", "parameters": {"history": []}},
+        ]
+    )
     names = {a.rel: a for a in assets.task_assets(t)}
     assert f"t1/{uuid.uuid5(uuid.NAMESPACE_URL, U + 'in.xlsx')}_in.xlsx" in names
     assert "t1/gold.xlsx" in names and "t1/history_new.sqlite" in names
@@ -71,6 +87,7 @@ def test_layout_is_desktop_envs(tmp_path, monkeypatch):
 
     def no_net(*a, **k):
         raise AssertionError(f"desktop_env went to the network: {a}")
+
     uploads = []
 
     class R:
@@ -85,6 +102,7 @@ def test_layout_is_desktop_envs(tmp_path, monkeypatch):
 
     class Env:
         cache_dir = str(cache / "t1")
+
     assert get_cloud_file(Env, t["evaluator"]["expected"]) == str(cache / "t1" / "gold.xlsx")
 
 
@@ -92,9 +110,13 @@ def test_malformed_file_lists_are_task_errors():
     with pytest.raises(assets.AssetError, match="task id"):
         assets.task_assets(task(tid="../etc"))
     with pytest.raises(assets.AssetError, match="relative path"):
-        assets.task_assets(task(evaluator={"func": "f", "expected": {"type": "cloud_file", "path": U + "x", "dest": "../../x"}}))
+        assets.task_assets(
+            task(evaluator={"func": "f", "expected": {"type": "cloud_file", "path": U + "x", "dest": "../../x"}})
+        )
     with pytest.raises(assets.AssetError, match="URL"):
-        assets.task_assets(task(config=[{"type": "download", "parameters": {"files": [{"url": "file:///etc/passwd", "path": "p"}]}}]))
+        assets.task_assets(
+            task(config=[{"type": "download", "parameters": {"files": [{"url": "file:///etc/passwd", "path": "p"}]}}])
+        )
 
 
 def test_fonts_for_impress_tasks_only():
@@ -105,9 +127,15 @@ def test_fonts_for_impress_tasks_only():
 
 def test_internet_classes_without_cache_files():
     assert osw.needs_internet(task()) is None  # downloads and cloud_file come from the cache
-    assert osw.needs_internet({"config": [], "evaluator": {"func": "f", "result": {"type": "rule_relativeTime"}}}) is None
-    assert "chrome_open_tabs" in osw.needs_internet({"config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://x"]}}], "evaluator": {}})
-    assert "googledrive_file" in osw.needs_internet({"config": [], "evaluator": {"result": {"type": "googledrive_file"}}})
+    assert (
+        osw.needs_internet({"config": [], "evaluator": {"func": "f", "result": {"type": "rule_relativeTime"}}}) is None
+    )
+    assert "chrome_open_tabs" in osw.needs_internet(
+        {"config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://x"]}}], "evaluator": {}}
+    )
+    assert "googledrive_file" in osw.needs_internet(
+        {"config": [], "evaluator": {"result": {"type": "googledrive_file"}}}
+    )
 
 
 def test_fetch_check_resume_and_sizes(tmp_path, store):
@@ -151,7 +179,10 @@ def test_fetch_without_range_support_and_missing_url(tmp_path, store):
     res = assets.fetch_assets(cache, assets.task_assets(t), mirror=store.url, out=io.StringIO())
     assert res["fetched"] == 1
     assert len(res["failed"]) == 1 and "gold.xlsx" in res["failed"][0] and "404" in res["failed"][0]
-    assert open(os.path.join(cache, "t1", assets.task_assets(t)[0].rel.split("/")[1]), "rb").read() == open(src, "rb").read()
+    assert (
+        open(os.path.join(cache, "t1", assets.task_assets(t)[0].rel.split("/")[1]), "rb").read()
+        == open(src, "rb").read()
+    )
     assert not os.path.exists(os.path.join(cache, "t1/gold.xlsx"))
 
 
@@ -178,7 +209,12 @@ def test_cli_check_and_fetch(tmp_path, store):
     (tmp_path / "bad.json").write_text("{")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(osw.__file__))}
     cmd = [sys.executable, "-m", "drums.osworld", "assets"]
-    r = subprocess.run(cmd + ["check", str(tf), str(tmp_path / "bad.json"), "--cache", cache, "--json"], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        cmd + ["check", str(tf), str(tmp_path / "bad.json"), "--cache", cache, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 1, r.stderr
     rep = json.loads(r.stdout)
     good = [x for x in rep["tasks"] if x["task"] == "t1"][0]
@@ -186,7 +222,9 @@ def test_cli_check_and_fetch(tmp_path, store):
     assert any("malformed" in (x.get("error") or "") for x in rep["tasks"])
     store.put(U + "in.xlsx", xlsx("input"))
     store.put(U + "gold.xlsx", xlsx("gold"))
-    r = subprocess.run(cmd + ["fetch", str(tf), "--cache", cache, "--mirror", store.url], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        cmd + ["fetch", str(tf), "--cache", cache, "--mirror", store.url], capture_output=True, text=True, env=env
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fetched 2 file(s)" in r.stderr and "ok" in r.stdout
     r = subprocess.run(cmd + ["check", str(tf), "--cache", cache], capture_output=True, text=True, env=env)

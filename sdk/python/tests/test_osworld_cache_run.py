@@ -9,6 +9,7 @@ this test makes itself, in the cache layout, served by a loopback stand-in for O
 - --osworld-src uses the checkout's desktop_env, and `drums osworld exec` runs an OSWorld-style
   multi-process script started with --provider_name drums (a fake checkout made here from the
   installed desktop-env, with one getter added)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,11 +32,11 @@ DRUMS = ROOT / "bin" / "drums"
 TASKS = Path(os.environ.get("DRUMS_OSWORLD_TASKS", "/work/shared/osworld-tasks")) / "os"
 pytestmark = pytest.mark.skipif(not TASKS.is_dir(), reason=f"no OSWorld task data at {TASKS} (set DRUMS_OSWORLD_TASKS)")
 
-PHOTOS = "23393935-50c7-4a86-aeea-2b78fd089c5c"   # copy the .jpg files out of a photo tree
-PERMS = "4d117223-a354-47fb-8b45-62ab1390a95f"    # chmod 644 every regular file (setup.sh, eval.sh)
-TRASH = "5ea617a3-0e86-4ba6-aab2-dac9aa2e8d57"    # a .webp poster in the trash
-HALF = "5c1075ca-bb34-46a3-a7a0-029bd7463e79"     # its setup.sh is never put in the cache
-WRONG = "6f56bf42-85b8-4fbb-8e06-6c44960184ba"    # its setup.sh has the wrong size
+PHOTOS = "23393935-50c7-4a86-aeea-2b78fd089c5c"  # copy the .jpg files out of a photo tree
+PERMS = "4d117223-a354-47fb-8b45-62ab1390a95f"  # chmod 644 every regular file (setup.sh, eval.sh)
+TRASH = "5ea617a3-0e86-4ba6-aab2-dac9aa2e8d57"  # a .webp poster in the trash
+HALF = "5c1075ca-bb34-46a3-a7a0-029bd7463e79"  # its setup.sh is never put in the cache
+WRONG = "6f56bf42-85b8-4fbb-8e06-6c44960184ba"  # its setup.sh has the wrong size
 
 SETUP_SH = """#!/bin/bash
 # Made by the test, as the task's author would: a tree of files with assorted modes.
@@ -52,6 +53,7 @@ if [ "$n" -eq 4 ] && [ "$bad" -eq 0 ]; then echo "All files have the correct per
 
 def image_bytes(fmt: str, color) -> bytes:
     from PIL import Image
+
     b = io.BytesIO()
     Image.new("RGB", (64, 48), color).save(b, format=fmt)
     return b.getvalue()
@@ -62,8 +64,11 @@ def load(tid: str) -> dict:
 
 
 def digest(root: Path) -> dict:
-    return {str(p.relative_to(root)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def cli(args: list[str], daemon, cache: Path, **env) -> subprocess.CompletedProcess:
@@ -100,10 +105,13 @@ def typed(cmd: str, until: str) -> str:
 
 
 ORACLE = {
-    PHOTOS: [typed("find ~/Desktop/photos -name '*.jpg' -exec cp {} ~/Desktop/cpjpg/ \\;",
-                   "test $(ls ~/Desktop/cpjpg | wc -l) -eq 4")],
-    PERMS: [typed("find . -type f -exec chmod 644 {} +",
-                  "test -z \"$(find ~/testDir -type f ! -perm 644)\"")],
+    PHOTOS: [
+        typed(
+            "find ~/Desktop/photos -name '*.jpg' -exec cp {} ~/Desktop/cpjpg/ \\;",
+            "test $(ls ~/Desktop/cpjpg | wc -l) -eq 4",
+        )
+    ],
+    PERMS: [typed("find . -type f -exec chmod 644 {} +", 'test -z "$(find ~/testDir -type f ! -perm 644)"')],
 }
 
 
@@ -132,8 +140,22 @@ def shared(tmp_path_factory):
                 for f in st["parameters"]["files"]:
                     store.put(f["url"], b"#!/bin/bash\nmkdir -p dir1 dir2 dir3; echo hi > file1\n")
         ids = [PHOTOS, PERMS, TRASH, WRONG]
-        r = subprocess.run([str(DRUMS), "osworld", "assets", "fetch", *[str(TASKS / f"{t}.json") for t in ids],
-                            "--cache", str(cache), "--mirror", store.url], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                str(DRUMS),
+                "osworld",
+                "assets",
+                "fetch",
+                *[str(TASKS / f"{t}.json") for t in ids],
+                "--cache",
+                str(cache),
+                "--mirror",
+                store.url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         # The wrong-size file: its bytes changed after the fetch recorded the size.
         w = [a for a in assets.task_assets(wrong) if a.kind == "download"][0]
@@ -149,9 +171,21 @@ def test_cache_tasks_score_0_before_and_1_after_acting_and_bad_input_is_per_task
     bad = tmp_path / "malformed.json"
     bad.write_text('{"id": "m", "instruction": ')
     noapp = tmp_path / "noapp.json"
-    noapp.write_text(json.dumps({"id": "drums-needs-vscode", "instruction": "x", "related_apps": ["vs_code"], "config": [],
-                                 "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": "echo a", "shell": True},
-                                               "expected": {"type": "rule", "rules": {"expected": "a\n"}}}}))
+    noapp.write_text(
+        json.dumps(
+            {
+                "id": "drums-needs-vscode",
+                "instruction": "x",
+                "related_apps": ["vs_code"],
+                "config": [],
+                "evaluator": {
+                    "func": "exact_match",
+                    "result": {"type": "vm_command_line", "command": "echo a", "shell": True},
+                    "expected": {"type": "rule", "rules": {"expected": "a\n"}},
+                },
+            }
+        )
+    )
     files = [TASKS / f"{t}.json" for t in (PHOTOS, PERMS, TRASH, HALF, WRONG)] + [bad, noapp]
     out = tmp_path / "r.json"
     r = cli(["run", *map(str, files), "--parallel", "2", "--out", str(out)], daemon, shared)
@@ -159,7 +193,11 @@ def test_cache_tasks_score_0_before_and_1_after_acting_and_bad_input_is_per_task
     res = {x["task"]: x for x in json.loads(out.read_text())["results"]["tasks"]}
     for t in (PHOTOS, PERMS, TRASH):
         assert res[t]["setup_ok"] and res[t]["score"] == 0.0, res[t]
-    assert res[HALF]["score"] is None and "not in the asset cache" in res[HALF]["error"] and "5c1075ca" in res[HALF]["error"]
+    assert (
+        res[HALF]["score"] is None
+        and "not in the asset cache" in res[HALF]["error"]
+        and "5c1075ca" in res[HALF]["error"]
+    )
     assert res[HALF]["seconds"] < 5, res[HALF]
     assert res[WRONG]["score"] is None and "bytes" in res[WRONG]["error"] and "bad file" in res[WRONG]["error"]
     assert "malformed task JSON" in res["malformed.json"]["error"]
@@ -167,7 +205,21 @@ def test_cache_tasks_score_0_before_and_1_after_acting_and_bad_input_is_per_task
     # With the oracle: actions in a terminal, through env.step, score 1.0 through the real evaluator.
     orc = tmp_path / "oracle.json"
     orc.write_text(json.dumps(ORACLE))
-    r = cli(["run", str(TASKS / f"{PHOTOS}.json"), str(TASKS / f"{PERMS}.json"), "--parallel", "2", "--oracle", str(orc), "--out", str(out)], daemon, shared)
+    r = cli(
+        [
+            "run",
+            str(TASKS / f"{PHOTOS}.json"),
+            str(TASKS / f"{PERMS}.json"),
+            "--parallel",
+            "2",
+            "--oracle",
+            str(orc),
+            "--out",
+            str(out),
+        ],
+        daemon,
+        shared,
+    )
     assert r.returncode == 0, r.stderr
     for x in json.loads(out.read_text())["results"]["tasks"]:
         assert x["score"] == 1.0, x
@@ -186,12 +238,16 @@ def fake_checkout(tmp_path_factory):
     """A tiny OSWorld checkout: the installed desktop-env package plus a getter 1.0.2 lacks, and a
     run script shaped like OSWorld's run_multienv.py (fixed --provider_name choices, spawned workers)."""
     import desktop_env
+
     root = tmp_path_factory.mktemp("osworld-src")
-    shutil.copytree(os.path.dirname(desktop_env.__file__), root / "desktop_env", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.dirname(desktop_env.__file__), root / "desktop_env", ignore=shutil.ignore_patterns("__pycache__")
+    )
     with open(root / "desktop_env/evaluators/getters/__init__.py", "a") as f:
         f.write("\n\ndef get_drums_checkout_marker(env, config):\n    return 'from the checkout'\n")
     (root / "scripts/python").mkdir(parents=True)
-    (root / "scripts/python/run_fake.py").write_text(textwrap.dedent("""
+    (root / "scripts/python/run_fake.py").write_text(
+        textwrap.dedent("""
         import argparse, json, multiprocessing, sys
         def worker(provider, task, out):
             from desktop_env.desktop_env import DesktopEnv
@@ -212,13 +268,21 @@ def fake_checkout(tmp_path_factory):
             p = multiprocessing.get_context("spawn").Process(target=worker, args=(a.provider_name, task, a.out))
             p.start(); p.join()
             sys.exit(p.exitcode)
-    """))
+    """)
+    )
     return root
 
 
-MARKER_TASK = {"id": "drums-checkout-marker", "instruction": "x", "config": [],
-               "evaluator": {"func": "exact_match", "result": {"type": "drums_checkout_marker"},
-                             "expected": {"type": "rule", "rules": {"expected": "from the checkout"}}}}
+MARKER_TASK = {
+    "id": "drums-checkout-marker",
+    "instruction": "x",
+    "config": [],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "drums_checkout_marker"},
+        "expected": {"type": "rule", "rules": {"expected": "from the checkout"}},
+    },
+}
 
 
 def test_osworld_src_uses_the_checkouts_desktop_env(daemon, shared, fake_checkout, tmp_path):
@@ -241,8 +305,25 @@ def test_exec_runs_an_osworld_script_with_provider_drums(daemon, shared, fake_ch
     tf.write_text(json.dumps(MARKER_TASK))
     out = tmp_path / "score.json"
     e = {**os.environ, "DRUMS_URL": daemon.url, "DRUMS_TOKEN": daemon.token}
-    r = subprocess.run([str(DRUMS), "osworld", "exec", "scripts/python/run_fake.py", "--provider_name", "drums", "--task", str(tf), "--out", str(out)],
-                       cwd=fake_checkout, capture_output=True, text=True, env=e, timeout=300)
+    r = subprocess.run(
+        [
+            str(DRUMS),
+            "osworld",
+            "exec",
+            "scripts/python/run_fake.py",
+            "--provider_name",
+            "drums",
+            "--task",
+            str(tf),
+            "--out",
+            str(out),
+        ],
+        cwd=fake_checkout,
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(out.read_text())
     assert got["score"] == 1.0 and got["desktop_env"].startswith(str(fake_checkout)), got
@@ -254,12 +335,16 @@ def test_font_pack_from_the_cache_is_installed_for_impress_tasks(daemon, tmp_pat
     import zipfile
     from fontTools.fontBuilder import FontBuilder
     from fontTools.pens.ttGlyphPen import TTGlyphPen
+
     family = "DrumsTestFont" + os.urandom(3).hex()
     fb = FontBuilder(1000, isTTF=True)
     fb.setupGlyphOrder([".notdef", "A"])
     fb.setupCharacterMap({65: "A"})
     pen = TTGlyphPen(None)
-    pen.moveTo((0, 0)); pen.lineTo((500, 0)); pen.lineTo((250, 700)); pen.closePath()
+    pen.moveTo((0, 0))
+    pen.lineTo((500, 0))
+    pen.lineTo((250, 700))
+    pen.closePath()
     fb.setupGlyf({".notdef": TTGlyphPen(None).glyph(), "A": pen.glyph()})
     fb.setupHorizontalMetrics({".notdef": (500, 0), "A": (500, 0)})
     fb.setupHorizontalHeader(ascent=800, descent=-200)
@@ -275,10 +360,21 @@ def test_font_pack_from_the_cache_is_installed_for_impress_tasks(daemon, tmp_pat
     try:
         store.put(assets.FONTS_URL, zbuf.getvalue())
         tf = tmp_path / "impress.json"
-        tf.write_text(json.dumps({"id": "drums-font-pack", "instruction": "x", "snapshot": "libreoffice_impress", "config": [],
-                                  "evaluator": {"func": "check_include_exclude",
-                                                "result": {"type": "vm_command_line", "command": "fc-list : family", "shell": True},
-                                                "expected": {"type": "rule", "rules": {"include": [family], "exclude": []}}}}))
+        tf.write_text(
+            json.dumps(
+                {
+                    "id": "drums-font-pack",
+                    "instruction": "x",
+                    "snapshot": "libreoffice_impress",
+                    "config": [],
+                    "evaluator": {
+                        "func": "check_include_exclude",
+                        "result": {"type": "vm_command_line", "command": "fc-list : family", "shell": True},
+                        "expected": {"type": "rule", "rules": {"include": [family], "exclude": []}},
+                    },
+                }
+            )
+        )
         out = tmp_path / "r.json"
         r = cli(["run", str(tf), "--out", str(out)], daemon, cache)  # no font pack cached yet: a warning, and no font
         assert r.returncode == 0, r.stderr

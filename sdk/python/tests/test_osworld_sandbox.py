@@ -1,5 +1,6 @@
 """check_python_file_by_test_suite runs the agent's code in a throwaway Drums session: it scores
 like desktop_env's own metric, and a hostile test file cannot touch the host."""
+
 import os
 import secrets
 import textwrap
@@ -16,13 +17,18 @@ def write_suite(d, agent_code: str, test_code: str):
 
 def test_desktop_env_uses_the_sandboxed_metric():
     from desktop_env.evaluators import metrics
+
     assert metrics.check_python_file_by_test_suite is osworld_sandbox.check_python_file_by_test_suite
 
 
 def test_scores_like_upstream(daemon, tmp_path):
     from desktop_env.evaluators.metrics.vscode import check_python_file_by_test_suite as upstream
-    agent, suite = write_suite(tmp_path, "def add(a, b):\n    return a + b\n",
-                               "from game import add\ndef test():\n    return add(2, 3) == 5\ndef half():\n    return 0.5\n")
+
+    agent, suite = write_suite(
+        tmp_path,
+        "def add(a, b):\n    return a + b\n",
+        "from game import add\ndef test():\n    return add(2, 3) == 5\ndef half():\n    return 0.5\n",
+    )
     got = osworld_sandbox.check_python_file_by_test_suite(agent, suite)
     assert got == upstream(agent, suite) == 1.0
     assert osworld_sandbox.check_python_file_by_test_suite(agent, suite, test_function_name="half") == 0.5
@@ -37,7 +43,10 @@ def test_hostile_test_file_cannot_touch_the_host(daemon, tmp_path):
     secret = tmp_path / "host-secret.txt"
     secret.write_text(secrets.token_hex(8))
     marker = tmp_path / "written-by-agent-code"
-    agent, suite = write_suite(tmp_path, "x = 1\n", f"""
+    agent, suite = write_suite(
+        tmp_path,
+        "x = 1\n",
+        f"""
         import os, subprocess
         def test():
             os.makedirs({str(tmp_path)!r}, exist_ok=True)
@@ -47,7 +56,8 @@ def test_hostile_test_file_cannot_touch_the_host(daemon, tmp_path):
             except OSError:
                 leaked = None
             return leaked is None and os.path.exists({str(marker)!r})
-    """)
+    """,
+    )
     os.remove(agent)  # the hostile suite does not need it
     score = osworld_sandbox.check_python_file_by_test_suite(None, suite)
     assert not marker.exists(), "the agent's code wrote on the host"

@@ -1,5 +1,6 @@
 """The placement code (drums.placement) and its simulation (drums.placement_sim), small enough
 to run in seconds; the 1,000-host run is `python -m drums.placement_sim` (docs/scale.md)."""
+
 from __future__ import annotations
 
 import random
@@ -31,7 +32,18 @@ def test_full_scan_only_when_sampling_finds_too_few():
 
 
 def test_simulation_p2c_balances_better_than_random_and_counts_failures():
-    cfg = SimConfig(hosts=100, capacity=64, sessions=5000, clients=4, duration_s=240, fill_s=30, life_s=120, failures=3, down_s=20, seed=5)
+    cfg = SimConfig(
+        hosts=100,
+        capacity=64,
+        sessions=5000,
+        clients=4,
+        duration_s=240,
+        fill_s=30,
+        life_s=120,
+        failures=3,
+        down_s=20,
+        seed=5,
+    )
     p2c, rnd = simulate(cfg, "p2c"), simulate(cfg, "random")
     assert p2c["placements"] == rnd["placements"] > 5000
     assert p2c["balance"]["maxOverMeanMedian"] < rnd["balance"]["maxOverMeanMedian"]
@@ -41,19 +53,60 @@ def test_simulation_p2c_balances_better_than_random_and_counts_failures():
 
 
 def test_simulation_over_capacity_fails_placements():
-    cfg = SimConfig(hosts=20, capacity=10, sessions=400, clients=2, duration_s=60, fill_s=10, life_s=1e9, failures=0, seed=2)
+    cfg = SimConfig(
+        hosts=20, capacity=10, sessions=400, clients=2, duration_s=60, fill_s=10, life_s=1e9, failures=0, seed=2
+    )
     r = simulate(cfg, "p2c")
     assert r["heldAtEnd"] == 200 and r["failedPlacements"] == 200 and r["balance"]["fullHostsMedian"] == 1.0
 
 
-@pytest.mark.parametrize("bad, why", [
-    ([], "not a JSON object"),
-    ({"hostId": "", "instanceId": "i", "draining": False, "capacity": {"sessions": 1}, "sessions": {"held": 0, "max": 1}}, "hostId"),
-    ({"hostId": "h", "instanceId": "i", "draining": "no", "capacity": {"sessions": 1}, "sessions": {"held": 0, "max": 1}}, "draining"),
-    ({"hostId": "h", "instanceId": "i", "draining": False, "capacity": {"sessions": -1}, "sessions": {"held": 0, "max": 1}}, "capacity.sessions"),
-    ({"hostId": "h", "instanceId": "i", "draining": False, "capacity": {"sessions": True}, "sessions": {"held": 0, "max": 1}}, "capacity.sessions"),
-    ({"hostId": "h", "instanceId": "i", "draining": False, "capacity": {"sessions": 1}}, "sessions.held"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ([], "not a JSON object"),
+        (
+            {
+                "hostId": "",
+                "instanceId": "i",
+                "draining": False,
+                "capacity": {"sessions": 1},
+                "sessions": {"held": 0, "max": 1},
+            },
+            "hostId",
+        ),
+        (
+            {
+                "hostId": "h",
+                "instanceId": "i",
+                "draining": "no",
+                "capacity": {"sessions": 1},
+                "sessions": {"held": 0, "max": 1},
+            },
+            "draining",
+        ),
+        (
+            {
+                "hostId": "h",
+                "instanceId": "i",
+                "draining": False,
+                "capacity": {"sessions": -1},
+                "sessions": {"held": 0, "max": 1},
+            },
+            "capacity.sessions",
+        ),
+        (
+            {
+                "hostId": "h",
+                "instanceId": "i",
+                "draining": False,
+                "capacity": {"sessions": True},
+                "sessions": {"held": 0, "max": 1},
+            },
+            "capacity.sessions",
+        ),
+        ({"hostId": "h", "instanceId": "i", "draining": False, "capacity": {"sessions": 1}}, "sessions.held"),
+    ],
+)
 def test_malformed_reports_are_named(bad, why):
     with pytest.raises(ValueError, match=why.replace(".", r"\.")):
         validate_report(bad)

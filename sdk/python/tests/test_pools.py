@@ -1,4 +1,5 @@
 """client.pools against a real daemon: put, claim (hit, miss, empty), release, delete."""
+
 import time
 
 import pytest

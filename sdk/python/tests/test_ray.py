@@ -3,6 +3,7 @@ each with its own Drums daemon started and supervised by a DrumsNode actor pinne
 (own state dir, instance, port, subnet pool). Sessions spread over the nodes; one node's
 daemon is killed in the middle of a vector-env rollout; bad hosts are skipped; a cluster
 with no room fails with a clear error after a bounded wait. Every Ray process is gone after."""
+
 from __future__ import annotations
 
 import asyncio
@@ -62,7 +63,9 @@ def nodes():
             cluster.add_node(**node_args)
         ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
         cluster.wait_for_nodes()
-        drums = DrumsNodes.start(str(DRUMS), subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": str(MAX_PER_HOST)})
+        drums = DrumsNodes.start(
+            str(DRUMS), subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": str(MAX_PER_HOST)}
+        )
         yield drums
     finally:
         instances = [i["instance"] for i in drums.infos] if drums else []
@@ -93,7 +96,9 @@ def test_one_daemon_per_node(nodes):
 
 
 def test_vector_env_survives_a_daemon_killed_mid_rollout(nodes):
-    env = ClusterVectorEnv(lambda: nodes.cluster(refresh_s=0.5, dead_after_s=2, wait_s=60), 6, image="minimal", screen=(320, 240))
+    env = ClusterVectorEnv(
+        lambda: nodes.cluster(refresh_s=0.5, dead_after_s=2, wait_s=60), 6, image="minimal", screen=(320, 240)
+    )
     try:
         obs, infos = env.reset(seed=0)
         assert obs["screenshot"].shape == (6, 240, 320, 3) and obs["screenshot"].dtype == np.uint8
@@ -178,7 +183,9 @@ async def test_sessions_spread_and_refusals_move_on(nodes):
 
 class _BadHost(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
-        body = json.dumps({"hostId": "x", "instanceId": "y", "draining": False, "capacity": {"sessions": "lots"}}).encode()
+        body = json.dumps(
+            {"hostId": "x", "instanceId": "y", "draining": False, "capacity": {"sessions": "lots"}}
+        ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -198,7 +205,11 @@ async def test_bad_hosts_are_skipped_and_reported(nodes):
     s.bind(("127.0.0.1", 0))
     dead_port = s.getsockname()[1]
     s.close()
-    eps = [Endpoint(f"http://127.0.0.1:{srv.server_address[1]}", "t", "malformed"), Endpoint(f"http://127.0.0.1:{dead_port}", "t", "unreachable"), nodes.endpoints[1]]
+    eps = [
+        Endpoint(f"http://127.0.0.1:{srv.server_address[1]}", "t", "malformed"),
+        Endpoint(f"http://127.0.0.1:{dead_port}", "t", "unreachable"),
+        nodes.endpoints[1],
+    ]
     try:
         async with AsyncClusterClient(eps, wait_s=5) as cluster:
             assert cluster.problems["malformed"].startswith("malformed report: capacity.sessions")

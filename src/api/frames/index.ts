@@ -16,11 +16,17 @@ export function frameRoutes(ctx: RouteContext) {
   // On-demand VNC (src/api/frames/vnc.ts): raw RFB over a WebSocket.
   app.get('/v1/sessions/:id/vnc', (c) => {
     const s = ctx.session(c);
-    for (const k of Object.keys(c.req.query())) if (k !== 'generation') throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation`, { details: { field: k.slice(0, 40) } });
+    for (const k of Object.keys(c.req.query()))
+      if (k !== 'generation')
+        throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation`, { details: { field: k.slice(0, 40) } });
     ctx.checkGeneration(c, s);
     ctx.usable(s);
     const ticket = upgradeTicket(c);
-    if (!ticket) throw new DrumsError('upgrade_required', 'this is a WebSocket endpoint carrying RFB (noVNC); for a VNC viewer use `drums session vnc ID` (docs/dashboard.md)');
+    if (!ticket)
+      throw new DrumsError(
+        'upgrade_required',
+        'this is a WebSocket endpoint carrying RFB (noVNC); for a VNC viewer use `drums session vnc ID` (docs/dashboard.md)',
+      );
     ticket.accept((ws) => vncService(ctx.mgr).attach(s, ws));
     return c.body(null, 204);
   });

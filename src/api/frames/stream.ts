@@ -46,7 +46,8 @@ export function parseStreamQuery(q: Record<string, string>, screen: { width: num
   for (const k of Object.keys(q)) if (!QUERY.includes(k)) throw bad(k.slice(0, 40), `unknown query parameter; allowed: ${QUERY.join(', ')}`, 'invalid_request');
   const fpsRaw = q.fps ?? '5';
   const fps = Number(fpsRaw);
-  if (!/^\d{1,3}(\.\d{1,3})?$/.test(fpsRaw) || !(fps >= 0.1 && fps <= MAX_STREAM_FPS)) throw bad('fps', `must be a number within 0.1..${MAX_STREAM_FPS}, got '${fpsRaw.slice(0, 40)}'`, 'invalid_request');
+  if (!/^\d{1,3}(\.\d{1,3})?$/.test(fpsRaw) || !(fps >= 0.1 && fps <= MAX_STREAM_FPS))
+    throw bad('fps', `must be a number within 0.1..${MAX_STREAM_FPS}, got '${fpsRaw.slice(0, 40)}'`, 'invalid_request');
   const format = (q.format ?? 'jpeg') as StreamFormat;
   if (!FORMATS.includes(format)) throw bad('format', `must be jpeg, webp or png, got '${String(q.format).slice(0, 40)}'`, 'invalid_format');
   const qRaw = q.quality ?? '70';
@@ -57,16 +58,32 @@ export function parseStreamQuery(q: Record<string, string>, screen: { width: num
     const m = /^(\d{1,5})x(\d{1,5})$/.exec(q.scale);
     const f = /^(0?\.\d{1,4}|1(\.0{1,4})?)$/.exec(q.scale);
     if (m) scale = { width: Number(m[1]), height: Number(m[2]) };
-    else if (f && Number(q.scale) > 0) scale = { width: Math.max(1, Math.round(screen.width * Number(q.scale))), height: Math.max(1, Math.round(screen.height * Number(q.scale))) };
+    else if (f && Number(q.scale) > 0)
+      scale = { width: Math.max(1, Math.round(screen.width * Number(q.scale))), height: Math.max(1, Math.round(screen.height * Number(q.scale))) };
     else throw bad('scale', 'must be WxH (e.g. 320x200) or a factor within 0..1 (e.g. 0.25)', 'invalid_region');
-    if (scale.width < 1 || scale.height < 1 || scale.width > screen.width || scale.height > screen.height) throw bad('scale', `must be within 1x1..${screen.width}x${screen.height}`, 'invalid_region');
+    if (scale.width < 1 || scale.height < 1 || scale.width > screen.width || scale.height > screen.height)
+      throw bad('scale', `must be within 1x1..${screen.width}x${screen.height}`, 'invalid_region');
     if (scale.width === screen.width && scale.height === screen.height) scale = undefined;
   }
-  const cursor = q.cursor === undefined ? true : ['1', 'true'].includes(q.cursor) ? true : ['0', 'false'].includes(q.cursor) ? false : (() => { throw bad('cursor', 'must be true or false', 'invalid_request'); })();
+  const cursor =
+    q.cursor === undefined
+      ? true
+      : ['1', 'true'].includes(q.cursor)
+        ? true
+        : ['0', 'false'].includes(q.cursor)
+          ? false
+          : (() => {
+              throw bad('cursor', 'must be true or false', 'invalid_request');
+            })();
   return { fps, format, quality, scale, cursor, ...(q.takeover ? { takeover: q.takeover } : {}) };
 }
 
-export interface StreamCounters { sent: number; dropped: number; unchanged: number; sockets: number }
+export interface StreamCounters {
+  sent: number;
+  dropped: number;
+  unchanged: number;
+  sockets: number;
+}
 /** Counters over every stream of the daemon (the bench reads them from GET /v1/streams). */
 export const streamCounters: StreamCounters = { sent: 0, dropped: 0, unchanged: 0, sockets: 0 };
 
@@ -95,8 +112,16 @@ function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocke
     timer = undefined;
     if (closed) return;
     const t0 = performance.now();
-    if (!ctx.mgr.list().includes(s)) { sendJson(ws, { type: 'end', reason: 'destroyed' }); ws.close(1000, 'session destroyed'); return; }
-    if (sig() !== lastSig) { lastSig = sig(); lastData = undefined; sendJson(ws, state()); }
+    if (!ctx.mgr.list().includes(s)) {
+      sendJson(ws, { type: 'end', reason: 'destroyed' });
+      ws.close(1000, 'session destroyed');
+      return;
+    }
+    if (sig() !== lastSig) {
+      lastSig = sig();
+      lastData = undefined;
+      sendJson(ws, state());
+    }
     if (s.state === 'ready') {
       if (ws.bufferedAmount > 0) streamCounters.dropped++;
       else {
@@ -105,9 +130,15 @@ function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocke
           if (r.data === lastData) streamCounters.unchanged++;
           else if (!closed) {
             if (ws.bufferedAmount > 0) streamCounters.dropped++;
-            else { ws.send(r.data, { binary: true }); lastData = r.data; streamCounters.sent++; }
+            else {
+              ws.send(r.data, { binary: true });
+              lastData = r.data;
+              streamCounters.sent++;
+            }
           }
-        } catch { /* mid-reset or broken: the next state message says so */ }
+        } catch {
+          /* mid-reset or broken: the next state message says so */
+        }
       }
     }
     if (!closed) timer = setTimeout(tick, Math.max(0, interval - (performance.now() - t0)));
@@ -123,11 +154,16 @@ function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocke
     try {
       if (isBinary) throw new DrumsError('invalid_action', 'input messages are JSON text {id?, actions: [...]}');
       let msg: unknown;
-      try { msg = JSON.parse(data.toString()); } catch { throw new DrumsError('invalid_json', 'input message is not valid JSON'); }
+      try {
+        msg = JSON.parse(data.toString());
+      } catch {
+        throw new DrumsError('invalid_json', 'input message is not valid JSON');
+      }
       if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw new DrumsError('invalid_action', 'message: must be an object {id?, actions: [...]}');
       const m = msg as Record<string, unknown>;
       id = m.id;
-      for (const k of Object.keys(m)) if (k !== 'id' && k !== 'actions') throw new DrumsError('invalid_action', `${k.slice(0, 40)}: unknown field; allowed: id, actions`);
+      for (const k of Object.keys(m))
+        if (k !== 'id' && k !== 'actions') throw new DrumsError('invalid_action', `${k.slice(0, 40)}: unknown field; allowed: id, actions`);
       if (!Array.isArray(m.actions) || m.actions.length > 1000) throw new DrumsError('invalid_action', 'actions: must be an array of at most 1000 actions');
       ctx.usable(s);
       const scale = o.scale;
@@ -142,10 +178,17 @@ function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocke
           const d = await ctx.display.connection(s);
           const results: ActionResult[] = await runActions(d, actions, { scale });
           sendJson(ws, { type: 'result', id, generation, results: results.map((r) => ({ index: r.index, type: r.type, ms: Math.round(r.ms * 10) / 10 })) });
-          if (timer) { clearTimeout(timer); timer = setTimeout(tick, 0); }
-        } catch (e) { fail(e); }
+          if (timer) {
+            clearTimeout(timer);
+            timer = setTimeout(tick, 0);
+          }
+        } catch (e) {
+          fail(e);
+        }
       });
-    } catch (e) { fail(e); }
+    } catch (e) {
+      fail(e);
+    }
   });
   const end = () => {
     if (closed) return;
@@ -165,7 +208,9 @@ export function streamRoutes(ctx: RouteContext) {
     ctx.checkGeneration(c, s);
     ctx.usable(s);
     if (o.takeover !== undefined && takeovers(ctx.mgr).get(s)?.id !== o.takeover) {
-      throw new DrumsError('takeover_not_found', `takeover: '${o.takeover.slice(0, 32)}' is not the take-over held on session ${s.id}`, { details: { field: 'takeover' } });
+      throw new DrumsError('takeover_not_found', `takeover: '${o.takeover.slice(0, 32)}' is not the take-over held on session ${s.id}`, {
+        details: { field: 'takeover' },
+      });
     }
     const ticket = upgradeTicket(c);
     if (!ticket) throw new DrumsError('upgrade_required', 'this is a WebSocket endpoint: connect with Upgrade: websocket (see docs/streaming.md)');

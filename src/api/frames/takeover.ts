@@ -12,7 +12,12 @@ import type { Session, SessionManager } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
 import { checkBody } from '../spec-validate.ts';
 
-export interface Takeover { id: string; holder: string; since: string; generation: number }
+export interface Takeover {
+  id: string;
+  holder: string;
+  since: string;
+  generation: number;
+}
 
 export const TAKEOVER_HEADER = 'x-drums-takeover';
 const HOLDER_RE = /^[\w .@:-]{1,64}$/;
@@ -23,13 +28,21 @@ export class Takeovers {
   /** The live take-over of a session (none once its generation moved on). */
   get(s: Session): Takeover | undefined {
     const t = this._held.get(s.id);
-    if (t && t.generation !== s.generation) { this._held.delete(s.id); return undefined; }
+    if (t && t.generation !== s.generation) {
+      this._held.delete(s.id);
+      return undefined;
+    }
     return t;
   }
 
   take(s: Session, holder: string): Takeover {
     const cur = this.get(s);
-    if (cur) throw new DrumsError('takeover_held', `session ${s.id} is already taken over by '${cur.holder}' since ${cur.since}; release it first (DELETE /v1/sessions/${s.id}/takeover)`, { details: { holder: cur.holder, since: cur.since } });
+    if (cur)
+      throw new DrumsError(
+        'takeover_held',
+        `session ${s.id} is already taken over by '${cur.holder}' since ${cur.since}; release it first (DELETE /v1/sessions/${s.id}/takeover)`,
+        { details: { holder: cur.holder, since: cur.since } },
+      );
     const t: Takeover = { id: randomBytes(12).toString('hex'), holder, since: new Date().toISOString(), generation: s.generation };
     this._held.set(s.id, t);
     return t;
@@ -38,7 +51,10 @@ export class Takeovers {
   release(s: Session, id?: string): Takeover {
     const cur = this.get(s);
     if (!cur) throw new DrumsError('takeover_not_found', `session ${s.id} is not taken over`);
-    if (id !== undefined && id !== cur.id) throw new DrumsError('takeover_held', `take-over ${id.slice(0, 32)} is not the one held on session ${s.id} (held by '${cur.holder}')`, { details: { holder: cur.holder, since: cur.since } });
+    if (id !== undefined && id !== cur.id)
+      throw new DrumsError('takeover_held', `take-over ${id.slice(0, 32)} is not the one held on session ${s.id} (held by '${cur.holder}')`, {
+        details: { holder: cur.holder, since: cur.since },
+      });
     this._held.delete(s.id);
     return cur;
   }
@@ -47,7 +63,9 @@ export class Takeovers {
   checkInput(s: Session, id: string | undefined): void {
     const cur = this.get(s);
     if (!cur || cur.id === id) return;
-    throw new DrumsError('session_taken_over', `session ${s.id} is taken over by '${cur.holder}' since ${cur.since}; agent input resumes when it is released`, { details: { holder: cur.holder, since: cur.since } });
+    throw new DrumsError('session_taken_over', `session ${s.id} is taken over by '${cur.holder}' since ${cur.since}; agent input resumes when it is released`, {
+      details: { holder: cur.holder, since: cur.since },
+    });
   }
 }
 
@@ -55,7 +73,10 @@ const registries = new WeakMap<SessionManager, Takeovers>();
 /** One registry per daemon (per session manager). */
 export function takeovers(mgr: SessionManager): Takeovers {
   let t = registries.get(mgr);
-  if (!t) { t = new Takeovers(); registries.set(mgr, t); }
+  if (!t) {
+    t = new Takeovers();
+    registries.set(mgr, t);
+  }
   return t;
 }
 
@@ -74,10 +95,13 @@ export function takeoverRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/takeover', async (c) => {
     const s = ctx.session(c);
     const body = (await ctx.body(c)) as Record<string, unknown>;
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new DrumsError('invalid_request', 'body: must be an object {holder?}', { details: { field: 'body' } });
-    for (const k of Object.keys(body)) if (k !== 'holder') throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown field; allowed: holder`, { details: { field: k.slice(0, 40) } });
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw new DrumsError('invalid_request', 'body: must be an object {holder?}', { details: { field: 'body' } });
+    for (const k of Object.keys(body))
+      if (k !== 'holder') throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown field; allowed: holder`, { details: { field: k.slice(0, 40) } });
     const holder = body.holder ?? 'dashboard';
-    if (typeof holder !== 'string' || !HOLDER_RE.test(holder)) throw new DrumsError('invalid_request', 'holder: must be 1..64 characters of letters, digits, space and ._@:-', { details: { field: 'holder' } });
+    if (typeof holder !== 'string' || !HOLDER_RE.test(holder))
+      throw new DrumsError('invalid_request', 'holder: must be 1..64 characters of letters, digits, space and ._@:-', { details: { field: 'holder' } });
     checkBody('takeOver', body);
     ctx.checkGeneration(c, s);
     ctx.usable(s);

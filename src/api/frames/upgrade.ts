@@ -44,8 +44,14 @@ function toRequest(req: IncomingMessage): Request {
 
 async function refuse(socket: Duplex, res: Response): Promise<void> {
   const body = Buffer.from(await res.arrayBuffer());
-  const head = [`HTTP/1.1 ${res.status} ${res.statusText || 'Error'}`, `content-type: ${res.headers.get('content-type') ?? 'text/plain'}`,
-    `content-length: ${body.length}`, 'connection: close', '', ''].join('\r\n');
+  const head = [
+    `HTTP/1.1 ${res.status} ${res.statusText || 'Error'}`,
+    `content-type: ${res.headers.get('content-type') ?? 'text/plain'}`,
+    `content-length: ${body.length}`,
+    'connection: close',
+    '',
+    '',
+  ].join('\r\n');
   socket.end(Buffer.concat([Buffer.from(head), body]));
 }
 
@@ -61,20 +67,37 @@ export function attachUpgrades(server: Server, fetch: Fetch): () => void {
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
     let onOpen: ((ws: WebSocket) => void) | undefined;
-    const ticket: UpgradeTicket = { accept(fn) { onOpen = fn; } };
+    const ticket: UpgradeTicket = {
+      accept(fn) {
+        onOpen = fn;
+      },
+    };
     Promise.resolve()
       .then(() => fetch(toRequest(req), { [KEY]: ticket }))
       .then(async (res) => {
         if (!onOpen || res.status >= 300) {
-          await refuse(socket, res.status >= 300 ? res : new Response('{"error":{"code":"not_found","message":"no WebSocket here"}}', { status: 404, headers: { 'content-type': 'application/json' } }));
+          await refuse(
+            socket,
+            res.status >= 300
+              ? res
+              : new Response('{"error":{"code":"not_found","message":"no WebSocket here"}}', { status: 404, headers: { 'content-type': 'application/json' } }),
+          );
           return;
         }
         const open = onOpen;
         wss.handleUpgrade(req, socket, head, (ws) => {
-          try { open(ws); } catch (e) { log('error', 'websocket open failed', { error: String(e) }); ws.close(1011); }
+          try {
+            open(ws);
+          } catch (e) {
+            log('error', 'websocket open failed', { error: String(e) });
+            ws.close(1011);
+          }
         });
       })
-      .catch((e) => { log('error', 'websocket upgrade failed', { error: String(e) }); socket.destroy(); });
+      .catch((e) => {
+        log('error', 'websocket upgrade failed', { error: String(e) });
+        socket.destroy();
+      });
   };
   server.on('upgrade', onUpgrade);
   return () => {

@@ -9,7 +9,11 @@ import { cgroupBases } from '../../host/cgroup.ts';
 import type { Session } from '../../session/manager.ts';
 
 function read(path: string): string | undefined {
-  try { return readFileSync(path, 'utf8'); } catch { return undefined; }
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
 }
 
 function cpuNs(cg: string, bases: string[]): number | undefined {
@@ -40,7 +44,7 @@ export function sessionUsage(s: Session): { id: string; cpuPercent: number | nul
   let cpuPercent: number | null = null;
   const prev = last.get(s.id);
   if (ns !== undefined) {
-    if (prev && now > prev.at) cpuPercent = Math.round((((ns - prev.ns) / 1e6) / (now - prev.at)) * 1000) / 10;
+    if (prev && now > prev.at) cpuPercent = Math.round(((ns - prev.ns) / 1e6 / (now - prev.at)) * 1000) / 10;
     last.set(s.id, { ns, at: now });
   }
   return { id: s.id, cpuPercent, memoryBytes: memBytes(s.names.cgroup, bases) ?? null };

@@ -31,7 +31,9 @@ interface Server {
 export class VncService {
   private readonly _live = new Map<string, Server>();
   private readonly _mgr: SessionManager;
-  constructor(mgr: SessionManager) { this._mgr = mgr; }
+  constructor(mgr: SessionManager) {
+    this._mgr = mgr;
+  }
 
   /** Live x11vnc servers, by session id (for tests and /v1/usage). */
   running(id: string): { viewers: number } | null {
@@ -43,20 +45,47 @@ export class VncService {
     const hostSocket = join(dirname(s.x11Socket), SOCKET_NAME);
     rmSync(hostSocket, { force: true });
     const child = this._mgr.runtime.spawnExec(s.names.container, {
-      uid: 1000, gid: 1000, cwd: '/home/user', env: this._mgr.sessionEnv(), caps: [],
+      uid: 1000,
+      gid: 1000,
+      cwd: '/home/user',
+      env: this._mgr.sessionEnv(),
+      caps: [],
       // A day's backstop; the daemon stops it when the last viewer leaves.
-      args: ['/usr/bin/timeout', '--signal=TERM', '86400', 'x11vnc', '-display', ':0', '-rfbport', '0', '-unixsock', `/tmp/.X11-unix/${SOCKET_NAME}`,
-        '-shared', '-forever', '-nopw', '-quiet', '-nolookup', '-noipv6', '-noxdamage'],
+      args: [
+        '/usr/bin/timeout',
+        '--signal=TERM',
+        '86400',
+        'x11vnc',
+        '-display',
+        ':0',
+        '-rfbport',
+        '0',
+        '-unixsock',
+        `/tmp/.X11-unix/${SOCKET_NAME}`,
+        '-shared',
+        '-forever',
+        '-nopw',
+        '-quiet',
+        '-nolookup',
+        '-noipv6',
+        '-noxdamage',
+      ],
     });
     const srv: Server = { generation: s.generation, child, hostSocket, viewers: new Set(), stderr: '', ready: Promise.resolve() };
     child.stdout?.resume();
-    child.stderr?.on('data', (d: Buffer) => { srv.stderr = (srv.stderr + d.toString()).slice(-2000); });
+    child.stderr?.on('data', (d: Buffer) => {
+      srv.stderr = (srv.stderr + d.toString()).slice(-2000);
+    });
     child.stdin?.end();
     const exited = new Promise<void>((res) => child.once('close', () => res()));
     srv.ready = (async () => {
       const end = Date.now() + START_DEADLINE_MS;
       for (;;) {
-        if (child.exitCode !== null || child.signalCode !== null) throw new DrumsError('connect_failed', `x11vnc exited at start in session ${s.id}: ${srv.stderr.slice(-300) || 'no output'} (is x11vnc in the image?)`);
+        if (child.exitCode !== null || child.signalCode !== null)
+          throw new DrumsError(
+            'connect_failed',
+            `x11vnc exited at start in session ${s.id}: ${srv.stderr.slice(-300) || 'no output'} (is x11vnc in the image?)`,
+          );
         if (existsSync(hostSocket)) return;
         if (Date.now() > end) throw new DrumsError('connect_failed', `x11vnc did not listen within ${START_DEADLINE_MS} ms in session ${s.id}`);
         await new Promise((r) => setTimeout(r, 50));
@@ -82,7 +111,10 @@ export class VncService {
   /** Attaches one viewer: starts x11vnc if it is the first, stops it when the last leaves. */
   attach(s: Session, ws: WebSocket): void {
     let srv = this._live.get(s.id);
-    if (srv && srv.generation !== s.generation) { this._stop(s.id, srv); srv = undefined; }
+    if (srv && srv.generation !== s.generation) {
+      this._stop(s.id, srv);
+      srv = undefined;
+    }
     const server = srv ?? this._start(s);
     server.viewers.add(ws);
     let sock: Socket | undefined;
@@ -93,17 +125,24 @@ export class VncService {
     };
     ws.on('close', leave);
     ws.on('error', leave);
-    server.ready.then(() => {
-      if (!server.viewers.has(ws)) return;
-      sock = connect(server.hostSocket);
-      sock.on('data', (d) => { if (ws.readyState === ws.OPEN) ws.send(d, { binary: true }); });
-      sock.on('close', () => ws.close(1000, 'vnc connection closed'));
-      sock.on('error', () => ws.close(1011, 'vnc connection failed'));
-      ws.on('message', (d) => { sock?.write(d as Buffer); });
-    }, (e: Error) => {
-      if (ws.readyState === ws.OPEN) ws.close(1011, e.message.slice(0, 120));
-      leave();
-    });
+    server.ready.then(
+      () => {
+        if (!server.viewers.has(ws)) return;
+        sock = connect(server.hostSocket);
+        sock.on('data', (d) => {
+          if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
+        });
+        sock.on('close', () => ws.close(1000, 'vnc connection closed'));
+        sock.on('error', () => ws.close(1011, 'vnc connection failed'));
+        ws.on('message', (d) => {
+          sock?.write(d as Buffer);
+        });
+      },
+      (e: Error) => {
+        if (ws.readyState === ws.OPEN) ws.close(1011, e.message.slice(0, 120));
+        leave();
+      },
+    );
   }
 
   closeAll(): void {
@@ -114,6 +153,9 @@ export class VncService {
 const services = new WeakMap<SessionManager, VncService>();
 export function vncService(mgr: SessionManager): VncService {
   let v = services.get(mgr);
-  if (!v) { v = new VncService(mgr); services.set(mgr, v); }
+  if (!v) {
+    v = new VncService(mgr);
+    services.set(mgr, v);
+  }
   return v;
 }

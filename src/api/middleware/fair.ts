@@ -39,9 +39,14 @@ export class FairScheduler {
   async run<T>(session: string, fn: () => Promise<T>): Promise<T> {
     if (this._busy >= this.opts.slots) {
       let q = this._queues.get(session);
-      if (!q) { this._queues.set(session, (q = [])); this._turn.push(session); }
+      if (!q) {
+        this._queues.set(session, (q = []));
+        this._turn.push(session);
+      }
       if (q.length >= this.opts.maxQueue) {
-        throw new DrumsError('rate_limited', `session '${session}' has ${q.length} requests waiting; wait for answers before sending more`, { details: { scope: 'session', waiting: q.length } });
+        throw new DrumsError('rate_limited', `session '${session}' has ${q.length} requests waiting; wait for answers before sending more`, {
+          details: { scope: 'session', waiting: q.length },
+        });
       }
       await new Promise<void>((resolve) => q!.push(resolve));
     } else {
@@ -57,7 +62,10 @@ export class FairScheduler {
   /** Hands the freed slot to the next session in turn (the slot stays busy), or frees it. */
   private _next(): void {
     const id = this._turn.shift();
-    if (id === undefined) { this._busy--; return; }
+    if (id === undefined) {
+      this._busy--;
+      return;
+    }
     const q = this._queues.get(id)!;
     const wake = q.shift()!;
     if (q.length) this._turn.push(id);

@@ -8,7 +8,9 @@ import { DrumsError } from '../../common/errors.ts';
 export function bodyLimit(maxBytes: number): MiddlewareHandler {
   const limit = honoBodyLimit({
     maxSize: maxBytes,
-    onError: () => { throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } }); },
+    onError: () => {
+      throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
+    },
   });
   return async (c, next) => {
     const len = c.req.header('content-length');
@@ -32,7 +34,13 @@ function discard(body: Readable, waitMs: number): Promise<void> {
   body.resume();
   if (body.readableEnded || body.destroyed || waitMs <= 0) return Promise.resolve();
   return new Promise((resolve) => {
-    const done = () => { clearTimeout(timer); body.off('end', done); body.off('error', done); body.off('close', done); resolve(); };
+    const done = () => {
+      clearTimeout(timer);
+      body.off('end', done);
+      body.off('error', done);
+      body.off('close', done);
+      resolve();
+    };
     const timer = setTimeout(done, waitMs);
     body.on('end', done);
     body.on('error', done);
@@ -69,7 +77,9 @@ export function rateLimit(opts: RateLimitOptions): MiddlewareHandler {
     if (b.tokens < 1) {
       const wait = Math.ceil((1 - b.tokens) / opts.perSecond);
       c.header('retry-after', String(Math.max(1, wait)));
-      throw new DrumsError('rate_limited', `more than ${opts.perSecond} requests/s (burst ${opts.burst}) for this token; retry after ${Math.max(1, wait)} s`, { details: { perSecond: opts.perSecond, burst: opts.burst } });
+      throw new DrumsError('rate_limited', `more than ${opts.perSecond} requests/s (burst ${opts.burst}) for this token; retry after ${Math.max(1, wait)} s`, {
+        details: { perSecond: opts.perSecond, burst: opts.burst },
+      });
     }
     b.tokens -= 1;
     return next();

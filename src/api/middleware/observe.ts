@@ -34,7 +34,9 @@ export function observe(): MiddlewareHandler {
     if (c.req.method === 'DELETE' && status === 204) metrics.destroys.inc({ reason: 'requested' });
     let code: string | undefined;
     if (status >= 400 && (c.res.headers.get('content-type') ?? '').includes('json')) {
-      try { code = ((await c.res.clone().json()) as { error?: { code?: string } }).error?.code; } catch {}
+      try {
+        code = ((await c.res.clone().json()) as { error?: { code?: string } }).error?.code;
+      } catch {}
       if (code) metrics.errors.inc({ code: code.slice(0, 40) });
     }
     metrics.requests.inc({ method: c.req.method.slice(0, 10), route: code === 'not_found' ? 'unmatched' : routeOf(c.req.path), status: String(status) });
@@ -50,7 +52,18 @@ export function notFoundOr405(app: Hono) {
   const cache = new Map<string, RegExp>();
   const re = (path: string) => {
     let r = cache.get(path);
-    if (!r) cache.set(path, (r = new RegExp('^' + path.split('/').map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/') + '/?$')));
+    if (!r)
+      cache.set(
+        path,
+        (r = new RegExp(
+          '^' +
+            path
+              .split('/')
+              .map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+              .join('/') +
+            '/?$',
+        )),
+      );
     return r;
   };
   return (c: Context) => {
@@ -61,7 +74,17 @@ export function notFoundOr405(app: Hono) {
     }
     if (allowed.size && !allowed.has(c.req.method)) {
       if (allowed.has('GET')) allowed.add('HEAD');
-      return c.json({ error: { code: 'method_not_allowed', message: `${c.req.method} is not allowed on ${c.req.path.slice(0, 200)}; allowed: ${[...allowed].join(', ')}`, details: { allowed: [...allowed] } } }, 405, { allow: [...allowed].join(', ') });
+      return c.json(
+        {
+          error: {
+            code: 'method_not_allowed',
+            message: `${c.req.method} is not allowed on ${c.req.path.slice(0, 200)}; allowed: ${[...allowed].join(', ')}`,
+            details: { allowed: [...allowed] },
+          },
+        },
+        405,
+        { allow: [...allowed].join(', ') },
+      );
     }
     return c.json({ error: { code: 'not_found', message: `no route ${c.req.method} ${c.req.path.slice(0, 200)}; see GET /openapi.json` } }, 404);
   };

@@ -19,18 +19,22 @@ export function security(opts: { token: string; allowedHosts: string[] }): Middl
   const tokenBuf = Buffer.from(opts.token);
   return async (c, next) => {
     const host = (c.req.header('host') ?? '').replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
-    if (!opts.allowedHosts.includes(host)) throw new DrumsError('forbidden_host', `Host '${host.slice(0, 100)}' is not allowed; use one of ${opts.allowedHosts.join(', ')}`);
+    if (!opts.allowedHosts.includes(host))
+      throw new DrumsError('forbidden_host', `Host '${host.slice(0, 100)}' is not allowed; use one of ${opts.allowedHosts.join(', ')}`);
     // The one page allowed to call the daemon is its own dashboard (/ui): its own origin, and
     // only on the routes a browser sends an Origin to (WebSocket, POST/DELETE take-over).
     const origin = c.req.header('origin');
     if (origin !== undefined && !(origin === `http://${c.req.header('host')}` && DASHBOARD_ORIGIN_ROUTES.test(c.req.path))) {
-      throw new DrumsError('forbidden_origin', 'requests from web pages are refused (an Origin header was sent); only the daemon\'s own dashboard may open streams and take sessions over');
+      throw new DrumsError(
+        'forbidden_origin',
+        "requests from web pages are refused (an Origin header was sent); only the daemon's own dashboard may open streams and take sessions over",
+      );
     }
     if (PUBLIC.has(c.req.path) && c.req.method === 'GET') return next();
     const auth = c.req.header('authorization') ?? '';
     // Opening the dashboard in a browser: GET /ui?token=... (the page then drops it from the URL).
     const uiToken = c.req.method === 'GET' && c.req.path === '/ui' ? c.req.query('token') : undefined;
-    const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice(7) : uiToken ?? '');
+    const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice(7) : (uiToken ?? ''));
     if (given.length !== tokenBuf.length || !timingSafeEqual(given, tokenBuf)) {
       throw new DrumsError('unauthorized', 'missing or wrong bearer token (Authorization: Bearer <token>; see DRUMS_TOKEN or <state dir>/token)');
     }

@@ -29,8 +29,10 @@ export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
       let resetBody: unknown;
       if (c.req.method === 'POST' && c.req.path.endsWith('/reset')) {
         const body = (resetBody = await ctx.body(c));
-        if (!body || typeof body !== 'object' || Array.isArray(body)) throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
-        for (const k of Object.keys(body)) if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
+        if (!body || typeof body !== 'object' || Array.isArray(body))
+          throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
+        for (const k of Object.keys(body))
+          if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
         fromBody = (body as { generation?: unknown }).generation;
       }
       try {
@@ -44,7 +46,11 @@ export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
     }
     await next();
     if (s && ctx.mgr.list().includes(s) && !c.res.headers.has('x-drums-generation')) {
-      try { c.res.headers.set('x-drums-generation', String(s.generation)); } catch { /* immutable headers */ }
+      try {
+        c.res.headers.set('x-drums-generation', String(s.generation));
+      } catch {
+        /* immutable headers */
+      }
     }
   };
 }
@@ -61,7 +67,11 @@ const KEY_TTL_MS = 24 * 3600_000;
 
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
   return JSON.stringify(v) ?? 'null';
 }
 
@@ -81,18 +91,22 @@ export function idempotency(ctx: RouteContext): MiddlewareHandler {
     if (key === undefined) {
       await next();
       if (c.res.status === 201) {
-        try { c.res.headers.set('x-drums-generation', String(((await c.res.clone().json()) as { generation: number }).generation)); } catch {}
+        try {
+          c.res.headers.set('x-drums-generation', String(((await c.res.clone().json()) as { generation: number }).generation));
+        } catch {}
       }
       return;
     }
-    if (!KEY_RE.test(key)) throw new DrumsError('invalid_request', 'Idempotency-Key: must be 1-255 printable ASCII characters', { details: { field: 'Idempotency-Key' } });
+    if (!KEY_RE.test(key))
+      throw new DrumsError('invalid_request', 'Idempotency-Key: must be 1-255 printable ASCII characters', { details: { field: 'Idempotency-Key' } });
     const body = await ctx.body(c);
     const hash = createHash('sha256').update(canonical(body)).digest('hex');
     const now = Date.now();
     for (const [k, e] of entries) if (now - e.at > KEY_TTL_MS) entries.delete(k);
     const prev = entries.get(key);
     if (prev) {
-      if (prev.hash !== hash) throw new DrumsError('idempotency_conflict', 'this Idempotency-Key was used with a different request body', { details: { field: 'Idempotency-Key' } });
+      if (prev.hash !== hash)
+        throw new DrumsError('idempotency_conflict', 'this Idempotency-Key was used with a different request body', { details: { field: 'Idempotency-Key' } });
       const id = await prev.result;
       if (id !== undefined) {
         const s = mgr.list().find((x) => x.id === id);
@@ -104,13 +118,21 @@ export function idempotency(ctx: RouteContext): MiddlewareHandler {
       if (entries.get(key) === prev) entries.delete(key);
     }
     let done!: (id: string | undefined) => void;
-    const entry: IdemEntry = { hash, at: now, result: new Promise((r) => { done = r; }) };
+    const entry: IdemEntry = {
+      hash,
+      at: now,
+      result: new Promise((r) => {
+        done = r;
+      }),
+    };
     entries.set(key, entry);
     try {
       await next();
       if (c.res.status === 201) {
         const view = (await c.res.clone().json()) as { id: string; generation: number };
-        try { c.res.headers.set('x-drums-generation', String(view.generation)); } catch {}
+        try {
+          c.res.headers.set('x-drums-generation', String(view.generation));
+        } catch {}
         done(view.id);
         return;
       }

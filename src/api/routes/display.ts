@@ -27,7 +27,8 @@ function bad(field: string, message: string, code: ErrorCode = 'invalid_request'
 
 function parseFormat(v: unknown, field = 'format'): Format {
   if (v === undefined) return 'png';
-  if (typeof v !== 'string' || !(FORMATS as readonly string[]).includes(v)) throw bad(field, `must be png, jpeg, webp or raw, got ${JSON.stringify(v)}`, 'invalid_format');
+  if (typeof v !== 'string' || !(FORMATS as readonly string[]).includes(v))
+    throw bad(field, `must be png, jpeg, webp or raw, got ${JSON.stringify(v)}`, 'invalid_format');
   return v as Format;
 }
 
@@ -56,7 +57,10 @@ function parseScaleBody(v: unknown, field: string): { width: number; height: num
   if (v === undefined) return undefined;
   if (!v || typeof v !== 'object' || Array.isArray(v)) throw bad(field, 'must be an object {width, height}', 'invalid_region');
   const { width, height } = v as Record<string, unknown>;
-  for (const [k, x] of [['width', width], ['height', height]] as const) {
+  for (const [k, x] of [
+    ['width', width],
+    ['height', height],
+  ] as const) {
     if (typeof x !== 'number' || !Number.isInteger(x) || x < 1 || x > 8192) throw bad(`${field}.${k}`, 'must be an integer within 1..8192', 'invalid_region');
   }
   return { width: width as number, height: height as number };
@@ -88,7 +92,10 @@ function checkShot(s: Session, o: ScreenshotOptions, prefix = ''): ScreenshotOpt
 
 function shotJson(r: ScreenshotResult) {
   return {
-    format: r.format, width: r.width, height: r.height, mimeType: r.mimeType,
+    format: r.format,
+    width: r.width,
+    height: r.height,
+    mimeType: r.mimeType,
     ...(r.scaleX !== undefined ? { scaleX: r.scaleX, scaleY: r.scaleY } : {}),
     data: r.data.toString('base64'),
   };
@@ -96,7 +103,9 @@ function shotJson(r: ScreenshotResult) {
 
 function resultJson(r: ActionResult) {
   return {
-    index: r.index, type: r.type, ms: Math.round(r.ms * 10) / 10,
+    index: r.index,
+    type: r.type,
+    ms: Math.round(r.ms * 10) / 10,
     ...(r.cursor ? { cursor: r.cursor } : {}),
     ...(r.status ? { status: r.status } : {}),
     ...(r.screenshot ? { screenshot: shotJson(r.screenshot) } : {}),
@@ -146,7 +155,11 @@ export function displayRoutes(ctx: RouteContext) {
     return s;
   };
   const guard = async <T>(fn: () => Promise<T>): Promise<T> => {
-    try { return await fn(); } catch (e) { throw cleanDisplayError(e); }
+    try {
+      return await fn();
+    } catch (e) {
+      throw cleanDisplayError(e);
+    }
   };
 
   app.get('/v1/sessions/:id/screenshot', async (c) => {
@@ -180,7 +193,9 @@ export function displayRoutes(ctx: RouteContext) {
     const body = await ctx.body(c);
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw bad('body', 'must be a JSON object {actions: [...]}', 'invalid_action');
     const b = body as Record<string, unknown>;
-    for (const k of Object.keys(b)) if (!['actions', 'generation', 'scale', 'screenshot'].includes(k)) throw bad(k, 'unknown field; allowed: actions, generation, scale, screenshot', 'invalid_action');
+    for (const k of Object.keys(b))
+      if (!['actions', 'generation', 'scale', 'screenshot'].includes(k))
+        throw bad(k, 'unknown field; allowed: actions, generation, scale, screenshot', 'invalid_action');
     const s = ready(c, b.generation);
     takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
     if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
@@ -191,16 +206,22 @@ export function displayRoutes(ctx: RouteContext) {
     let shotOpts: ScreenshotOptions | undefined;
     if (b.screenshot !== undefined && b.screenshot !== false) {
       const so = (b.screenshot === true ? {} : b.screenshot) as Record<string, unknown>;
-      if (!so || typeof so !== 'object' || Array.isArray(so)) throw bad('screenshot', 'must be an object {format, quality?, scale?, region?, cursor?}', 'invalid_format');
-      for (const k of Object.keys(so)) if (!['format', 'quality', 'scale', 'region', 'cursor'].includes(k)) throw bad(`screenshot.${k}`, 'unknown field', 'invalid_format');
+      if (!so || typeof so !== 'object' || Array.isArray(so))
+        throw bad('screenshot', 'must be an object {format, quality?, scale?, region?, cursor?}', 'invalid_format');
+      for (const k of Object.keys(so))
+        if (!['format', 'quality', 'scale', 'region', 'cursor'].includes(k)) throw bad(`screenshot.${k}`, 'unknown field', 'invalid_format');
       if (so.cursor !== undefined && typeof so.cursor !== 'boolean') throw bad('screenshot.cursor', 'must be a boolean', 'invalid_format');
-      shotOpts = checkShot(s, {
-        format: parseFormat(so.format, 'screenshot.format'),
-        quality: parseQuality(so.quality, 'screenshot.quality'),
-        scale: parseScaleBody(so.scale, 'screenshot.scale') ?? scale,
-        region: so.region as Region | undefined,
-        cursor: so.cursor as boolean | undefined,
-      }, 'screenshot.');
+      shotOpts = checkShot(
+        s,
+        {
+          format: parseFormat(so.format, 'screenshot.format'),
+          quality: parseQuality(so.quality, 'screenshot.quality'),
+          scale: parseScaleBody(so.scale, 'screenshot.scale') ?? scale,
+          region: so.region as Region | undefined,
+          cursor: so.cursor as boolean | undefined,
+        },
+        'screenshot.',
+      );
     }
     // Then the spec's schema of the body, for whatever the checks above let through.
     checkBody('runActions', b);
@@ -249,7 +270,17 @@ export function displayRoutes(ctx: RouteContext) {
     const [list, active, cursor] = await guard(() => Promise.all([d.listWindows(), d.activeWindow(), d.cursorPosition()]));
     return c.json({
       generation: s.generation,
-      windows: list.map((w) => ({ id: w.id, title: w.title, className: w.className, instance: w.instance, pid: w.pid, x: w.x, y: w.y, width: w.width, height: w.height })),
+      windows: list.map((w) => ({
+        id: w.id,
+        title: w.title,
+        className: w.className,
+        instance: w.instance,
+        pid: w.pid,
+        x: w.x,
+        y: w.y,
+        width: w.width,
+        height: w.height,
+      })),
       active: active?.id ?? null,
       cursor,
       screen: d.screenSize(),
@@ -263,7 +294,10 @@ export function displayRoutes(ctx: RouteContext) {
       takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
       const d = await display.connection(s);
       const list = await guard(() => d.listWindows());
-      if (!list.some((w) => w.id === wid)) throw new DrumsError('window_not_found', `no managed window ${wid} in session ${s.id}; list them with GET /v1/sessions/${s.id}/windows`, { details: { wid } });
+      if (!list.some((w) => w.id === wid))
+        throw new DrumsError('window_not_found', `no managed window ${wid} in session ${s.id}; list them with GET /v1/sessions/${s.id}/windows`, {
+          details: { wid },
+        });
       await guard(() => (op === 'activate' ? d.activateWindow(wid) : d.closeWindow(wid)));
       return c.json({ ok: true, id: wid, generation: s.generation }, 200, { 'x-drums-generation': String(s.generation) });
     });
@@ -284,13 +318,31 @@ export function displayRoutes(ctx: RouteContext) {
     const abort = new AbortController();
     const body = new ReadableStream<Uint8Array>({
       start(ctrl) {
-        const send = (o: unknown) => { try { ctrl.enqueue(enc.encode(JSON.stringify(o) + '\n')); } catch { /* client gone */ } };
+        const send = (o: unknown) => {
+          try {
+            ctrl.enqueue(enc.encode(JSON.stringify(o) + '\n'));
+          } catch {
+            /* client gone */
+          }
+        };
         execStream(target(s), req, (stream, data) => send({ stream, data }), abort.signal).then(
-          (r) => { send({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation }); try { ctrl.close(); } catch {} },
-          (e) => { send({ error: { code: 'internal', message: String((e as Error).message) } }); try { ctrl.close(); } catch {} },
+          (r) => {
+            send({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation });
+            try {
+              ctrl.close();
+            } catch {}
+          },
+          (e) => {
+            send({ error: { code: 'internal', message: String((e as Error).message) } });
+            try {
+              ctrl.close();
+            } catch {}
+          },
         );
       },
-      cancel() { abort.abort(); },
+      cancel() {
+        abort.abort();
+      },
     });
     return new Response(body, { status: 200, headers: { 'content-type': 'application/x-ndjson', 'x-drums-generation': String(generation) } });
   });

@@ -13,10 +13,15 @@ export function forkRoutes(ctx: RouteContext) {
     checkBody('forkSession', body);
     const t0 = performance.now();
     const r = await forkSession(ctx.mgr, s, req);
-    return c.json({
-      source: s.id, mode: r.mode, copies: r.copies.map((x) => ctx.view(x)),
-      timings: { snapshotMs: Math.round(r.snapshotMs), pausedMs: Math.round(r.pausedMs), totalMs: Math.round(performance.now() - t0) },
-    }, 201);
+    return c.json(
+      {
+        source: s.id,
+        mode: r.mode,
+        copies: r.copies.map((x) => ctx.view(x)),
+        timings: { snapshotMs: Math.round(r.snapshotMs), pausedMs: Math.round(r.pausedMs), totalMs: Math.round(performance.now() - t0) },
+      },
+      201,
+    );
   });
   return app;
 }

@@ -32,7 +32,10 @@ const DRAINING = new WeakMap<SessionManager, { since: string }>();
 /** Throws 503 host_draining while the host drains (creates call it; pools and claims should too). */
 export function refuseIfDraining(mgr: SessionManager): void {
   const d = DRAINING.get(mgr);
-  if (d) throw new DrumsError('host_draining', `this host has been draining since ${d.since} and takes no new sessions; place the session on another host`, { details: { since: d.since } });
+  if (d)
+    throw new DrumsError('host_draining', `this host has been draining since ${d.since} and takes no new sessions; place the session on another host`, {
+      details: { since: d.since },
+    });
 }
 
 function memory() {
@@ -105,7 +108,13 @@ export function hostRoutes(ctx: RouteContext) {
   const { mgr } = ctx;
   // The host id is read (or made) on first use, so building the app touches no state dir.
   let id: string | undefined;
-  const ids = { get hostId() { return (id ??= hostId(mgr.inst, mgr.config.hostId)); }, instanceId: randomUUID(), startedAt: new Date().toISOString() };
+  const ids = {
+    get hostId() {
+      return (id ??= hostId(mgr.inst, mgr.config.hostId));
+    },
+    instanceId: randomUUID(),
+    startedAt: new Date().toISOString(),
+  };
   const app = new Hono();
   app.use('/v1/sessions', async (c, next) => {
     if (c.req.method === 'POST') refuseIfDraining(mgr);

@@ -14,12 +14,25 @@ const esc = (s: unknown) => String(s ?? '').replace(/[&<>"']/g, (ch) => ({ '&': 
 
 /** Minimal Markdown for descriptions: paragraphs, `code`, **bold**. Escaped first. */
 function md(text: unknown): string {
-  return String(text ?? '').trim().split(/\n\s*\n/).map((p) => `<p>${esc(p).replace(/`([^`]+)`/g, '<code>$1</code>').replace(/\*\*([^*]+)\*\*/g, '<strong>$1</strong>')}</p>`).join('\n');
+  return String(text ?? '')
+    .trim()
+    .split(/\n\s*\n/)
+    .map(
+      (p) =>
+        `<p>${esc(p)
+          .replace(/`([^`]+)`/g, '<code>$1</code>')
+          .replace(/\*\*([^*]+)\*\*/g, '<strong>$1</strong>')}</p>`,
+    )
+    .join('\n');
 }
 
 function resolve(doc: Json, v: Json): Json {
   let cur = v;
-  for (let i = 0; cur?.$ref && i < 10; i++) cur = String(cur.$ref).slice(2).split('/').reduce((o: Json, k: string) => o?.[k], doc);
+  for (let i = 0; cur?.$ref && i < 10; i++)
+    cur = String(cur.$ref)
+      .slice(2)
+      .split('/')
+      .reduce((o: Json, k: string) => o?.[k], doc);
   return cur ?? {};
 }
 
@@ -31,12 +44,16 @@ function schemaText(doc: Json, s: Json | undefined, depth = 0): string {
   }
   if (s.oneOf) return s.oneOf.map((x: Json) => schemaText(doc, x, depth)).join(' | ');
   if (s.enum) return s.enum.map((x: unknown) => `<code>${esc(JSON.stringify(x))}</code>`).join(' | ');
-  const t = Array.isArray(s.type) ? s.type.join(' | ') : s.type ?? 'object';
+  const t = Array.isArray(s.type) ? s.type.join(' | ') : (s.type ?? 'object');
   if (t === 'array') return `array of ${schemaText(doc, s.items, depth)}`;
   if (s.properties && depth < 3) {
     const req = new Set(s.required ?? []);
-    const rows = Object.entries(s.properties as Json).map(([k, v]: [string, any]) =>
-      `<tr><td><code>${esc(k)}</code>${req.has(k) ? ' *' : ''}</td><td>${schemaText(doc, v, depth + 1)}</td><td>${constraints(v)}${v.description ? ' ' + md(v.description).replace(/<\/?p>/g, '') : ''}</td></tr>`).join('');
+    const rows = Object.entries(s.properties as Json)
+      .map(
+        ([k, v]: [string, any]) =>
+          `<tr><td><code>${esc(k)}</code>${req.has(k) ? ' *' : ''}</td><td>${schemaText(doc, v, depth + 1)}</td><td>${constraints(v)}${v.description ? ' ' + md(v.description).replace(/<\/?p>/g, '') : ''}</td></tr>`,
+      )
+      .join('');
     return `object${s.additionalProperties === false ? ' (no other fields)' : ''}<table><tr><th>field</th><th>type</th><th>notes</th></tr>${rows}</table>`;
   }
   return esc(t);
@@ -44,7 +61,8 @@ function schemaText(doc: Json, s: Json | undefined, depth = 0): string {
 
 function constraints(s: Json): string {
   const out: string[] = [];
-  for (const k of ['minimum', 'maximum', 'minLength', 'maxLength', 'maxItems', 'pattern', 'default']) if (s[k] !== undefined) out.push(`${k} ${esc(JSON.stringify(s[k]))}`);
+  for (const k of ['minimum', 'maximum', 'minLength', 'maxLength', 'maxItems', 'pattern', 'default'])
+    if (s[k] !== undefined) out.push(`${k} ${esc(JSON.stringify(s[k]))}`);
   return out.length ? `<span class="c">${out.join(', ')}</span>` : '';
 }
 
@@ -59,17 +77,32 @@ export function renderDocs(doc: Json): string {
       const anchor = `op-${op.operationId}`;
       toc.push(`<li><a href="#${anchor}"><span class="m ${method}">${method.toUpperCase()}</span> ${esc(path)}</a></li>`);
       const params = [...((item as Json).parameters ?? []), ...(op.parameters ?? [])].map((p: Json) => resolve(doc, p));
-      const paramRows = params.map((p) => `<tr><td><code>${esc(p.name)}</code>${p.required ? ' *' : ''}</td><td>${esc(p.in)}</td><td>${schemaText(doc, p.schema)} ${constraints(resolve(doc, p.schema ?? {}))}</td><td>${md(p.description).replace(/<\/?p>/g, '')}</td></tr>`).join('');
-      const body = op.requestBody ? Object.entries(op.requestBody.content as Json).map(([ct, c]: [string, any]) => `<div><code>${esc(ct)}</code>: ${schemaText(doc, c.schema)}</div>`).join('') : '';
-      const resps = Object.entries(op.responses as Json).map(([code, r]: [string, any]) => {
-        const rr = resolve(doc, r);
-        const types = Object.keys(rr.content ?? {}).map((ct) => `<code>${esc(ct)}</code>`).join(', ');
-        const hdrs = Object.entries((rr.headers ?? {}) as Json).map(([h, hv]: [string, any]) => {
-          const hh = resolve(doc, hv);
-          return `<code>${esc(h)}</code>: ${schemaText(doc, hh.schema)}${hh.description ? ' ' + md(hh.description).replace(/<\/?p>/g, '') : ''}`;
-        }).join('<br>');
-        return `<tr><td>${esc(code)}</td><td>${md(rr.description).replace(/<\/?p>/g, '')}</td><td>${types}</td><td>${hdrs}</td></tr>`;
-      }).join('');
+      const paramRows = params
+        .map(
+          (p) =>
+            `<tr><td><code>${esc(p.name)}</code>${p.required ? ' *' : ''}</td><td>${esc(p.in)}</td><td>${schemaText(doc, p.schema)} ${constraints(resolve(doc, p.schema ?? {}))}</td><td>${md(p.description).replace(/<\/?p>/g, '')}</td></tr>`,
+        )
+        .join('');
+      const body = op.requestBody
+        ? Object.entries(op.requestBody.content as Json)
+            .map(([ct, c]: [string, any]) => `<div><code>${esc(ct)}</code>: ${schemaText(doc, c.schema)}</div>`)
+            .join('')
+        : '';
+      const resps = Object.entries(op.responses as Json)
+        .map(([code, r]: [string, any]) => {
+          const rr = resolve(doc, r);
+          const types = Object.keys(rr.content ?? {})
+            .map((ct) => `<code>${esc(ct)}</code>`)
+            .join(', ');
+          const hdrs = Object.entries((rr.headers ?? {}) as Json)
+            .map(([h, hv]: [string, any]) => {
+              const hh = resolve(doc, hv);
+              return `<code>${esc(h)}</code>: ${schemaText(doc, hh.schema)}${hh.description ? ' ' + md(hh.description).replace(/<\/?p>/g, '') : ''}`;
+            })
+            .join('<br>');
+          return `<tr><td>${esc(code)}</td><td>${md(rr.description).replace(/<\/?p>/g, '')}</td><td>${types}</td><td>${hdrs}</td></tr>`;
+        })
+        .join('');
       ops.push(`<section id="${anchor}"><h3><span class="m ${method}">${method.toUpperCase()}</span> <code>${esc(path)}</code></h3>
 <p><strong>${esc(op.summary)}</strong>${op.security && op.security.length === 0 ? ' <em>(no token)</em>' : ''}</p>${md(op.description)}
 ${paramRows ? `<h4>Parameters</h4><table><tr><th>name</th><th>in</th><th>type</th><th>notes</th></tr>${paramRows}</table>` : ''}
@@ -77,9 +110,12 @@ ${body ? `<h4>Request body</h4>${body}` : ''}
 <h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>content</th><th>headers</th></tr>${resps}</table></section>`);
     }
   }
-  const schemas = Object.entries(doc.components.schemas as Json).map(([name, s]) =>
-    `<section id="schema-${esc(name)}"><h3>${esc(name)}</h3>${md((s as Json).description)}${schemaText(doc, s as Json)}</section>`).join('\n');
-  const codes = Object.entries(doc['x-error-codes'] as Json).map(([code, v]: [string, any]) => `<tr><td><code>${esc(code)}</code></td><td>${v.status}</td><td>${esc(v.description)}</td></tr>`).join('');
+  const schemas = Object.entries(doc.components.schemas as Json)
+    .map(([name, s]) => `<section id="schema-${esc(name)}"><h3>${esc(name)}</h3>${md((s as Json).description)}${schemaText(doc, s as Json)}</section>`)
+    .join('\n');
+  const codes = Object.entries(doc['x-error-codes'] as Json)
+    .map(([code, v]: [string, any]) => `<tr><td><code>${esc(code)}</code></td><td>${v.status}</td><td>${esc(v.description)}</td></tr>`)
+    .join('');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(doc.info.title)} ${esc(doc.info.version)}</title>
@@ -107,8 +143,22 @@ ${ops.join('\n')}
 function poolGauges(ctx: RouteContext) {
   const pools = poolsOf(ctx.mgr).list();
   return [
-    { name: 'drums_pool_target', help: 'Target size of each warm pool.', values: pools.map((p) => [{ pool: p.name }, p.size] as [Record<string, string>, number]) },
-    { name: 'drums_pool_sessions', help: 'Sessions in each warm pool, ready or being made.', values: pools.flatMap((p) => [[{ pool: p.name, state: 'ready' }, p.ready], [{ pool: p.name, state: 'creating' }, p.creating]] as [Record<string, string>, number][]) },
+    {
+      name: 'drums_pool_target',
+      help: 'Target size of each warm pool.',
+      values: pools.map((p) => [{ pool: p.name }, p.size] as [Record<string, string>, number]),
+    },
+    {
+      name: 'drums_pool_sessions',
+      help: 'Sessions in each warm pool, ready or being made.',
+      values: pools.flatMap(
+        (p) =>
+          [
+            [{ pool: p.name, state: 'ready' }, p.ready],
+            [{ pool: p.name, state: 'creating' }, p.creating],
+          ] as [Record<string, string>, number][],
+      ),
+    },
   ];
 }
 

@@ -27,12 +27,16 @@ export function poolRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/release', async (c) => {
     const s = ctx.session(c);
     const body = (await ctx.body(c)) as Record<string, unknown>;
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
-    for (const k of Object.keys(body)) if (k !== 'mode') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: mode`, { details: { field: k } });
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
+    for (const k of Object.keys(body))
+      if (k !== 'mode') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: mode`, { details: { field: k } });
     const mode = (body.mode ?? 'reset') as ReleaseMode;
-    if (mode !== 'reset' && mode !== 'destroy') throw new DrumsError('invalid_request', 'mode: must be "reset" (back to its pool, as a fresh desktop) or "destroy"', { details: { field: 'mode' } });
+    if (mode !== 'reset' && mode !== 'destroy')
+      throw new DrumsError('invalid_request', 'mode: must be "reset" (back to its pool, as a fresh desktop) or "destroy"', { details: { field: 'mode' } });
     checkBody('releaseSession', body);
-    if (s.state === 'resetting' || s.state === 'creating' || s.state === 'destroying') throw new DrumsError('session_busy', `session '${s.id}' is ${s.state}; wait for it to finish`);
+    if (s.state === 'resetting' || s.state === 'creating' || s.state === 'destroying')
+      throw new DrumsError('session_busy', `session '${s.id}' is ${s.state}; wait for it to finish`);
     display.drop(s.id);
     const { returned } = await pools.release(s, mode);
     return c.json({ id: s.id, pool: s.spec.labels['drums.pool'] ?? null, mode, returned });

@@ -38,7 +38,14 @@ export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
   const pools = poolsOf(mgr);
-  app.get('/v1/sessions', (c) => c.json({ sessions: mgr.list().filter((s) => !pools.isHidden(s)).map(ctx.view) }));
+  app.get('/v1/sessions', (c) =>
+    c.json({
+      sessions: mgr
+        .list()
+        .filter((s) => !pools.isHidden(s))
+        .map(ctx.view),
+    }),
+  );
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
     // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/session/pools.ts).

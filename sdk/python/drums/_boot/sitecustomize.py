@@ -8,6 +8,7 @@ so every process of an OSWorld run script, multiprocessing children included, ge
 
 Any other ``sitecustomize`` further down ``sys.path`` is loaded afterwards.
 """
+
 import argparse
 import importlib.abc
 import importlib.machinery
@@ -35,13 +36,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             real(module)
             sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
             import drums.osworld
+
             drums.osworld.register()
+
         spec.loader.exec_module = exec_module
         return spec
 
 
 if not any(isinstance(f, _AfterImport) for f in sys.meta_path) and _TARGET not in sys.modules:
     from drums._optional import OPTIONAL_HEAVY, install_finder
+
     install_finder(OPTIONAL_HEAVY)  # desktop_env imports them at module level, before register() can run
     sys.meta_path.insert(0, _AfterImport())
 
@@ -53,6 +57,7 @@ if not getattr(argparse.ArgumentParser.add_argument, "_drums", False):
         if "--provider_name" in names and choices is not None and "drums" not in choices:
             kw["choices"] = list(choices) + ["drums"]
         return _add(self, *names, **kw)
+
     add_argument._drums = True
     argparse.ArgumentParser.add_argument = add_argument
 
