@@ -205,6 +205,9 @@ export class SessionManager {
     return [...this._sessions.values()];
   }
 
+  /** Set while the host drains (POST /v1/host/drain): no new sessions, pool refills included, until cancelled. */
+  drainingSince: string | undefined;
+
   /** The most sessions this daemon holds at once (DRUMS_MAX_SESSIONS). */
   get maxSessions(): number {
     return this._opts.maxSessions;

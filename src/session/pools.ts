@@ -370,9 +370,15 @@ export class PoolManager {
     while (p.idle.length > p.size) this._discard(p.idle.pop()!);
   }
 
+  /** Refills every pool again (after a drain is cancelled). */
+  resumeRefills(): void {
+    this._refill();
+  }
+
   /** Starts refill creates until every pool has its target (made or being made), within the refill share. */
   private _refill(): void {
-    if (this._stopped) return;
+    // A draining host makes no new sessions; resumeRefills() starts again when the drain is cancelled.
+    if (this._stopped || this.mgr.drainingSince) return;
     for (const p of this._pools.values()) {
       while (!this._stopped && p.idle.length + p.creating < p.size && this._refilling < this.refillConcurrency && !p.retryTimer) {
         if (this.mgr.list().length >= this.mgr.maxSessions) return;

@@ -177,4 +177,28 @@ describe('warm pools', () => {
     );
     assert.equal(p.size, 0);
   });
+
+  it('a draining host refills no pool, claims and forks nothing, and fills again when the drain is cancelled', async () => {
+    await d.client.drainHost();
+    try {
+      await d.client.putPool('drain', { size: 1, template: { image: 'minimal' } });
+      // Nothing is made while draining: the pool stays empty over a few refill rounds.
+      const end = Date.now() + 3000;
+      while (Date.now() < end) {
+        const p = await d.client.getPool('drain');
+        assert.deepEqual([p.ready, p.creating], [0, 0], 'a pool refilled while the host drains');
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      assert.equal((await apiError(d.client.claimSession({ pool: 'drain', onEmpty: 'create' }))).code, 'host_draining');
+      assert.equal((await apiError(d.client.forkSession('s0123456789', { count: 1 }))).code, 'host_draining');
+    } finally {
+      await d.client.undrainHost();
+    }
+    await until(
+      'pool drain to fill after the drain',
+      () => d.client.getPool('drain'),
+      (v) => v.ready === 1,
+    );
+    await d.client.deletePool('drain');
+  });
 });

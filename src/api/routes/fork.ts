@@ -1,12 +1,14 @@
 import { Hono } from 'hono';
 import { forkSession, parseFork } from '../../session/fork.ts';
 import type { RouteContext } from '../context.ts';
+import { refuseIfDraining } from './host.ts';
 import { checkBody } from '../spec-validate.ts';
 
 /** POST /v1/sessions/{id}/fork: N copies of a live session (src/session/fork.ts). */
 export function forkRoutes(ctx: RouteContext) {
   const app = new Hono();
   app.post('/v1/sessions/:id/fork', async (c) => {
+    refuseIfDraining(ctx.mgr);
     const s = ctx.session(c);
     const body = await ctx.body(c);
     const req = parseFork(body);

@@ -7,7 +7,7 @@ import { DrumsError } from '../../common/errors.ts';
 import { listImages } from '../../image/build.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
-import { listPools } from '../../session/pools.ts';
+import { listPools, poolsOf } from '../../session/pools.ts';
 import type { RouteContext } from '../context.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -26,15 +26,12 @@ export function hostId(inst: Instance, configured?: string): string {
   return id;
 }
 
-/** Whether this daemon takes new sessions; one per manager (set by POST /v1/host/drain). */
-const DRAINING = new WeakMap<SessionManager, { since: string }>();
-
-/** Throws 503 host_draining while the host drains (creates call it; pools and claims should too). */
+/** Throws 503 host_draining while the host drains (POST /v1/sessions: creates and claims; forks and pool refills check it too). */
 export function refuseIfDraining(mgr: SessionManager): void {
-  const d = DRAINING.get(mgr);
-  if (d)
-    throw new DrumsError('host_draining', `this host has been draining since ${d.since} and takes no new sessions; place the session on another host`, {
-      details: { since: d.since },
+  const since = mgr.drainingSince;
+  if (since)
+    throw new DrumsError('host_draining', `this host has been draining since ${since} and takes no new sessions; place the session on another host`, {
+      details: { since },
     });
 }
 
@@ -72,7 +69,7 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
   const sessions = mgr.list();
   const byState = Object.fromEntries(STATES.map((s) => [s, 0])) as Record<(typeof STATES)[number], number>;
   for (const s of sessions) byState[s.state]++;
-  const draining = DRAINING.get(mgr);
+  const draining = mgr.drainingSince === undefined ? undefined : { since: mgr.drainingSince };
   const bySessionCap = Math.max(0, mgr.maxSessions - sessions.length);
   const [load1, load5, load15] = loadavg();
   const admission = mgr.capacity();
@@ -122,11 +119,12 @@ export function hostRoutes(ctx: RouteContext) {
   });
   app.get('/v1/host', (c) => c.json(hostReport(mgr, ids)));
   app.post('/v1/host/drain', (c) => {
-    if (!DRAINING.has(mgr)) DRAINING.set(mgr, { since: new Date().toISOString() });
+    mgr.drainingSince ??= new Date().toISOString();
     return c.json(hostReport(mgr, ids));
   });
   app.delete('/v1/host/drain', (c) => {
-    DRAINING.delete(mgr);
+    mgr.drainingSince = undefined;
+    poolsOf(mgr).resumeRefills();
     return c.json(hostReport(mgr, ids));
   });
   return app;
