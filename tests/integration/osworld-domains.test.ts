@@ -59,8 +59,20 @@ describe('osworld app domains on Drums', { skip: !existsSync(TASKS) && `no task 
     const ran = results.filter((x) => !refused.includes(x) && !newer.includes(x) && !web.includes(x));
     for (const x of refused) assert.ok(x.seconds < 5, `${x.task} took ${x.seconds}s to be refused`);
     assert.ok(ran.length > 0, 'no task ran');
+    // Note: under load an app now and then maps no window within the wait (seen for chrome
+    // 3299584d and multi_apps e1fc0df3, which pass alone). Such a task runs once more, alone,
+    // and the first miss is printed; any other problem, or a second miss, fails the test.
+    const final = new Map<Result, Result>();
+    for (const [i, x] of ran.entries()) {
+      if (!x.setup_ok || !x.missing_windows?.length) continue;
+      console.log(`retrying ${x.task} alone: no window for ${x.missing_windows.join(', ')} at --parallel 2`);
+      const again = join(tmp, `again-${i}.json`);
+      const r2 = d.cli(['osworld', 'run', x.file, '--out', again]);
+      assert.equal(r2.status, 0, r2.stderr);
+      final.set(x, (JSON.parse(readFileSync(again, 'utf8')) as { results: { tasks: Result[] } }).results.tasks[0]!);
+    }
     const problems: string[] = [];
-    for (const x of ran) {
+    for (const x of ran.map((y) => final.get(y) ?? y)) {
       const dom = x.file.split('/').at(-2);
       if (!x.setup_ok) problems.push(`${dom}/${x.task}: setup failed: ${x.error}`);
       else if (x.missing_windows?.length)

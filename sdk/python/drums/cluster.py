@@ -172,7 +172,8 @@ class ClusterSession:
             await self._call(lambda: self.session._req("POST", "/release"))
             self._cluster._forget(self)
         except DrumsError as e:
-            if e.code in ("not_found", "method_not_allowed"):
+            # Not from a pool (or a host without pools): the session is simply destroyed.
+            if e.code in ("session_not_pooled", "not_found", "method_not_allowed"):
                 await self.destroy()
             else:
                 raise
