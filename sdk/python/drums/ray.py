@@ -100,6 +100,16 @@ class _Supervisor:
         while not self._stop.is_set():
             if self.proc is not None and self.proc.poll() is not None and self.restart and not self._stop.is_set():
                 self._ready.clear()
+                # Clients count a dead daemon's sessions lost (its instanceId changes), so the new
+                # daemon must not adopt them: sweep what the dead one left, then serve afresh.
+                subprocess.run(
+                    [self.argv[0], "sweep"],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
                 self._spawn()
             self._stop.wait(0.2)
         if self.proc is not None and self.proc.poll() is None:

@@ -147,7 +147,9 @@ async def test_sessions_spread_and_refusals_move_on(nodes):
 
     async with nodes.cluster(rng=random.Random(7), wait_s=5) as cluster:
         reports = [h.report for h in cluster.hosts]
-        assert all(r and r["capacity"]["sessions"] == MAX_PER_HOST for r in reports)
+        assert all(r and r["capacity"]["sessions"] == MAX_PER_HOST for r in reports), [
+            r and r["capacity"] for r in reports
+        ]
         made = [await cluster.create(image="minimal", screen="320x240") for _ in range(2 * NODES)]
         try:
             spread = cluster.spread()
