@@ -42,4 +42,41 @@ describe('fair share between sessions', () => {
     release();
     await Promise.all(jobs);
   });
+
+  it('a flood over many connections gets one slot at a time while others are active, so closed-loop clients keep their pace', async () => {
+    const sched = new FairScheduler({ slots: 4, maxQueue: 100 });
+    const order: string[] = [];
+    let floodRunning = 0,
+      floodStarts = 0,
+      floodPeakAfterFirst = 0,
+      othersActive = 0;
+    const tick = () => new Promise((r) => setImmediate(r));
+    const flood = Array.from({ length: 40 }, () =>
+      sched.run('flood', async () => {
+        floodRunning++;
+        if (++floodStarts > 4 && othersActive) floodPeakAfterFirst = Math.max(floodPeakAfterFirst, floodRunning);
+        order.push('f');
+        await tick();
+        floodRunning--;
+      }),
+    );
+    // Three clients in a closed loop, 6 requests each, one at a time.
+    const client = async (who: string) => {
+      othersActive++;
+      for (let i = 0; i < 6; i++)
+        await sched.run(who, async () => {
+          order.push(who);
+          await tick();
+          if (i === 5) othersActive--; // before its slot is handed on
+        });
+    };
+    await Promise.all([...flood, client('a'), client('b'), client('c')]);
+    // The flood started alone with every slot; after its first 4, it ran one at a time.
+    assert.equal(order.slice(0, 4).join(''), 'ffff');
+    assert.equal(floodPeakAfterFirst, 1, order.join(''));
+    // The clients' 18 requests are served within the first 4 + 18 × 2 starts (the flood gets about one in four).
+    const lastClient = Math.max(...['a', 'b', 'c'].map((w) => order.lastIndexOf(w)));
+    assert.ok(lastClient < 4 + 18 * 2, order.join(''));
+    assert.equal(order.filter((x) => x === 'f').length, 40);
+  });
 });
