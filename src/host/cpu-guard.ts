@@ -1,0 +1,121 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { log } from '../common/log.ts';
+import { cgroupMode } from './oci-runtime.ts';
+
+/**
+ * Demotes CPU hogs. A session's quota caps what it takes, but at the default
+ * weight a session that spins all the time still competes with every
+ * interactive neighbour on equal terms, and on a loaded host that shows in
+ * their step latency. So once a second the guard reads each session's CPU
+ * time; a session that used at least `hogCores` on average over the last
+ * `windowS` seconds gets a low weight (v1 cpu.shares 64, v2 cpu.weight 6, a
+ * 16th of the default) until its average falls below `calmCores`. Weights are
+ * work-conserving: a demoted session still gets every cycle nobody else wants;
+ * it only loses when a neighbour needs the CPU. Short bursts (a page load)
+ * stay below the window's average and are never demoted.
+ */
+export interface CpuGuardOptions {
+  hogCores: number;
+  calmCores: number;
+  windowS: number;
+  intervalMs: number;
+  /** Where the cgroup filesystem is, and its version (for tests). */
+  root: string;
+  v2: boolean;
+}
+
+export const CPU_GUARD_DEFAULTS = { hogCores: 0.5, calmCores: 0.25, windowS: 3, intervalMs: 1000, root: '/sys/fs/cgroup' };
+
+const V1 = { usage: 'cpuacct/%/cpuacct.usage', weight: 'cpu/%/cpu.shares', normal: 1024, low: 64 };
+const V2 = { usage: '%/cpu.stat', weight: '%/cpu.weight', normal: 100, low: 6 };
+
+/** CPU time (ns) of a cgroup, or undefined when it is gone. */
+function usageNs(root: string, v2: boolean, cgroup: string): number | undefined {
+  try {
+    const text = readFileSync(join(root, (v2 ? V2 : V1).usage.replace('%', cgroup)), 'utf8');
+    if (!v2) return Number(text.trim());
+    const m = /^usage_usec (\d+)$/m.exec(text);
+    return m ? Number(m[1]) * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+interface Track {
+  /** [time ms, usage ns] samples, oldest first, covering the window. */
+  samples: [number, number][];
+  demoted: boolean;
+}
+
+export class CpuGuard {
+  private readonly _tracks = new Map<string, Track>();
+  private _timer: NodeJS.Timeout | undefined;
+  readonly opts: CpuGuardOptions;
+  /** Sessions demoted since start, for /metrics. */
+  demotions = 0;
+
+  /** `cgroups()` gives the live sessions' cgroup paths (`/drums-<inst>/<id>`) by session id. */
+  private readonly cgroups: () => Map<string, string>;
+  constructor(cgroups: () => Map<string, string>, opts: Partial<CpuGuardOptions> = {}) {
+    this.cgroups = cgroups;
+    this.opts = { ...CPU_GUARD_DEFAULTS, v2: opts.v2 ?? cgroupMode() === 'v2', ...opts };
+  }
+
+  start(): void {
+    this._timer ??= setInterval(() => this.tick(performance.now()), this.opts.intervalMs);
+    this._timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this._timer);
+    this._timer = undefined;
+  }
+
+  /** Session ids demoted now. */
+  demoted(): string[] {
+    return [...this._tracks].filter(([, t]) => t.demoted).map(([id]) => id);
+  }
+
+  /** One sample of every session (exposed for tests). */
+  tick(now: number): void {
+    const live = this.cgroups();
+    for (const id of this._tracks.keys()) if (!live.has(id)) this._tracks.delete(id);
+    for (const [id, cgroup] of live) {
+      const ns = usageNs(this.opts.root, this.opts.v2, cgroup);
+      if (ns === undefined) continue;
+      let t = this._tracks.get(id);
+      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false }));
+      // A reset makes a new cgroup: its counter starts again from 0.
+      if (t.samples.length && ns < t.samples.at(-1)![1]) t.samples = [];
+      t.samples.push([now, ns]);
+      while (t.samples.length > 2 && now - t.samples[1]![0] >= this.opts.windowS * 1000) t.samples.shift();
+      const [t0, u0] = t.samples[0]!;
+      if (now - t0 < this.opts.windowS * 1000 * 0.9) {
+        // Not a full window yet (a new session, or a reset's new cgroup): a demoted one stays demoted.
+        if (t.demoted) this._setWeight(id, cgroup, true, 0);
+        continue;
+      }
+      const cores = (ns - u0) / 1e6 / (now - t0);
+      const want = cores >= this.opts.hogCores ? true : cores < this.opts.calmCores ? false : t.demoted;
+      // Written every tick while demoted: a reset's new cgroup starts at the default weight.
+      if (want || want !== t.demoted) this._setWeight(id, cgroup, want, cores);
+      if (want && !t.demoted) this.demotions++;
+      t.demoted = want;
+    }
+  }
+
+  private _setWeight(id: string, cgroup: string, low: boolean, cores: number): void {
+    const k = this.opts.v2 ? V2 : V1;
+    const file = join(this.opts.root, k.weight.replace('%', cgroup));
+    const value = String(low ? k.low : k.normal);
+    try {
+      if (readFileSync(file, 'utf8').trim() === value) return;
+      writeFileSync(file, value);
+      log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to the normal CPU weight', {
+        session: id,
+        cores: Math.round(cores * 100) / 100,
+      });
+    } catch {}
+  }
+}
