@@ -7,13 +7,15 @@ import { cgroupMode } from './oci-runtime.ts';
  * Demotes CPU hogs. A session's quota caps what it takes, but at the default
  * weight a session that spins all the time still competes with every
  * interactive neighbour on equal terms, and on a loaded host that shows in
- * their step latency. So once a second the guard reads each session's CPU
- * time; a session that used at least `hogCores` on average over the last
- * `windowS` seconds gets a low weight (v1 cpu.shares 64, v2 cpu.weight 6, a
- * 16th of the default) until its average falls below `calmCores`. Weights are
- * work-conserving: a demoted session still gets every cycle nobody else wants;
- * it only loses when a neighbour needs the CPU. Short bursts (a page load)
- * stay below the window's average and are never demoted.
+ * their step latency. So twice a second the guard reads each session's CPU
+ * time; a session that used at least `hogCores` (0.6) on average over the
+ * last `windowS` (2) seconds gets a low weight (v1 cpu.shares 64, v2
+ * cpu.weight 6, a 16th of the default) until its average falls below
+ * `calmCores` (0.25). Weights are work-conserving: a demoted session still
+ * gets every cycle nobody else wants; it only loses when a neighbour needs the
+ * CPU. A burst of a second (a page load) stays below the window's average and
+ * is not demoted. A session whose quota is below `hogCores` is never demoted
+ * (its quota already bounds it).
  */
 export interface CpuGuardOptions {
   hogCores: number;
@@ -25,7 +27,7 @@ export interface CpuGuardOptions {
   v2: boolean;
 }
 
-export const CPU_GUARD_DEFAULTS = { hogCores: 0.5, calmCores: 0.25, windowS: 3, intervalMs: 1000, root: '/sys/fs/cgroup' };
+export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, calmCores: 0.25, windowS: 2, intervalMs: 500, root: '/sys/fs/cgroup' };
 
 const V1 = { usage: 'cpuacct/%/cpuacct.usage', weight: 'cpu/%/cpu.shares', normal: 1024, low: 64 };
 const V2 = { usage: '%/cpu.stat', weight: '%/cpu.weight', normal: 100, low: 6 };
