@@ -44,6 +44,7 @@ export interface DaemonConfig {
   poolsFile: string | undefined;
   poolRefillConcurrency: number | undefined;
   defaultCpus: number | undefined;
+  diskWriteMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   benchHooks: boolean;
@@ -237,6 +238,12 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: "a session's CPU quota in cores when its spec sets none (0: no quota)",
     default: undefined,
     defaultDoc: "half the host's cores, at least 1",
+    parse: number(0),
+  },
+  diskWriteMbps: {
+    env: 'DRUMS_DISK_WRITE_MBPS',
+    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
+    default: 100,
     parse: number(0),
   },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },
