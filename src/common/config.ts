@@ -140,7 +140,7 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
   fairSlots: {
     env: 'DRUMS_FAIR_SLOTS',
-    doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session',
+    doc: 'observe/act requests served at once, over all sessions; the rest wait per session, least-served session first',
     default: undefined,
     defaultDoc: 'max(4, 2 × cores)',
     parse: int(1),
