@@ -10,8 +10,11 @@ import { cgroupMode } from './oci-runtime.ts';
  * their step latency. So twice a second the guard reads each session's CPU
  * time; a session that used at least `hogCores` (0.6) on average over the
  * last `windowS` (2) seconds gets a low weight (v1 cpu.shares 64, v2
- * cpu.weight 6, a 16th of the default) until its average falls below
- * `calmCores` (0.25). Weights are work-conserving: a demoted session still
+ * cpu.weight 6, a 16th of the default) until its demand falls below
+ * `calmCores` (0.25). Demand, not use: a demoted hog gets little CPU while its
+ * neighbours are busy, so what it used says nothing; its threads' time spent
+ * runnable but waiting (/proc/<tid>/schedstat) is added, read only for the
+ * few demoted sessions. Weights are work-conserving: a demoted session still
  * gets every cycle nobody else wants; it only loses when a neighbour needs the
  * CPU. A burst of a second (a page load) stays below the window's average and
  * is not demoted. A session whose quota is below `hogCores` is never demoted
@@ -45,9 +48,24 @@ function usageNs(root: string, v2: boolean, cgroup: string): number | undefined 
 }
 
 interface Track {
-  /** [time ms, usage ns] samples, oldest first, covering the window. */
-  samples: [number, number][];
+  /** [time ms, usage ns, wait ns] samples, oldest first, covering the window (wait is read only while demoted). */
+  samples: [number, number, number][];
   demoted: boolean;
+}
+
+/** Time the cgroup's threads spent runnable but not running (ns), summed over the threads there now. */
+function waitNs(root: string, v2: boolean, cgroup: string): number {
+  let ns = 0;
+  try {
+    const tids = readFileSync(join(root, v2 ? `${cgroup}/cgroup.threads` : `cpu${cgroup}/tasks`), 'utf8').split('\n');
+    for (const tid of tids) {
+      if (!tid) continue;
+      try {
+        ns += Number(readFileSync(`/proc/${tid}/schedstat`, 'utf8').split(' ')[1]) || 0;
+      } catch {}
+    }
+  } catch {}
+  return ns;
 }
 
 export class CpuGuard {
@@ -74,6 +92,9 @@ export class CpuGuard {
     this._timer = undefined;
   }
 
+  /** Threads' wait time of a cgroup (ns); a field so tests can supply it. */
+  waitOf = (cgroup: string): number => waitNs(this.opts.root, this.opts.v2, cgroup);
+
   /** Session ids demoted now. */
   demoted(): string[] {
     return [...this._tracks].filter(([, t]) => t.demoted).map(([id]) => id);
@@ -90,19 +111,26 @@ export class CpuGuard {
       if (!t) this._tracks.set(id, (t = { samples: [], demoted: false }));
       // A reset makes a new cgroup: its counter starts again from 0.
       if (t.samples.length && ns < t.samples.at(-1)![1]) t.samples = [];
-      t.samples.push([now, ns]);
+      t.samples.push([now, ns, t.demoted ? this.waitOf(cgroup) : 0]);
       while (t.samples.length > 2 && now - t.samples[1]![0] >= this.opts.windowS * 1000) t.samples.shift();
-      const [t0, u0] = t.samples[0]!;
+      const [t0, u0, w0] = t.samples[0]!;
       if (now - t0 < this.opts.windowS * 1000 * 0.9) {
         // Not a full window yet (a new session, or a reset's new cgroup): a demoted one stays demoted.
         if (t.demoted) this._setWeight(id, cgroup, true, 0);
         continue;
       }
       const cores = (ns - u0) / 1e6 / (now - t0);
-      const want = cores >= this.opts.hogCores ? true : cores < this.opts.calmCores ? false : t.demoted;
+      // While demoted: demand = use + waiting (threads that exited take their wait with them: clamp).
+      const waited = t.demoted ? Math.max(0, t.samples.at(-1)![2] - w0) / 1e6 / (now - t0) : 0;
+      const demand = cores + waited;
+      const want = cores >= this.opts.hogCores ? true : demand < this.opts.calmCores ? false : t.demoted;
       // Written every tick while demoted: a reset's new cgroup starts at the default weight.
       if (want || want !== t.demoted) this._setWeight(id, cgroup, want, cores);
-      if (want && !t.demoted) this.demotions++;
+      if (want && !t.demoted) {
+        this.demotions++;
+        // From now on its window counts waiting too: start it afresh (it stays demoted meanwhile).
+        t.samples = [[now, ns, this.waitOf(cgroup)]];
+      }
       t.demoted = want;
     }
   }

@@ -48,8 +48,18 @@ for (const v2 of [false, true]) {
           guard.tick(s * 1000);
         }
         assert.notEqual(readFileSync(weight('hog'), 'utf8'), normal);
+        // Starved by its neighbours, it gets only 0.1 core but its threads wait for more: still a hog.
+        let waited = 0;
+        guard.waitOf = (c) => (c === cg('hog') ? waited : 0);
+        for (let s = 16; s <= 21; s++) {
+          used.hog! += 0.1e9;
+          waited += 3e9;
+          set('hog', used.hog!);
+          guard.tick(s * 1000);
+        }
+        assert.notEqual(readFileSync(weight('hog'), 'utf8'), normal, 'demand, not what it got, decides');
         // It stops: after a window below the calm level it is back at the normal weight.
-        for (let s = 16; s <= 20; s++) {
+        for (let s = 22; s <= 26; s++) {
           used.hog! += 0.05e9;
           set('hog', used.hog!);
           guard.tick(s * 1000);
