@@ -20,8 +20,8 @@
 import * as fs from 'node:fs';
 import sharp from 'sharp';
 import { DisplayError } from './errors.ts';
-import type { XDisplay } from './x-display.ts';
-import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
+import type { XConnection } from './x-connection.ts';
+import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
 
 /**
  * zlib level of the PNG encoder (zlib-ng, no filter). Measured on an xterm screen at 1280x800:
@@ -67,9 +67,9 @@ class FrameState {
   private _damage = 0;
   private _ready: Promise<void> | null = null;
 
-  private readonly d: XDisplay;
-  constructor(d: XDisplay) {
-    this.d = d;
+  private readonly c: XConnection;
+  constructor(c: XConnection) {
+    this.c = c;
   }
 
   /** Creates the DAMAGE object once; without the extension every frame is captured. */
@@ -82,17 +82,17 @@ class FrameState {
   }
 
   private async _attach(): Promise<void> {
-    const d = this.d;
-    const ext = await d.request<any>('DAMAGE QueryExtension', (cb) => d._x.require('damage', cb as any));
-    const id = d._x.AllocID();
-    d.on('xevent', (ev: { name?: string; damage?: number }) => {
+    const c = this.c;
+    const ext = await c.request<any>('DAMAGE QueryExtension', (cb) => c.x.require('damage', cb as any));
+    const id = c.x.AllocID();
+    c.on('xevent', (ev: { name?: string; damage?: number }) => {
       if (ev.name === 'DamageNotify' && ev.damage === id) {
         this.epoch++;
         this.damageEvents++;
       }
     });
-    ext.Create(id, d.root, ext.ReportLevel.NonEmpty);
-    await d.sync();
+    ext.Create(id, c.root, ext.ReportLevel.NonEmpty);
+    await c.sync();
     this._ext = ext;
     this._damage = id;
     this.damageOk = true;
@@ -142,31 +142,31 @@ class FrameState {
   }
 }
 
-const states = new WeakMap<XDisplay, FrameState>();
-function stateOf(d: XDisplay): FrameState {
-  let s = states.get(d);
+const states = new WeakMap<XConnection, FrameState>();
+function stateOf(c: XConnection): FrameState {
+  let s = states.get(c);
   if (!s) {
-    s = new FrameState(d);
-    states.set(d, s);
+    s = new FrameState(c);
+    states.set(c, s);
   }
   return s;
 }
 
 /** Counters of one connection's frame path (for tests and the bench). */
-export function frameStats(d: XDisplay): FrameStats {
-  const s = stateOf(d);
+export function frameStats(c: XConnection): FrameStats {
+  const s = stateOf(c);
   return { captures: s.captures, cacheHits: s.cacheHits, damageEvents: s.damageEvents, damage: s.damageOk };
 }
 
 /** Resolves once the connection's damage tracking is set up (or known to be unavailable). */
-export function trackDamage(d: XDisplay): Promise<boolean> {
-  const s = stateOf(d);
+export function trackDamage(c: XConnection): Promise<boolean> {
+  const s = stateOf(c);
   return s.ready().then(() => s.damageOk);
 }
 
 /** The change counter of a connection: it moves whenever the screen may have changed. */
-export function damageEpoch(d: XDisplay): number {
-  return stateOf(d).epoch;
+export function damageEpoch(c: XConnection): number {
+  return stateOf(c).epoch;
 }
 
 /**
@@ -197,15 +197,15 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
 }
 
 /** Captures a rectangle as BGRX into a fresh buffer with one spare byte at the end. */
-async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
+async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
   const bytes = r.width * r.height * 4;
-  if (d._shm) {
-    const got = await d._shmLock.run(async () => {
-      const shm = d._shm;
+  if (c.shm) {
+    const got = await c.shmLock.run(async () => {
+      const shm = c.shm;
       if (!shm) return false;
       beforeGet();
-      const rep = await d.request<{ size: number }>('ShmGetImage', (cb) =>
-        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
+      const rep = await c.request<{ size: number }>('ShmGetImage', (cb) =>
+        shm.ext.GetImage(c.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
       );
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment straight into this frame's buffer (the client does not mmap it).
@@ -215,7 +215,7 @@ async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () =>
     if (got) return out;
   }
   beforeGet();
-  const img = await d.request<{ data: Buffer }>('GetImage', (cb) => d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
+  const img = await c.request<{ data: Buffer }>('GetImage', (cb) => c.x.GetImage(2 /* ZPixmap */, c.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
   if (img.data.length < bytes) {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
   }
@@ -285,14 +285,14 @@ function cacheKey(o: ResolvedShot): string {
 }
 
 /** One frame: from the cache when nothing changed, else captured and encoded. */
-export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: ScreenshotOptions): Promise<ScreenshotResult & { cached?: boolean }> {
-  const st = stateOf(d);
+export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: ScreenshotOptions): Promise<ScreenshotResult & { cached?: boolean }> {
+  const st = stateOf(c);
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
   let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
   if (o.wantCursor)
-    cursor = await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null);
-  else await d.sync();
+    cursor = await c.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => c.fixes.GetCursorImage(cb)).catch(() => null);
+  else await c.sync();
   const cursorKey = cursor ? `${cursor.x},${cursor.y},${cursor.cursorSerial ?? cursor.cursorImage.length}` : '-';
   const key = cacheKey(o);
   const hit = st.lookup(key, cursorKey);
@@ -304,7 +304,7 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
   const buf = st.take(o.region.width * o.region.height * 4);
   let result: ScreenshotResult;
   try {
-    const bgrx = await captureBgrx(d, o.region, buf, () => {
+    const bgrx = await captureBgrx(c, o.region, buf, () => {
       epoch = st.epoch;
       st.subtract();
     });

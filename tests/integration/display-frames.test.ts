@@ -15,15 +15,15 @@ let gc = 0;
 
 /** Paints random pixels onto the root window: content that no encoder can fake. */
 async function paintNoise(x: number, y: number, w: number, hh: number): Promise<void> {
-  d._x.PutImage(2, d.root, gc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
-  await d.sync();
+  d.conn.x.PutImage(2, d.root, gc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
+  await d.conn.sync();
 }
 
 before(async () => {
   h = await startXvfb({ windowManager: false });
   d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
-  gc = d._x.AllocID();
-  d._x.CreateGC(gc, d.root, {});
+  gc = d.conn.x.AllocID();
+  d.conn.x.CreateGC(gc, d.root, {});
   await paintNoise(0, 0, 1280, 800);
   await d.move(300, 200);
 });
@@ -34,8 +34,8 @@ after(async () => {
 });
 
 async function reference(region: { x: number; y: number; width: number; height: number }): Promise<Buffer> {
-  const cur = await d.request<CursorImage>('cursor', (cb) => d._fixes.GetCursorImage(cb));
-  const rgb = await captureRgb(d, region);
+  const cur = await d.conn.request<CursorImage>('cursor', (cb) => d.conn.fixes.GetCursorImage(cb));
+  const rgb = await captureRgb(d.conn, region);
   compositeCursor(rgb, region.width, region.height, cur, region.x, region.y);
   return rgb;
 }
@@ -85,18 +85,18 @@ test('core GetImage path gives the same PNG pixels', async () => {
 });
 
 test('an unchanged screen reuses the last encoding; damage and cursor moves recapture', async () => {
-  assert.equal(await trackDamage(d), true, 'Xvfb has DAMAGE');
-  const s0 = frameStats(d);
+  assert.equal(await trackDamage(d.conn), true, 'Xvfb has DAMAGE');
+  const s0 = frameStats(d.conn);
   const a = await d.screenshot({ format: 'png' });
   const b = await d.screenshot({ format: 'png' });
-  const s1 = frameStats(d);
+  const s1 = frameStats(d.conn);
   assert.equal(s1.cacheHits, s0.cacheHits + 1, 'second frame from the cache');
   assert.ok(a.data.equals(b.data));
 
   // Paint: the next frame is captured again and shows the change.
   await paintNoise(0, 0, 64, 64);
   const c = await d.screenshot({ format: 'png' });
-  const s2 = frameStats(d);
+  const s2 = frameStats(d.conn);
   assert.equal(s2.captures, s1.captures + 1, 'damage forces a capture');
   assert.ok(s2.damageEvents > s1.damageEvents);
   assert.ok(!c.data.equals(b.data));
@@ -106,7 +106,7 @@ test('an unchanged screen reuses the last encoding; damage and cursor moves reca
   // The cursor is not part of the framebuffer's damage: a move must still recapture.
   await d.move(700, 500);
   const e = await d.screenshot({ format: 'png' });
-  assert.equal(frameStats(d).captures, s2.captures + 1);
+  assert.equal(frameStats(d.conn).captures, s2.captures + 1);
   assert.ok(!e.data.equals(c.data));
 
   // Different options are cached apart; each is exact.
@@ -121,7 +121,7 @@ test('many back-to-back small changes are never missed', async () => {
   for (let i = 0; i < 20; i++) {
     await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
     await paintNoise(0, 0, 32, 32);
-    const want = await captureRgb(d, { x: 0, y: 0, width: 32, height: 32 });
+    const want = await captureRgb(d.conn, { x: 0, y: 0, width: 32, height: 32 });
     const got = await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
     assert.ok(got.data.equals(want), `round ${i}`);
   }
