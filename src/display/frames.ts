@@ -4,8 +4,8 @@
  * the X DAMAGE extension, so an unchanged screen reuses its last encoding.
  *
  * Pipeline of one frame (1280x800: ~4 MB of BGRX):
- *   ShmGetImage → pread into a fresh buffer → the cursor drawn onto the BGRX bytes (only its
- *   own ~32x32 rectangle, in JS) → swap32 in place (BGRX → XRGB, native) → the buffer read
+ *   ShmGetImage → pread into a scratch buffer (shared by all connections) → the cursor drawn
+ *   onto the BGRX bytes (only its own ~32x32 rectangle, in JS) → swap32 in place (BGRX → XRGB, native) → the buffer read
  *   from byte 1 is RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
  * The JS event loop touches no per-pixel work of the screen. The PNG is exact: it decodes to
  * the same RGB bytes as the earlier all-JS path (tests/unit/frames.test.ts checks that).
@@ -61,8 +61,6 @@ class FrameState {
   captures = 0;
   cacheHits = 0;
   readonly cache: CacheEntry[] = [];
-  /** Reused capture buffers (a fresh 4 MB buffer costs ~2 ms of page faults per frame). */
-  private readonly _free: Buffer[] = [];
   private _ext: any = null;
   private _damage = 0;
   private _ready: Promise<void> | null = null;
@@ -103,15 +101,6 @@ class FrameState {
     if (this.damageOk) this._ext.Subtract(this._damage, 0, 0);
   }
 
-  take(bytes: number): Buffer {
-    const i = this._free.findIndex((b) => b.length === bytes + 4);
-    return i >= 0 ? this._free.splice(i, 1)[0] : Buffer.allocUnsafeSlow(bytes + 4);
-  }
-
-  give(b: Buffer): void {
-    if (this._free.length < 2) this._free.push(b);
-  }
-
   lookup(key: string, cursorKey: string): ScreenshotResult | null {
     if (!this.damageOk) return null;
     const i = this.cache.findIndex((e) => e.key === key);
@@ -140,6 +129,54 @@ class FrameState {
       }
     }
   }
+}
+
+/**
+ * Capture buffers, shared by every connection of the process: a frame's BGRX bytes live only
+ * from its GetImage to the end of its encode, so the daemon needs as many as it encodes at once,
+ * not one per session (per connection that was ~4 MB of RSS per session that ever took a
+ * screenshot). A reused buffer also saves the ~2 ms of page faults a fresh 4 MB one costs.
+ * Buffers are kept up to SCRATCH_KEEP (beyond that, a burst's extra ones are left to the GC);
+ * a buffer larger than asked is handed out as a view of the right length.
+ */
+export const SCRATCH_KEEP = 4;
+class ScratchPool {
+  private readonly _free: Buffer[] = [];
+  /** Buffers handed out and not yet given back (for tests and the bench). */
+  inUse = 0;
+  allocated = 0;
+
+  get kept(): number {
+    return this._free.length;
+  }
+
+  take(bytes: number): Buffer {
+    this.inUse++;
+    // The smallest kept buffer that fits.
+    let best = -1;
+    for (let i = 0; i < this._free.length; i++) if (this._free[i].length >= bytes && (best < 0 || this._free[i].length < this._free[best].length)) best = i;
+    if (best >= 0) return this._free.splice(best, 1)[0].subarray(0, bytes);
+    this.allocated++;
+    return Buffer.allocUnsafeSlow(bytes);
+  }
+
+  give(b: Buffer): void {
+    this.inUse--;
+    // The whole underlying buffer goes back (take() may have handed out a view of it).
+    const whole = Buffer.from(b.buffer, 0, b.buffer.byteLength);
+    if (this._free.length < SCRATCH_KEEP) this._free.push(whole);
+    else {
+      // Keep the largest ones: a full-screen frame then never allocates.
+      const i = this._free.reduce((m, x, j, a) => (x.length < a[m].length ? j : m), 0);
+      if (this._free[i].length < whole.length) this._free[i] = whole;
+    }
+  }
+}
+const scratch = new ScratchPool();
+
+/** The shared capture buffers: kept, in use, and allocated so far. */
+export function scratchStats(): { kept: number; inUse: number; allocated: number } {
+  return { kept: scratch.kept, inUse: scratch.inUse, allocated: scratch.allocated };
 }
 
 const states = new WeakMap<XConnection, FrameState>();
@@ -196,7 +233,7 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
   }
 }
 
-/** Captures a rectangle as BGRX into a fresh buffer with one spare byte at the end. */
+/** Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the end). */
 async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
   const bytes = r.width * r.height * 4;
   if (c.shm) {
@@ -301,7 +338,7 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
     return { ...hit, cached: true };
   }
   let epoch = st.epoch;
-  const buf = st.take(o.region.width * o.region.height * 4);
+  const buf = scratch.take(o.region.width * o.region.height * 4 + 4);
   let result: ScreenshotResult;
   try {
     const bgrx = await captureBgrx(c, o.region, buf, () => {
@@ -313,7 +350,7 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
     result = await encodeBgrx(bgrx, o);
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
-    st.give(buf);
+    scratch.give(buf);
   }
   st.store(key, epoch, cursorKey, result);
   return result;

@@ -7,7 +7,7 @@ import sharp from 'sharp';
 import { startXvfb, type XvfbHandle } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
 import { captureRgb, compositeCursor, type CursorImage } from '../../src/display/screenshot.ts';
-import { frameStats, trackDamage } from '../../src/display/frames.ts';
+import { frameStats, SCRATCH_KEEP, scratchStats, trackDamage } from '../../src/display/frames.ts';
 
 let h: XvfbHandle;
 let d: XDisplay;
@@ -124,5 +124,31 @@ test('many back-to-back small changes are never missed', async () => {
     const want = await captureRgb(d.conn, { x: 0, y: 0, width: 32, height: 32 });
     const got = await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
     assert.ok(got.data.equals(want), `round ${i}`);
+  }
+});
+
+test('connections share the capture buffers: more connections do not hold more frames', async () => {
+  const others = await Promise.all([1, 2, 3].map(() => XDisplay.open(h.socketPath, { timeoutMs: 5000 })));
+  try {
+    const full = { x: 0, y: 0, width: 1280, height: 800 };
+    await d.screenshot({ format: 'png', cursor: false });
+    const start = scratchStats();
+    assert.ok(start.kept >= 1, 'a full-screen buffer is kept after a frame');
+    for (const o of others) {
+      await paintNoise(0, 0, 1280, 800);
+      const want = await reference(full);
+      const png = await o.screenshot({ format: 'png' });
+      const { data } = await sharp(png.data).raw().toBuffer({ resolveWithObject: true });
+      assert.ok(data.equals(want), 'a frame from a reused buffer is exact');
+    }
+    assert.equal(scratchStats().allocated, start.allocated, 'frames of other connections, one at a time, reuse the kept buffer');
+    // At once: one buffer per frame in flight, all given back, at most SCRATCH_KEEP kept.
+    await paintNoise(0, 0, 1280, 800);
+    await Promise.all([d, ...others].map((x) => x.screenshot({ format: 'png' })));
+    const end = scratchStats();
+    assert.equal(end.inUse, 0);
+    assert.ok(end.kept <= SCRATCH_KEEP, `kept ${end.kept}`);
+  } finally {
+    for (const o of others) await o.close();
   }
 });
