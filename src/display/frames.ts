@@ -4,11 +4,15 @@
  * the X DAMAGE extension, so an unchanged screen reuses its last encoding.
  *
  * Pipeline of one frame (1280x800: ~4 MB of BGRX):
- *   ShmGetImage → pread into a fresh buffer → the cursor drawn onto the BGRX bytes (only its
- *   own ~32x32 rectangle, in JS) → swap32 in place (BGRX → XRGB, native) → the buffer read
- *   from byte 1 is RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
- * The JS event loop touches no per-pixel work of the screen. The PNG is exact: it decodes to
- * the same RGB bytes as the earlier all-JS path (tests/unit/frames.test.ts checks that).
+ *   ShmGetImage → pread into a pooled buffer → the cursor drawn onto the BGRX bytes (only its
+ *   own ~32x32 rectangle, in JS) → then either
+ *   - unscaled PNG (the default): the banded encoder (png-bands.ts) compares the frame with
+ *     the previous one in 16-row bands and deflates only the bands that changed, or
+ *   - anything else: swap32 in place (BGRX → XRGB, native) → the buffer read from byte 1 is
+ *     RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
+ * Per-pixel work on the event loop is only the PNG bands that changed (~0.13 ms each). Every
+ * format is exact where it is lossless: PNG and raw decode to the same RGB bytes as the
+ * earlier all-JS path (tests/integration/display-frames.test.ts checks that).
  *
  * Damage: one DAMAGE object (level NonEmpty) on the root window per connection. Every
  * DamageNotify bumps `epoch`. A capture sends DamageSubtract just before its GetImage, so the
@@ -20,6 +24,7 @@
 import * as fs from 'node:fs';
 import sharp from 'sharp';
 import { DisplayError } from './errors.ts';
+import { BandPngEncoder } from './png-bands.ts';
 import type { XDisplay } from './x-display.ts';
 import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
 
@@ -63,6 +68,8 @@ class FrameState {
   readonly cache: CacheEntry[] = [];
   /** Reused capture buffers (a fresh 4 MB buffer costs ~2 ms of page faults per frame). */
   private readonly _free: Buffer[] = [];
+  /** The banded PNG encoder of the last unscaled PNG region (it keeps that frame's buffer). */
+  private _png: { key: string; enc: BandPngEncoder } | null = null;
   private _ext: any = null;
   private _damage = 0;
   private _ready: Promise<void> | null = null;
@@ -108,8 +115,20 @@ class FrameState {
     return i >= 0 ? this._free.splice(i, 1)[0] : Buffer.allocUnsafeSlow(bytes + 4);
   }
 
-  give(b: Buffer): void {
-    if (this._free.length < 2) this._free.push(b);
+  /** Back to the pool: at most two buffers per connection, counting the one the PNG encoder keeps. */
+  give(b: Buffer | null): void {
+    if (b && this._free.length + (this._png ? 1 : 0) < 2) this._free.push(b);
+  }
+
+  /** The PNG encoder for this region (a new region starts a new one). */
+  pngEncoder(r: Region): BandPngEncoder {
+    const key = `${r.x},${r.y},${r.width},${r.height}`;
+    if (this._png?.key !== key) {
+      const old = this._png?.enc.reset() ?? null;
+      this._png = { key, enc: new BandPngEncoder(r.width, r.height) };
+      this.give(old);
+    }
+    return this._png.enc;
   }
 
   lookup(key: string, cursorKey: string): ScreenshotResult | null {
@@ -301,7 +320,7 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
     return { ...hit, cached: true };
   }
   let epoch = st.epoch;
-  const buf = st.take(o.region.width * o.region.height * 4);
+  let buf: Buffer | null = st.take(o.region.width * o.region.height * 4);
   let result: ScreenshotResult;
   try {
     const bgrx = await captureBgrx(d, o.region, buf, () => {
@@ -310,9 +329,15 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
     });
     st.captures++;
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
-    result = await encodeBgrx(bgrx, o);
+    if (o.format === 'png' && !o.scale) {
+      // Unscaled PNG (the step's default): only the bands of rows that changed are encoded.
+      const r = st.pngEncoder(o.region).encode(bgrx);
+      buf = r.recycled;
+      result = { data: r.png, width: o.region.width, height: o.region.height, format: 'png', mimeType: MIME.png };
+    } else result = await encodeBgrx(bgrx, o);
   } finally {
-    // libvips has finished reading the buffer once toBuffer() settled.
+    // libvips has finished reading the buffer once toBuffer() settled; the PNG encoder keeps
+    // its frame and hands back the previous one.
     st.give(buf);
   }
   st.store(key, epoch, cursorKey, result);

@@ -126,3 +126,15 @@ test('many back-to-back small changes are never missed', async () => {
     assert.ok(got.data.equals(want), `round ${i}`);
   }
 });
+
+test('full-screen PNGs stay exact while small parts and the pointer change (only changed bands re-encoded)', async () => {
+  const full = { x: 0, y: 0, width: 1280, height: 800 };
+  for (let i = 0; i < 6; i++) {
+    // A small change somewhere new each round (band edges included), and the pointer moves.
+    await paintNoise((i * 211) % 1200, (i * 131 + 15) % 760, 40, 18);
+    await d.move(100 + i * 150, 50 + i * 120);
+    const png = await d.screenshot({ format: 'png' });
+    const want = await reference(full);
+    assert.ok((await sharp(png.data).raw().toBuffer()).equals(want), `round ${i}`);
+  }
+});
