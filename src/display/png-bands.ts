@@ -6,17 +6,17 @@
  * byte, then the row's RGB bytes). Each band of BAND_ROWS rows is deflated on its own (a fresh
  * dictionary, ended by a sync flush: byte-aligned and not final), so bands can be concatenated
  * in any combination; the stream ends with an empty final block and the Adler-32 of all rows,
- * combined from the bands' own checksums. A band whose BGRX bytes equal the previous frame's
- * (a native memcmp) reuses its compressed bytes and checksum. Which bands changed comes from
- * comparing the pixels, not from damage events, so the PNG is exact by construction: it
- * decodes to exactly the frame's RGB bytes, whatever the X server reported.
+ * combined from the bands' own checksums. The encoder keeps only each band's compressed bytes
+ * and checksum (~40 KB for a 1280x800 screen), never the pixels: the caller says which bands
+ * may have changed (frames.ts: from DAMAGE rectangles ordered by sequence number, and the
+ * pointer's rows), and a band it does not name must be byte-identical to the last frame's.
  *
- * Cost at 1280x800 (2-core host, CPU): the compare ~0.3 ms; per changed 16-row band ~0.13 ms
- * (BGRX → filtered RGB and its Adler-32 in one JS pass, then zlib). A pointer move changes 2–3
- * bands: ~1 ms instead of libvips' ~6.3 ms for the whole frame. A whole new screen costs about
- * what libvips does (~7 ms), but on the event loop: it is synchronous, so encodes of one
- * encoder never interleave. Moving it to the thread pool was measured: zlib's async calls
- * cost ~0.1 ms each more than the work they move, 60% more CPU for a full screen.
+ * Cost at 1280x800 (2-core host, CPU): per changed 16-row band ~0.13 ms (BGRX → filtered RGB
+ * and its Adler-32 in one JS pass, then zlib). A pointer move changes 2–4 bands: well under
+ * 1 ms instead of libvips' ~6.3 ms for the whole frame. A whole new screen costs about what
+ * libvips does (~7 ms), on the event loop: it is synchronous, so encodes never interleave.
+ * Moving the deflates to the thread pool was measured: zlib's async calls cost ~0.1 ms each
+ * more than the work they move (60% more CPU for a full screen).
  */
 import * as zlib from 'node:zlib';
 
@@ -143,17 +143,16 @@ function chunk(type: string, data: Buffer[], length: number): Buffer {
   return out;
 }
 
-/**
- * One encoder per stream of same-sized frames (one display's full screen). It keeps the last
- * frame's BGRX buffer and hands back the one it replaces.
- */
+let scratchRows = Buffer.alloc(0);
+
+/** One encoder per stream of same-sized frames (one display's full screen, say). */
 export class BandPngEncoder {
   readonly width: number;
   readonly height: number;
-  private _prev: Buffer | null = null;
   private _bands: Band[] = [];
   private _ihdr: Buffer;
-  private readonly _scratch: Buffer;
+  /** Bands per frame. */
+  readonly bands: number;
 
   constructor(width: number, height: number) {
     this.width = width;
@@ -164,38 +163,36 @@ export class BandPngEncoder {
     h[8] = 8; // bit depth
     h[9] = 2; // colour type: RGB
     this._ihdr = chunk('IHDR', [h], 13);
-    this._scratch = Buffer.allocUnsafe(BAND_ROWS * (width * 3 + 1));
+    this.bands = Math.ceil(height / BAND_ROWS);
   }
 
-  /** Drops the kept frame (and hands it back). */
-  reset(): Buffer | null {
-    const p = this._prev;
-    this._prev = null;
+  /** The band scratch (filtered rows before deflate), shared: encode() is synchronous. */
+  private get _scratch(): Buffer {
+    const need = BAND_ROWS * (this.width * 3 + 1);
+    if (scratchRows.length < need) scratchRows = Buffer.allocUnsafe(need);
+    return scratchRows;
+  }
+
+  /** Forgets every band: the next frame is encoded whole. */
+  reset(): void {
     this._bands = [];
-    return p;
   }
 
   /**
-   * Encodes `bgrx` (width*height*4 bytes, or more). The encoder keeps it until the next frame;
-   * `recycled` is the buffer it no longer needs (the previous frame's), for the caller's pool.
+   * Encodes `bgrx` (width*height*4 bytes, or more; read only during the call). `changed(k)`
+   * says whether band k (rows k*BAND_ROWS..) may differ from the previous frame; bands never
+   * encoded yet are encoded whatever it says.
    */
-  encode(bgrx: Buffer): BandEncodeResult & { recycled: Buffer | null } {
+  encode(bgrx: Buffer, changed: (band: number) => boolean): BandEncodeResult {
     const { width, height } = this;
-    const rowBytes = width * 4;
-    const n = Math.ceil(height / BAND_ROWS);
-    const prev = this._prev;
-    const changed: number[] = [];
-    for (let k = 0; k < n; k++) {
-      const a = k * BAND_ROWS * rowBytes;
-      const b = Math.min(height, (k + 1) * BAND_ROWS) * rowBytes;
-      if (!prev || !this._bands[k] || !prev.subarray(a, b).equals(bgrx.subarray(a, b))) changed.push(k);
-    }
+    const n = this.bands;
+    const todo: number[] = [];
+    for (let k = 0; k < n; k++) if (!this._bands[k] || changed(k)) todo.push(k);
     const bands = this._bands;
-    for (const k of changed) {
+    for (const k of todo) {
       const { rows, adler } = filterRows(bgrx, width, k * BAND_ROWS, Math.min(height, (k + 1) * BAND_ROWS), this._scratch);
       bands[k] = { body: zlib.deflateRawSync(rows, DEFLATE_OPTS), adler, len: rows.length };
     }
-    this._prev = bgrx;
     let adler = 1,
       len = ZLIB_HEADER.length + FINAL_BLOCK.length + 4;
     const parts: Buffer[] = [ZLIB_HEADER];
@@ -210,6 +207,6 @@ export class BandPngEncoder {
     tail.writeUInt32BE(adler, FINAL_BLOCK.length);
     parts.push(tail);
     const png = Buffer.concat([SIGNATURE, this._ihdr, chunk('IDAT', parts, len), IEND]);
-    return { png, changedBands: changed.length, bands: n, recycled: prev === bgrx ? null : prev };
+    return { png, changedBands: todo.length, bands: n };
   }
 }
