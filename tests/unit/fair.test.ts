@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { FairScheduler } from '../../src/api/middleware/fair.ts';
+import { Hono } from 'hono';
+import { FairScheduler, fairShare } from '../../src/api/middleware/fair.ts';
 
 describe('fair share between sessions', () => {
   it('a flood on one session waits in its own queue: others are served in turn', async () => {
@@ -78,5 +79,15 @@ describe('fair share between sessions', () => {
     const lastClient = Math.max(...['a', 'b', 'c'].map((w) => order.lastIndexOf(w)));
     assert.ok(lastClient < 4 + 18 * 2, order.join(''));
     assert.equal(order.filter((x) => x === 'f').length, 40);
+  });
+
+  it('a malformed escape in the session id reaches the route (no URIError, no 500)', async () => {
+    const app = new Hono();
+    app.use('/v1/sessions/:id/*', fairShare({ slots: 2, maxQueue: 4 }));
+    app.post('/v1/sessions/:id/actions', (c) => c.json({ error: { code: 'session_not_found' } }, 404));
+    for (const id of ['%ff', '%', '%00', 'a%2Fb']) {
+      const r = await app.request(`/v1/sessions/${id}/actions`, { method: 'POST' });
+      assert.equal(r.status, 404, id);
+    }
   });
 });

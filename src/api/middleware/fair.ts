@@ -107,6 +107,11 @@ export function fairShare(opts: FairShareOptions): MiddlewareHandler {
   return async (c, next) => {
     const m = QUEUED.exec(c.req.path);
     if (!m || (m[2] === 'actions' && c.req.query('stream'))) return next();
-    await sched.run(decodeURIComponent(m[1]!), () => next());
+    // The key only groups requests: a malformed escape (%ff) keys on the raw id, and the route answers it.
+    let id = m[1]!;
+    try {
+      id = decodeURIComponent(id);
+    } catch {}
+    await sched.run(id, () => next());
   };
 }
