@@ -55,6 +55,22 @@ function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string
   }
 }
 
+/** Whether the CPU guard has this session demoted now (cpu.idle or a weight below the default). */
+function isDemoted(instance: string, id: string): boolean {
+  for (const [dir, weight, normal] of [
+    [`/sys/fs/cgroup/cpu/drums-${instance}/${id}`, 'cpu.shares', 1024],
+    [`/sys/fs/cgroup/drums-${instance}/${id}`, 'cpu.weight', 100],
+  ] as const) {
+    try {
+      if (readFileSync(join(dir, 'cpu.idle'), 'utf8').trim() === '1') return true;
+    } catch {}
+    try {
+      return Number(readFileSync(join(dir, weight), 'utf8')) < normal;
+    } catch {}
+  }
+  return false;
+}
+
 const load1 = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
 
 /** Median, min and max of some ratios, rounded. */
@@ -141,6 +157,8 @@ interface PhaseResult {
   ownCpuCores: number;
   /** The host's 1-minute load average at the phase's start and end. */
   loadavg: [number, number];
+  /** Share of the phase the CPU guard had the abuser demoted, and each victim on average. */
+  demoted: { abuser: number; victimsMean: number };
   abuser?: Record<string, unknown>;
 }
 
@@ -190,6 +208,13 @@ export async function runNoisyBench(o: NoisyOptions) {
       const errorSamples: string[] = [];
       let errors = 0;
       const load0 = load1();
+      // How often the CPU guard had the abuser and the victims demoted during the phase.
+      const demo = { samples: 0, abuser: 0, victims: 0 };
+      const watch = setInterval(() => {
+        demo.samples++;
+        if (isDemoted(d.instance, abuserId)) demo.abuser++;
+        for (const v of victims) if (isDemoted(d.instance, v.id)) demo.victims++;
+      }, 500);
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
@@ -211,6 +236,7 @@ export async function runNoisyBench(o: NoisyOptions) {
           }
         }),
       );
+      clearInterval(watch);
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
@@ -227,6 +253,10 @@ export async function runNoisyBench(o: NoisyOptions) {
         othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
         ownCpuCores: own / 1e9 / elapsed,
         loadavg: [load0, load1()],
+        demoted: {
+          abuser: demo.samples ? Math.round((demo.abuser / demo.samples) * 100) / 100 : 0,
+          victimsMean: demo.samples ? Math.round((demo.victims / demo.samples / victims.length) * 1000) / 1000 : 0,
+        },
         ...(abuserResult
           ? {
               abuser: {

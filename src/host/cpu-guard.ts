@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
 import { cgroupMode } from './oci-runtime.ts';
@@ -6,23 +6,28 @@ import { cgroupMode } from './oci-runtime.ts';
 /**
  * Demotes CPU hogs. A session's quota caps what it takes, but at the default
  * weight a session that spins all the time still competes with every
- * interactive neighbour on equal terms, and on a loaded host that shows in
- * their step latency. So twice a second the guard reads each session's CPU
- * time; a session that used at least `hogCores` (0.6) on average over the
- * last `windowS` (2) seconds gets a low weight (v1 cpu.shares 64, v2
- * cpu.weight 6, a 16th of the default) until its demand falls below
- * `calmCores` (0.25). Demand, not use: a demoted hog gets little CPU while its
- * neighbours are busy, so what it used says nothing; its threads' time spent
- * runnable but waiting (/proc/<tid>/schedstat) is added, read only for the
- * few demoted sessions. Weights are work-conserving: a demoted session still
- * gets every cycle nobody else wants; it only loses when a neighbour needs the
- * CPU. A burst of a second (a page load) stays below the window's average and
- * is not demoted. A session whose quota is below `hogCores` is never demoted
- * (its quota already bounds it).
+ * interactive neighbour, and each of their wake-ups can wait out its slice.
+ * So twice a second the guard reads each session's CPU time over the last
+ * `windowS` (2) seconds. A session is a hog if it used at least `hogCores`
+ * (0.6), or at least `minCores` (0.2) and `ratio` (2.5) times the median of
+ * the other sessions (on a busy host the weights already hold a spinning
+ * session near its neighbours' share, so an absolute bar alone misses it).
+ * A hog is demoted for `holdS` (10) seconds: cpu.idle 1 where the kernel has
+ * it (5.15+, v1 and v2: it runs when nothing else wants the CPU, and a waking
+ * neighbour preempts it at once), and a 16th of the weight either way (v1
+ * cpu.shares 64, v2 cpu.weight 6). Then it is back at the normal weight on
+ * probation and judged again after a window; a hog that still spins spends
+ * about 2 s of every 12 at the normal weight. What a demoted session gets says
+ * nothing about what it wants (its neighbours go first), hence the probation.
+ * Demotion is work-conserving: on an idle host a demoted session runs at full
+ * speed. A session whose quota is below `minCores` is never demoted (its
+ * quota bounds it).
  */
 export interface CpuGuardOptions {
   hogCores: number;
-  calmCores: number;
+  minCores: number;
+  ratio: number;
+  holdS: number;
   windowS: number;
   intervalMs: number;
   /** Where the cgroup filesystem is, and its version (for tests). */
@@ -30,7 +35,7 @@ export interface CpuGuardOptions {
   v2: boolean;
 }
 
-export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, calmCores: 0.25, windowS: 2, intervalMs: 500, root: '/sys/fs/cgroup' };
+export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, minCores: 0.2, ratio: 2.5, holdS: 10, windowS: 2, intervalMs: 500, root: '/sys/fs/cgroup' };
 
 const V1 = { usage: 'cpuacct/%/cpuacct.usage', weight: 'cpu/%/cpu.shares', normal: 1024, low: 64 };
 const V2 = { usage: '%/cpu.stat', weight: '%/cpu.weight', normal: 100, low: 6 };
@@ -48,24 +53,16 @@ function usageNs(root: string, v2: boolean, cgroup: string): number | undefined 
 }
 
 interface Track {
-  /** [time ms, usage ns, wait ns] samples, oldest first, covering the window (wait is read only while demoted). */
-  samples: [number, number, number][];
+  /** [time ms, usage ns] samples, oldest first, covering the window. */
+  samples: [number, number][];
   demoted: boolean;
+  /** When it was last demoted or restored (ms). */
+  since: number;
 }
 
-/** Time the cgroup's threads spent runnable but not running (ns), summed over the threads there now. */
-function waitNs(root: string, v2: boolean, cgroup: string): number {
-  let ns = 0;
-  try {
-    const tids = readFileSync(join(root, v2 ? `${cgroup}/cgroup.threads` : `cpu${cgroup}/tasks`), 'utf8').split('\n');
-    for (const tid of tids) {
-      if (!tid) continue;
-      try {
-        ns += Number(readFileSync(`/proc/${tid}/schedstat`, 'utf8').split(' ')[1]) || 0;
-      } catch {}
-    }
-  } catch {}
-  return ns;
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
 export class CpuGuard {
@@ -92,9 +89,6 @@ export class CpuGuard {
     this._timer = undefined;
   }
 
-  /** Threads' wait time of a cgroup (ns); a field so tests can supply it. */
-  waitOf = (cgroup: string): number => waitNs(this.opts.root, this.opts.v2, cgroup);
-
   /** Session ids demoted now. */
   demoted(): string[] {
     return [...this._tracks].filter(([, t]) => t.demoted).map(([id]) => id);
@@ -103,45 +97,66 @@ export class CpuGuard {
   /** One sample of every session (exposed for tests). */
   tick(now: number): void {
     const live = this.cgroups();
+    const win = this.opts.windowS * 1000;
     for (const id of this._tracks.keys()) if (!live.has(id)) this._tracks.delete(id);
+    // 1. Each session's CPU over its window (undefined until the window is full).
+    const use = new Map<string, number>();
     for (const [id, cgroup] of live) {
       const ns = usageNs(this.opts.root, this.opts.v2, cgroup);
       if (ns === undefined) continue;
       let t = this._tracks.get(id);
-      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false }));
+      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false, since: now }));
       // A reset makes a new cgroup: its counter starts again from 0.
       if (t.samples.length && ns < t.samples.at(-1)![1]) t.samples = [];
-      t.samples.push([now, ns, t.demoted ? this.waitOf(cgroup) : 0]);
-      while (t.samples.length > 2 && now - t.samples[1]![0] >= this.opts.windowS * 1000) t.samples.shift();
-      const [t0, u0, w0] = t.samples[0]!;
-      if (now - t0 < this.opts.windowS * 1000 * 0.9) {
-        // Not a full window yet (a new session, or a reset's new cgroup): a demoted one stays demoted.
-        if (t.demoted) this._setWeight(id, cgroup, true, 0);
+      t.samples.push([now, ns]);
+      while (t.samples.length > 2 && now - t.samples[1]![0] >= win) t.samples.shift();
+      const [t0, u0] = t.samples[0]!;
+      if (now - t0 >= win * 0.9) use.set(id, (ns - u0) / 1e6 / (now - t0));
+    }
+    // 2. Verdicts. A hog: at least hogCores, or at least minCores and `ratio` times the median
+    // of the other undemoted sessions (on a busy host the weights already hold a spinning
+    // session near its neighbours' share, so an absolute bar alone never sees it).
+    const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
+    for (const [id, cgroup] of live) {
+      const t = this._tracks.get(id);
+      if (!t) continue;
+      const cores = use.get(id);
+      if (t.demoted) {
+        // Demoted: what it gets says little (its neighbours take the CPU first), so after
+        // holdS it is put back on probation at the normal weight, and judged again.
+        if (now - t.since >= this.opts.holdS * 1000) {
+          this._set(id, cgroup, false, cores ?? 0);
+          t.demoted = false;
+          t.since = now;
+          t.samples = t.samples.slice(-1);
+        } else this._set(id, cgroup, true, cores ?? 0); // again: a reset's new cgroup starts at the default
         continue;
       }
-      const cores = (ns - u0) / 1e6 / (now - t0);
-      // While demoted: demand = use + waiting (threads that exited take their wait with them: clamp).
-      const waited = t.demoted ? Math.max(0, t.samples.at(-1)![2] - w0) / 1e6 / (now - t0) : 0;
-      const demand = cores + waited;
-      const want = cores >= this.opts.hogCores ? true : demand < this.opts.calmCores ? false : t.demoted;
-      // Written every tick while demoted: a reset's new cgroup starts at the default weight.
-      if (want || want !== t.demoted) this._setWeight(id, cgroup, want, cores);
-      if (want && !t.demoted) {
-        this.demotions++;
-        // From now on its window counts waiting too: start it afresh (it stays demoted meanwhile).
-        t.samples = [[now, ns, this.waitOf(cgroup)]];
-      }
-      t.demoted = want;
+      if (cores === undefined) continue;
+      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c);
+      const hog = cores >= this.opts.hogCores || (others.length > 0 && cores >= this.opts.minCores && cores >= this.opts.ratio * median(others));
+      if (!hog) continue;
+      this._set(id, cgroup, true, cores);
+      t.demoted = true;
+      t.since = now;
+      this.demotions++;
     }
   }
 
-  private _setWeight(id: string, cgroup: string, low: boolean, cores: number): void {
+  private _set(id: string, cgroup: string, low: boolean, cores: number): void {
     const k = this.opts.v2 ? V2 : V1;
     const file = join(this.opts.root, k.weight.replace('%', cgroup));
+    // cpu.idle (Linux 5.15+, v1 and v2): the group is scheduled like SCHED_IDLE, so a waking
+    // neighbour preempts it at once instead of waiting out its slice; a low weight alone still
+    // let a hog delay every wake-up on a step's path by up to a slice.
+    const idle = join(this.opts.root, k.weight.replace('%', cgroup).replace(/[^/]+$/, 'cpu.idle'));
     const value = String(low ? k.low : k.normal);
     try {
-      if (readFileSync(file, 'utf8').trim() === value) return;
+      const idleNow = existsSync(idle) ? readFileSync(idle, 'utf8').trim() : undefined;
+      if (readFileSync(file, 'utf8').trim() === value && (idleNow === undefined || idleNow === (low ? '1' : '0'))) return;
+      if (idleNow !== undefined && !low) writeFileSync(idle, '0');
       writeFileSync(file, value);
+      if (idleNow !== undefined && low) writeFileSync(idle, '1');
       log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to the normal CPU weight', {
         session: id,
         cores: Math.round(cores * 100) / 100,
