@@ -152,3 +152,36 @@ test('connections share the capture buffers: more connections do not hold more f
     for (const o of others) await o.close();
   }
 });
+
+test('banded PNGs stay exact while other clients draw, also during the capture', async () => {
+  const full = { x: 0, y: 0, width: 1280, height: 800 };
+  const painter = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  try {
+    const pgc = painter.conn.x.AllocID();
+    painter.conn.x.CreateGC(pgc, painter.root, {});
+    const paint = async (x: number, y: number, w: number, hh: number) => {
+      painter.conn.x.PutImage(2, painter.root, pgc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
+      await painter.conn.sync();
+    };
+    await d.screenshot({ format: 'png' });
+    // One small change at a time, somewhere new each round (band edges included), and the pointer moves.
+    for (let i = 0; i < 6; i++) {
+      await paint((i * 211) % 1200, (i * 131 + 15) % 760, 40, 18);
+      await d.move(100 + i * 150, 50 + i * 120);
+      const png = await d.screenshot({ format: 'png' });
+      assert.ok((await sharp(png.data).raw().toBuffer()).equals(await reference(full)), `round ${i}`);
+    }
+    // Drawing while frames are taken: once the drawing stops, the next frame shows all of it.
+    let drawing = true;
+    const drawer = (async () => {
+      for (let i = 0; drawing; i++) await paint((i * 97) % 1240, (i * 61) % 780, 40, 20);
+    })();
+    for (let i = 0; i < 15; i++) await d.screenshot({ format: 'png' });
+    drawing = false;
+    await drawer;
+    const png = await d.screenshot({ format: 'png' });
+    assert.ok((await sharp(png.data).raw().toBuffer()).equals(await reference(full)), 'a band stayed stale after concurrent drawing');
+  } finally {
+    await painter.close();
+  }
+});
