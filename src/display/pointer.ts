@@ -37,7 +37,8 @@ export interface ScrollOptions {
   modifiers?: string[];
 }
 
-const BUTTONS: Record<string, number> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
+/** Button names → X button numbers (the canonical actions' names). */
+export const BUTTONS: Readonly<Record<string, number>> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
 /** Gap between the presses of a double or triple click. */
 const MULTI_CLICK_GAP_MS = 15;
 
@@ -67,8 +68,22 @@ function fakeButton(c: XConnection, button: number, down: boolean): void {
   c.fakeInput(down ? FAKE.buttonPress : FAKE.buttonRelease, button);
 }
 
+export interface Point {
+  x: number;
+  y: number;
+}
+
+// Each entry point checks its arguments, then calls its trusted half (moveTo, clickAt, pressAt,
+// dragAlong, wheelAt), which takes resolved values as given: runCanonical (actions.ts) calls
+// those directly with steps that normalizeAction already validated.
+
 export async function move(c: XConnection, x: number, y: number): Promise<void> {
   checkPoint(c, x, y);
+  return moveTo(c, x, y);
+}
+
+/** Trusted: (x, y) is on the screen. */
+export function moveTo(c: XConnection, x: number, y: number): Promise<void> {
   return c.inputLock.run(async () => {
     fakeMotion(c, x, y);
     await c.sync();
@@ -82,8 +97,13 @@ export async function click(c: XConnection, kb: Keyboard, opts: ClickOptions = {
   if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
   if (opts.x !== undefined) checkPoint(c, opts.x, opts.y!);
   const mods = resolveKeyList(opts.modifiers ?? [], true);
+  return clickAt(c, kb, opts.x === undefined ? undefined : { x: opts.x, y: opts.y! }, button, count, mods);
+}
+
+/** Trusted: `at` on the screen (or the pointer stays), button 1..255, count 1..3, modifier keysyms. */
+export function clickAt(c: XConnection, kb: Keyboard, at: Point | undefined, button: number, count: number, mods: number[]): Promise<void> {
   return c.inputLock.run(async () => {
-    if (opts.x !== undefined) fakeMotion(c, opts.x, opts.y!);
+    if (at) fakeMotion(c, at.x, at.y);
     await kb.withKeysHeld(mods, async () => {
       for (let i = 0; i < count; i++) {
         fakeButton(c, button, true);
@@ -104,9 +124,14 @@ export async function click(c: XConnection, kb: Keyboard, opts: ClickOptions = {
 export async function mouseButton(c: XConnection, button: MouseButton, down: boolean, at?: { x: number; y: number }): Promise<void> {
   const b = buttonNumber(button);
   if (at) checkPoint(c, at.x, at.y);
+  return pressAt(c, at, b, down);
+}
+
+/** Trusted: `at` on the screen (or the pointer stays), button 1..255. */
+export function pressAt(c: XConnection, at: Point | undefined, button: number, down: boolean): Promise<void> {
   return c.inputLock.run(async () => {
     if (at) fakeMotion(c, at.x, at.y);
-    fakeButton(c, b, down);
+    fakeButton(c, button, down);
     await c.sync();
   });
 }
@@ -115,10 +140,13 @@ export async function drag(c: XConnection, path: Array<{ x: number; y: number }>
   if (!Array.isArray(path) || path.length < 1) throw new DisplayError('invalid_action', 'path: needs at least one point', { field: 'path' });
   for (const p of path) checkPoint(c, p.x, p.y);
   const button = buttonNumber(opts.button);
-  const stepPx = Math.max(1, opts.stepPx ?? 20);
-  const delay = opts.stepDelayMs ?? 0;
+  return dragAlong(c, path, button, Math.max(1, opts.stepPx ?? 20), opts.stepDelayMs ?? 0);
+}
+
+/** Trusted: at least one point, all on the screen; button 1..255; stepPx ≥ 1. One point drags from the pointer. */
+export function dragAlong(c: XConnection, path: readonly Point[], button: number, stepPx = 20, delay = 0): Promise<void> {
   return c.inputLock.run(async () => {
-    let points = path;
+    let points: readonly Point[] = path;
     if (points.length === 1) {
       // Drag from wherever the pointer is now.
       const p = await c.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => c.x.QueryPointer(c.root, cb));
@@ -168,8 +196,13 @@ export async function scroll(c: XConnection, kb: Keyboard, opts: ScrollOptions):
   if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
   if (opts.x !== undefined) checkPoint(c, opts.x, opts.y!);
   const mods = resolveKeyList(opts.modifiers ?? [], true);
+  return wheelAt(c, kb, opts.x === undefined ? undefined : { x: opts.x, y: opts.y! }, dx, dy, mods);
+}
+
+/** Trusted: `at` on the screen (or the pointer stays), |dx|, |dy| ≤ 1000 wheel clicks, modifier keysyms. */
+export function wheelAt(c: XConnection, kb: Keyboard, at: Point | undefined, dx: number, dy: number, mods: number[]): Promise<void> {
   return c.inputLock.run(async () => {
-    if (opts.x !== undefined) fakeMotion(c, opts.x, opts.y!);
+    if (at) fakeMotion(c, at.x, at.y);
     await kb.withKeysHeld(mods, async () => {
       const vb = dy > 0 ? 5 : 4,
         hb = dx > 0 ? 7 : 6;

@@ -5,7 +5,7 @@
  */
 import * as fs from 'node:fs';
 import { DisplayError } from './errors.ts';
-import { captureFrame } from './frames.ts';
+import { captureFrame, type ResolvedShot } from './frames.ts';
 import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
 import type { XConnection } from './x-connection.ts';
 
@@ -46,17 +46,17 @@ export function validateRegion(region: Region | undefined, screen: { width: numb
   return { x, y, width, height };
 }
 
-function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number): { width: number; height: number } | null {
+function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number, prefix = ''): { width: number; height: number } | null {
   if (scale === undefined) return null;
-  if (scale === null || typeof scale !== 'object') throw regionError('scale', 'must be an object {width, height}');
+  if (scale === null || typeof scale !== 'object') throw regionError(`${prefix}scale`, 'must be an object {width, height}');
   let { width, height } = scale;
-  if (width === undefined && height === undefined) throw regionError('scale', 'needs width and/or height');
+  if (width === undefined && height === undefined) throw regionError(`${prefix}scale`, 'needs width and/or height');
   for (const [k, v] of [
     ['width', width],
     ['height', height],
   ] as const) {
     if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE))
-      throw regionError(`scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
+      throw regionError(`${prefix}scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
   }
   if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
   if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
@@ -146,16 +146,29 @@ async function captureCoreRgb(c: XConnection, r: Region): Promise<Buffer> {
   return bgrxToRgb(img.data, r.width * r.height);
 }
 
-export async function captureScreenshot(c: XConnection, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+/**
+ * Checks screenshot options against a screen and fills in the defaults: the frame captureFrame
+ * takes. Field names in errors start with `prefix` (the actions route passes 'screenshot.').
+ */
+export function resolveShot(options: ScreenshotOptions, screen: { width: number; height: number }, prefix = ''): ResolvedShot {
   const format = options.format ?? 'png';
   if (!(format in MIME))
-    throw new DisplayError('invalid_action', `format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, { field: 'format' });
+    throw new DisplayError('invalid_action', `${prefix}format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, {
+      field: `${prefix}format`,
+    });
   const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
   if (!isInt(quality) || quality < 1 || quality > 100)
-    throw new DisplayError('invalid_action', 'quality: must be an integer within 1..100', { field: 'quality' });
-  const region = validateRegion(options.region, c);
-  const scale = resolveScale(options.scale, region.width, region.height);
-  const wantCursor = options.cursor !== false && !!c.fixes;
+    throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
+  const region = validateRegion(options.region, screen, `${prefix}region`);
+  const scale = resolveScale(options.scale, region.width, region.height, prefix);
+  return { format, quality, region, scale, wantCursor: options.cursor !== false };
+}
 
-  return captureFrame(c, { format, quality, region, scale, wantCursor });
+/** A frame on this connection (the pointer drawn only where the server has XFIXES). */
+export function captureResolved(c: XConnection, shot: ResolvedShot): Promise<ScreenshotResult> {
+  return captureFrame(c, { ...shot, wantCursor: shot.wantCursor && !!c.fixes });
+}
+
+export async function captureScreenshot(c: XConnection, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+  return captureResolved(c, resolveShot(options, c));
 }

@@ -88,7 +88,7 @@ export function sessionRoutes(ctx: RouteContext) {
     const body = await ctx.body(c);
     const req = parseExec(body);
     checkBody('execInSession', body);
-    ctx.checkGeneration(c, s);
+    // (The expected generation was checked by middleware/sessions.ts.)
     ctx.usable(s);
     // A client that goes away kills the command (as the streaming exec does).
     const r = await execInSession({ runtime: mgr.runtime, container: s.names.container }, req, c.req.raw.signal);
