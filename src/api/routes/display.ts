@@ -156,17 +156,16 @@ export function displayRoutes(ctx: RouteContext) {
 
   app.get('/v1/sessions/:id/screenshot', async (c) => {
     const s = ready(c);
-    const format = parseFormat(c.req.query('format'));
-    const opts: ScreenshotOptions = {
-      format,
+    // Checked once, then captured as resolved.
+    const resolved = checkShot(s, {
+      format: parseFormat(c.req.query('format')),
       quality: parseQuality(c.req.query('quality')),
       region: parseRegionQuery(c.req.query('region')),
       scale: parseScaleQuery(c.req.query('scale')),
       cursor: parseBool(c.req.query('cursor'), 'cursor'),
-    };
-    checkShot(s, opts);
+    });
     const t0 = performance.now();
-    const shot = await guard(() => display.screenshot(s, opts));
+    const shot = await guard(async () => captureResolved((await display.connection(s)).conn, resolved));
     const h: Record<string, string> = {
       'content-type': shot.mimeType,
       // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
