@@ -32,6 +32,27 @@ export function registerBench(program: Command): void {
     });
 
   bench
+    .command('userns')
+    .description('the cost of a user namespace per session against host uids: create, reset, memory and disk, side by side in one run')
+    .option('--image <name>', 'image', 'default')
+    .option('--url <url>', 'URL the sessions open (Chromium: its sandbox runs in the userns arm)', 'about:blank')
+    .option('--sessions <n>', 'sessions per arm', '6')
+    .option('--settle-seconds <n>', 'wait before memory is read', '10')
+    .option('--out <dir>', 'record directory', 'bench/records')
+    .action(async (o: { image: string; url: string; sessions: string; settleSeconds: string; out: string }) => {
+      const { runUsernsBench } = await import('../../bench/userns-bench.ts');
+      const { record, file } = await runUsernsBench({
+        image: o.image,
+        url: o.url || undefined,
+        sessions: Number(o.sessions),
+        settleSeconds: Number(o.settleSeconds),
+        outDir: o.out,
+        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      });
+      process.stdout.write(`userns / host uids, medians: ${JSON.stringify(record.ratios)}\nrecord: ${file}\n`);
+    });
+
+  bench
     .command('api')
     .description('API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions')
     .option('--quick', 'fewer samples, shorter run (CI)')
