@@ -17,7 +17,7 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
-import { Admission, diskImagePath, type Capacity } from './admission.ts';
+import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
 import { oomKills, swapLimitSupported } from '../host/resources.ts';
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
@@ -112,7 +112,7 @@ export class SessionManager {
     const config = (this.config = opts.config ?? loadConfig({}));
     this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
     this.pool = parsePool(config.subnetPool);
-    this.admission = new Admission(inst.stateDir);
+    this.admission = new Admission(inst.stateDir, admissionConfig(config));
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
