@@ -1,5 +1,5 @@
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import type { Arm, ArmHooks } from './arms.ts';
+import type { Arm, ArmHooks } from './arm.ts';
 import { sleep } from './measure.ts';
 
 /**

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
-import { PAGE } from './runner.ts';
+import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
 
 /**

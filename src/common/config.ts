@@ -46,6 +46,10 @@ export interface DaemonConfig {
   poolsFile: string | undefined;
   poolRefillConcurrency: number | undefined;
   defaultCpus: number | undefined;
+  memoryReserveMb: number | undefined;
+  sessionMemoryMb: number;
+  diskReserveMb: number;
+  diskOvercommit: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   benchHooks: boolean;
@@ -252,6 +256,31 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: "a session's CPU quota in cores when its spec sets none (0: no quota)",
     default: undefined,
     defaultDoc: "half the host's cores, at least 1",
+    parse: number(0),
+  },
+  memoryReserveMb: {
+    env: 'DRUMS_MEMORY_RESERVE_MB',
+    doc: 'memory admission: MiB of MemAvailable kept free; creates beyond it get 503 insufficient_memory',
+    default: undefined,
+    defaultDoc: '5% of RAM, at least 1024',
+    parse: number(0),
+  },
+  sessionMemoryMb: {
+    env: 'DRUMS_SESSION_MEMORY_MB',
+    doc: "memory admission: a session's expected footprint in MiB (at most its memoryMb)",
+    default: 256,
+    parse: number(0),
+  },
+  diskReserveMb: {
+    env: 'DRUMS_DISK_RESERVE_MB',
+    doc: 'disk admission: MiB of the state filesystem kept free; creates beyond it get 503 insufficient_disk',
+    default: 2048,
+    parse: number(0),
+  },
+  diskOvercommit: {
+    env: 'DRUMS_DISK_OVERCOMMIT',
+    doc: "disk admission: factor on every session's unwritten quota (1: no overcommit)",
+    default: 1,
     parse: number(0),
   },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },

@@ -17,8 +17,8 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
-import { Admission, diskImagePath, type Capacity } from './admission.ts';
-import { oomKills, swapLimitSupported } from '../host/resources.ts';
+import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
+import { defaultSessionCpus, oomKills, swapLimitSupported } from '../host/resources.ts';
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
@@ -98,6 +98,8 @@ export class SessionManager {
   readonly pool: SubnetPool;
   private readonly _sessions = new Map<string, Session>();
   readonly config: DaemonConfig;
+  /** The CPU quota of a spec that sets none, resolved from the config once. */
+  readonly defaultCpus: number;
   private readonly _opts: { maxSessions: number; startConcurrency: number; failAtStep?: string };
   private _running = 0;
   /** Memory and disk admission (src/session/admission.ts). */
@@ -112,7 +114,8 @@ export class SessionManager {
     const config = (this.config = opts.config ?? loadConfig({}));
     this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
     this.pool = parsePool(config.subnetPool);
-    this.admission = new Admission(inst.stateDir);
+    this.admission = new Admission(inst.stateDir, admissionConfig(config));
+    this.defaultCpus = defaultSessionCpus(config.defaultCpus);
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
@@ -255,7 +258,7 @@ export class SessionManager {
    */
   async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; signal?: AbortSignal } = {}): Promise<Session> {
     const { signal } = opts;
-    const spec = parseSpec(body);
+    const spec = parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
     if (spec.userns && !this.config.userns) this._checkUserns();
     // Validate before any side effect.
