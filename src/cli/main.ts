@@ -256,15 +256,21 @@ session
   });
 session
   .command('vnc')
-  .description('serve the session over VNC on a local TCP port for standard viewers (x11vnc in the session starts on the first viewer, stops after the last)')
+  .description(
+    'serve the session over VNC on a local TCP port for standard viewers (x11vnc in the session starts on the first viewer, stops after the last); view-only unless --take-over',
+  )
   .argument('<id>')
   .option('--port <n>', 'local port on 127.0.0.1 (0 = any)', '5900')
-  .action(async (id: string, o: { port: string }) => {
+  .option('--take-over [holder]', 'take the session over so the viewers can drive it (view-only otherwise); released on exit')
+  .action(async (id: string, o: { port: string; takeOver?: string | boolean }) => {
     const net = await import('node:net');
     const c = client();
     await c.getSession(id);
+    const held = o.takeOver ? await c.takeOver(id, typeof o.takeOver === 'string' ? o.takeOver : 'vnc') : null;
+    if (held) process.stdout.write(`take-over: held by '${held.holder}' since ${held.since}; agent input gets 409 until this exits\n`);
+    const path = `/v1/sessions/${encodeURIComponent(id)}/vnc${held ? `?takeover=${held.id}` : ''}`;
     const srv = net.createServer((tcp) => {
-      const ws = c.webSocket(`/v1/sessions/${encodeURIComponent(id)}/vnc`, 'binary');
+      const ws = c.webSocket(path, 'binary');
       const pending: Buffer[] = [];
       tcp.on('data', (d) => (ws.readyState === ws.OPEN ? ws.send(d) : pending.push(d)));
       ws.on('open', () => {
@@ -296,6 +302,7 @@ session
         res();
       }),
     );
+    if (held) await c.releaseTakeover(id, held.id).catch(() => {});
     process.exit(0);
   });
 session

@@ -188,12 +188,12 @@ test('typing ASCII, shifted characters and Unicode into xterm, then ctrl+d', asy
 
 test('keyboard mapping is restored after typing (spare keycodes back to NoSymbol)', async () => {
   await d.restoreKeymap();
-  const before = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const before = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   await d.type('€ ✓ Ω');
-  const during = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const during = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   assert.notDeepEqual(during, before);
   await d.restoreKeymap();
-  const afterMap = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const afterMap = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   assert.deepEqual(afterMap, before);
 });
 

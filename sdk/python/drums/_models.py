@@ -239,6 +239,7 @@ class _SessionRequired(TypedDict):
     limits: SessionLimits
     labels: dict[str, str]
     timings: dict[str, float]
+    takeover: TakeoverView | None  # Who holds a take-over of this session (POST /v1/sessions/{id}/takeover) and since when; null when nobody does. While it is held, agent input gets 409 `session_taken_over`, and VNC viewers are view-only unless they hold it.
 
 
 class Session(_SessionRequired, total=False):

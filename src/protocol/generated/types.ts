@@ -138,6 +138,8 @@ export type Session = {
   };
   labels: Record<string, string>;
   timings: Record<string, number>;
+  /** Who holds a take-over of this session (POST /v1/sessions/{id}/takeover) and since when; null when nobody does. While it is held, agent input gets 409 `session_taken_over`, and VNC viewers are view-only unless they hold it. */
+  takeover: TakeoverView | null;
   brokenReason?: string;
   /** Only for sessions with an OSWorld endpoint (docs/osworld.md). */
   osworld?: OsworldEndpoint;
