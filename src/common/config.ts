@@ -317,6 +317,11 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
     doc: "a mirror of OSWorld's file store for `drums osworld assets fetch` (`--mirror`)",
     default: 'the Hugging Face file store',
   },
+  {
+    env: 'DRUMS_OSWORLD_WINDOW_WAIT',
+    doc: "seconds `drums osworld run` waits for a task's app windows after setup (`drums bench osworld-run` sets 300)",
+    default: '60',
+  },
   { env: 'DRUMS_OSWORLD_SRC', doc: 'set by `drums osworld run --osworld-src DIR` for the Python driver (the checkout whose desktop_env runs)', default: '' },
 ];
 
