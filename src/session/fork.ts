@@ -63,6 +63,7 @@ function bodyOf(spec: SessionSpec, labels: Record<string, string>): Record<strin
     browserFlags: spec.browserFlags,
     ttlSeconds: spec.ttlSeconds,
     labels,
+    ...(spec.userns === undefined ? {} : { userns: spec.userns }),
   };
 }
 
@@ -127,7 +128,7 @@ export async function forkSession(
     const failStep = mgr.config.testHooks ? labels['drums.test.forkFailStep'] : undefined;
     const labelsOf = (i: number) => (failStep && i === req.count - 1 ? { ...labels, 'drums.test.failStep': failStep } : labels);
     const results = await Promise.allSettled(
-      Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper') })),
+      Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper'), seedBase: src.uids?.base ?? 0 })),
     );
     for (const r of results) if (r.status === 'fulfilled') copies.push(r.value);
     const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;

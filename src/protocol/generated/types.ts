@@ -28,6 +28,8 @@ export type SessionSpec = {
   cpus?: number;
   pids?: number;
   egress?: boolean;
+  /** A user namespace of its own: the session's uids 0..65535 are a host uid range no other session holds, and Chromium runs with its own sandbox (docs/security.md). Default: the daemon's DRUMS_USERNS. */
+  userns?: boolean;
   hostPorts?: number[];
   browserFlags?: string[];
   ttlSeconds?: number;
@@ -125,6 +127,11 @@ export type Session = {
     egress: boolean;
     hostPorts: number[];
   };
+  /** The session's host uid range (its own user namespace): in-session id k is host id hostUidBase + k. null: the session's ids are the host's. */
+  userns?: {
+    hostUidBase: number;
+    size: number;
+  } | null;
   limits: {
     memoryMb: number;
     diskMb?: number;
