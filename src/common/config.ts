@@ -50,6 +50,7 @@ export interface DaemonConfig {
   sessionMemoryMb: number;
   diskReserveMb: number;
   diskOvercommit: number;
+  diskWriteMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   benchHooks: boolean;
@@ -158,7 +159,7 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
   fairSlots: {
     env: 'DRUMS_FAIR_SLOTS',
-    doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session',
+    doc: 'observe/act requests served at once, over all sessions; the rest wait per session, least-served session first',
     default: undefined,
     defaultDoc: 'max(4, 2 × cores)',
     parse: int(1),
@@ -281,6 +282,12 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     env: 'DRUMS_DISK_OVERCOMMIT',
     doc: "disk admission: factor on every session's unwritten quota (1: no overcommit)",
     default: 1,
+    parse: number(0),
+  },
+  diskWriteMbps: {
+    env: 'DRUMS_DISK_WRITE_MBPS',
+    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
+    default: 100,
     parse: number(0),
   },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },

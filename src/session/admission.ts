@@ -115,15 +115,20 @@ export class Admission {
     return { memory, disk: diskCap, cpu: { cores: hostCpus().length }, moreSessions: Math.min(memory.moreSessions, diskCap.moreSessions) };
   }
 
-  /** Throws (before anything is made) unless the host can take a session with this spec now. */
-  check(spec: SessionSpec, sessions: AdmittedSession[]): void {
-    const cap = this.capacity(sessions, spec);
+  /** Throws 422 `limit_exceeds_host` if a limit of the spec is more than the host has at all (a pool template is checked so at PUT). */
+  fitsHost(spec: SessionSpec, cap: Capacity = this.capacity([], spec)): void {
     const tooBig = (field: string, what: string) => new DrumsError('limit_exceeds_host', `${field}: ${what}; ask for less`, { details: { field } });
     if (spec.memoryBytes > cap.memory.totalBytes)
       throw tooBig('memoryMb', `${spec.memoryBytes / MiB} MiB is more than the host's ${Math.floor(cap.memory.totalBytes / MiB)} MiB of RAM`);
     if (spec.diskBytes > cap.disk.totalBytes)
       throw tooBig('diskMb', `${spec.diskBytes / MiB} MiB is more than the state filesystem's ${Math.floor(cap.disk.totalBytes / MiB)} MiB`);
     if (spec.cpus > cap.cpu.cores) throw tooBig('cpus', `${spec.cpus} is more than the host's ${cap.cpu.cores} cores`);
+  }
+
+  /** Throws (before anything is made) unless the host can take a session with this spec now. */
+  check(spec: SessionSpec, sessions: AdmittedSession[]): void {
+    const cap = this.capacity(sessions, spec);
+    this.fitsHost(spec, cap);
     if (cap.memory.moreSessions < 1) {
       throw new DrumsError(
         'insufficient_memory',

@@ -75,6 +75,8 @@ export interface Session {
   _seedUpper?: string;
   /** Private: the host uid base the seed's files are owned by (0: host ids). */
   _seedBase?: number;
+  /** The session disk's loop device (this generation's). */
+  _disk?: { major: number; minor: number };
 }
 
 export interface ManagerOptions {
@@ -420,7 +422,7 @@ export class SessionManager {
         do: async () => {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
-          await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes);
+          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, this.config.diskWriteMbps * 1024 ** 2);
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
@@ -575,6 +577,7 @@ export class SessionManager {
       noSwap: swapLimitSupported(),
       pids: s.spec.pids,
       cpus: s.spec.cpus,
+      ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: this.config.diskWriteMbps * 1024 ** 2 } } : {}),
       shmBytes: 256 * 1024 ** 2,
       tmpBytes: 512 * 1024 ** 2,
     });

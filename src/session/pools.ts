@@ -183,6 +183,14 @@ export class PoolManager {
         details: { field: 'template.image' },
       });
     }
+    // A template the host could never hold is refused now, not by every refill.
+    try {
+      this.mgr.admission.fitsHost(spec);
+    } catch (e) {
+      if (e instanceof DrumsError && typeof e.details?.field === 'string')
+        throw new DrumsError(e.code, `template.${errorMessage(e)}`, { details: { field: `template.${e.details.field}` } });
+      throw e;
+    }
     const old = this._pools.get(name);
     const pool: Pool = old ?? { name, template, spec, size: d.size, idle: [], creating: 0, claims: 0, hits: 0, misses: 0, failures: 0, version: 1, source };
     if (old && specKey(old.spec) !== specKey(spec)) {

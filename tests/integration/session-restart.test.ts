@@ -112,18 +112,25 @@ describe('daemon restart', () => {
     });
   }
 
-  it('a corrupt record: that session is swept and reported, the others are adopted', async () => {
-    const c = await d.client.createSession({ image: 'minimal' });
-    const keep = (await d.client.listSessions()).filter((s) => s.id !== c.id).map((s) => s.id);
+  it('corrupt records (truncated, or JSON of the wrong shape): those sessions are swept and reported, the others are adopted', async () => {
+    const trunc = await d.client.createSession({ image: 'minimal' });
+    const shape = await d.client.createSession({ image: 'minimal' });
+    const kept = await d.client.createSession({ image: 'minimal' });
+    const keep = (await d.client.listSessions()).filter((s) => s.id !== trunc.id && s.id !== shape.id).map((s) => s.id);
+    assert.ok(keep.includes(kept.id));
     await killDaemon(d);
-    writeFileSync(join(d.stateDir, 'sessions', c.id, 'session.json'), '{"id": "trunc');
+    writeFileSync(join(d.stateDir, 'sessions', trunc.id, 'session.json'), '{"id": "trunc');
+    writeFileSync(join(d.stateDir, 'sessions', shape.id, 'session.json'), JSON.stringify({ id: shape.id, phase: 7, generation: 'x', names: 'all' }));
     await restart();
     assert.deepEqual(
       (await d.client.listSessions()).map((s) => s.id),
       keep,
     );
+    // The adopted one still works with its old token.
+    assert.equal((await d.client.exec(kept.id, { argv: ['echo', 'ok'] })).stdout.trim(), 'ok');
     const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
-    assert.match(t.terminations.find((x) => x.id === c.id)?.reason ?? '', /unreadable record/);
+    assert.match(t.terminations.find((x) => x.id === trunc.id)?.reason ?? '', /unreadable record/);
+    assert.match(t.terminations.find((x) => x.id === shape.id)?.reason ?? '', /lacks fields/);
     assertObjects(keep.length);
   });
 
