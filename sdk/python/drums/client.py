@@ -406,7 +406,9 @@ class Session(_SessionBase):
 
     def fork(self, n: int = 1, *, mode: str = "disk") -> list["Session"]:
         """``n`` copies of this session, each a new ``Session`` (destroy them yourself, or use them
-        as context managers). ``mode="disk"``: files copied, apps restarted (docs/pools.md)."""
+        as context managers). ``mode="disk"``: files copied, apps restarted; ``mode="memory"``: the
+        running session checkpointed and restored into each copy (processes, windows, memory), or
+        ``Conflict`` with code ``memory_fork_refused`` where CRIU can't dump it (docs/pools.md)."""
         r = self._req("POST", "/fork", json={"count": n, "mode": mode}).json()
         return [Session(self._c, info) for info in r["copies"]]
 
@@ -669,6 +671,7 @@ class AsyncSession(_SessionBase):
         return (await self._req("POST", "/release", json={"mode": mode})).json()
 
     async def fork(self, n: int = 1, *, mode: str = "disk") -> list["AsyncSession"]:
+        """As ``Session.fork``: ``mode`` is ``"disk"`` or ``"memory"``."""
         r = (await self._req("POST", "/fork", json={"count": n, "mode": mode})).json()
         return [AsyncSession(self._c, info) for info in r["copies"]]
 
