@@ -8,7 +8,8 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root" >&2; exit 1; }
 
 NODE_VERSION=24.22.3
-HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip)
+HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip
+  gcc libc6-dev)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
 # display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture.
 TEST_PACKAGES=(chromium xvfb openbox xterm x11-utils x11-xserver-utils xdotool dbus at-spi2-core
@@ -44,6 +45,14 @@ if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || 
   .runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/requirements-test.txt
   .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test,ray,agentrl]'
   cp sdk/python/requirements-test.txt .runtime/venv/.requirements
+fi
+
+# The user-namespace helper (src/host/drums-userns.c: idmapped mounts, a userns made by the session's own uid).
+if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runtime/bin/drums-userns ]]; then
+  step "building .runtime/bin/drums-userns"
+  mkdir -p .runtime/bin
+  cc -O2 -Wall -Wextra -Werror -o .runtime/bin/drums-userns.new src/host/drums-userns.c
+  mv .runtime/bin/drums-userns.new .runtime/bin/drums-userns
 fi
 
 # Each desktop session holds a few inotify instances (D-Bus, Chromium); the

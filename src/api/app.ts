@@ -17,6 +17,7 @@ import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
 import { hostRoutes } from './routes/host.ts';
 import { frameRoutes } from './frames/index.ts';
+import { takeoverExtras } from './frames/takeover.ts';
 import { poolRoutes } from './routes/pools.ts';
 import { forkRoutes } from './routes/fork.ts';
 import { specBodies } from './spec-validate.ts';
@@ -50,7 +51,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   });
   // Middleware, outermost first (src/api/middleware/): metrics, Host/Origin/token,
   // per-token rate limit, body limit, then per-session generation and idempotency.
-  const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, opts.viewExtras));
+  const extras = takeoverExtras(mgr, opts.viewExtras);
+  const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, extras));
   app.use('*', observe());
   app.use('*', security(opts));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));

@@ -15,6 +15,13 @@ def connect(host, port, fam=socket.AF_INET):
         s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(1.5); s.connect((host, port)); s.close(); return 'CONNECTED'
     except Exception as e: return type(e).__name__ + ':' + str(getattr(e, 'errno', ''))
 
+# Chromium's sandbox needs unshare(CLONE_NEWUSER) in a userns session: held if refused, or if a nested namespace still cannot mount
+def nested_userns():
+    r, w = os.pipe(); pid = os.fork()
+    if pid == 0:
+        res = 'refused' if libc.unshare(0x10000000) != 0 else ('mount ok' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0 or libc.unshare(0x00020000) == 0 else 'nested, no mount')
+        os.write(w, res.encode()); os._exit(0)
+    os.close(w); os.waitpid(pid, 0); return os.read(r, 100).decode()
 # processes
 pids = [p for p in os.listdir('/proc') if p.isdigit()]
 cmds = []
@@ -100,8 +107,18 @@ out('cap.ptrace-host-pid', 'capabilities', r != 0, err())
 r = libc.mknod(b'/tmp/.audit-blk', 0o60600, os.makedev(253, 0))
 out('cap.mknod-block-device', 'capabilities', r != 0 or not readable('/tmp/.audit-blk'), err() if r else 'created')
 out('dev.no-host-disks', 'devices', not any(d.startswith(('vd', 'sd', 'nvme', 'xvd', 'mem', 'kmsg')) for d in os.listdir('/dev')), ' '.join(sorted(os.listdir('/dev'))))
-out('cap.unshare-userns', 'capabilities', sc('unshare', 0x10000000) != 'ok', '')
+nu = nested_userns()
+out('cap.unshare-userns', 'capabilities', nu in ('refused', 'nested, no mount'), nu)
 out('cap.unshare-mountns', 'capabilities', sc('unshare', 0x00020000) != 'ok', '')
+# users: the session's ids are a range of its own on the host (uid 0 here is not host root)
+um = open('/proc/self/uid_map').read().split()
+out('users.session-root-not-host-root', 'users', len(um) == 3 and um[1] != '0' and int(um[2]) <= 65536, ' '.join(um))
+try:
+    nul = os.stat('/dev/null').st_uid
+    os.chmod('/dev/null', 0o666)
+    out('users.host-root-files-out-of-reach', 'users', False, f'chmod of /dev/null (owner {nul}) succeeded')
+except OSError as e:
+    out('users.host-root-files-out-of-reach', 'users', True, errno.errorcode.get(e.errno))
 capeff = int([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1], 16)
 out('cap.no-sys-admin', 'capabilities', not capeff & (1 << 21), hex(capeff))
 st = open('/proc/self/status').read()

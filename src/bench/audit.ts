@@ -28,6 +28,63 @@ export interface Probe {
 }
 
 const AUDIT_ARMS = ['baseline', 'fork', 'shared-browser'];
+/** The configuration audited: a user namespace per session (the users.* probes fail without one). */
+const AUDITED_CONFIG = { DRUMS_USERNS: '1' };
+
+/** Host uids of a session's processes (from its pids cgroup, v1 or v2), with their command lines. */
+function sessionHostUids(instance: string, id: string): { uid: number; cmd: string }[] {
+  const out: { uid: number; cmd: string }[] = [];
+  for (const f of [`/sys/fs/cgroup/pids/drums-${instance}/${id}/cgroup.procs`, `/sys/fs/cgroup/drums-${instance}/${id}/cgroup.procs`]) {
+    let pids: string[];
+    try {
+      pids = readFileSync(f, 'utf8').split('\n').filter(Boolean);
+    } catch {
+      continue;
+    }
+    for (const pid of pids) {
+      try {
+        const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+        out.push({ uid, cmd: readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') });
+      } catch {}
+    }
+    break;
+  }
+  return out;
+}
+
+/**
+ * Host-side user probes: A's and B's processes run as host uids no other session and no host
+ * user holds (none below 65536), and a root-in-session process in A is not host root.
+ */
+async function userProbes(c: DrumsClient, d: PrivateDaemon, a: SessionInfo, b: SessionInfo, arm: string): Promise<Probe[]> {
+  const mark = String(42_000_000 + Math.floor(Math.random() * 999_999));
+  await c.exec(a.id, { shell: `setsid sleep ${mark} >/dev/null 2>&1 < /dev/null &`, root: true, timeoutMs: 15_000 });
+  let rootProc: { uid: number } | undefined;
+  for (const end = Date.now() + 10_000; !rootProc && Date.now() < end; await sleep(200))
+    rootProc = sessionHostUids(d.instance, a.id).find((p) => p.cmd.includes(`sleep ${mark}`));
+  const ua = new Set(sessionHostUids(d.instance, a.id).map((p) => p.uid));
+  const ub = new Set(sessionHostUids(d.instance, b.id).map((p) => p.uid));
+  const shared = [...ua].filter((u) => ub.has(u));
+  const low = [...ua, ...ub].filter((u) => u < 65536);
+  return [
+    {
+      arm,
+      id: 'users.distinct-host-uids',
+      category: 'users',
+      as: 'host',
+      result: ua.size && ub.size && !shared.length && !low.length ? 'pass' : 'fail',
+      detail: `A runs as host uids ${[...ua].join(',')}; B as ${[...ub].join(',')}${shared.length ? `; shared ${shared.join(',')}` : ''}${low.length ? `; host-range uids ${low.join(',')}` : ''}`,
+    },
+    {
+      arm,
+      id: 'users.root-in-session-unprivileged-on-host',
+      category: 'users',
+      as: 'host',
+      result: rootProc && rootProc.uid >= 65536 ? 'pass' : rootProc ? 'fail' : 'invalid',
+      detail: rootProc ? `root-in-session's process is host uid ${rootProc.uid}` : 'the root-in-session process was not found',
+    },
+  ];
+}
 const PROBES_PY = readFileSync(new URL('./audit-probes.py', import.meta.url), 'utf8');
 const page = (rgb: string) => `data:text/html,<title>audit</title><body style="background:%23${rgb};margin:0"></body>`;
 const RED = 'cc2222',
@@ -274,6 +331,8 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
         result: 'fail',
         detail: `host listeners accepted ${[...hostAny.accepted, ...hostLo.accepted].join(', ')}`,
       });
+    progress('host uids');
+    probes.push(...(await userProbes(c, d, a, b, arm)));
     progress('screenshot integrity');
     const pa = await centerPixel(c, a.id),
       pb = await centerPixel(c, b.id);
@@ -433,7 +492,7 @@ export async function runAudit(o: {
   const failures: string[] = [];
   const incomplete: string[] = [];
   if (armNames.includes('baseline')) {
-    const d = await startPrivateDaemon();
+    const d = await startPrivateDaemon(AUDITED_CONFIG);
     try {
       const r = await auditBaseline(d, progress);
       probes.push(...r.probes);
@@ -446,7 +505,7 @@ export async function runAudit(o: {
     }
   }
   if (armNames.includes('fork')) {
-    const d = await startPrivateDaemon();
+    const d = await startPrivateDaemon(AUDITED_CONFIG);
     try {
       probes.push(...(await auditBaseline(d, progress, 'fork')).probes);
     } catch (e) {

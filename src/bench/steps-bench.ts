@@ -48,6 +48,8 @@ const PAGE =
     '<!doctype html><title>tick</title><body style="margin:0;font:48px sans-serif;background:#fafafa"><div id=t style="padding:40px"></div><p style="padding:40px;font-size:20px">Drums steps bench: a page whose clock ticks once a second.</p><script>setInterval(()=>t.textContent=new Date().toISOString(),1000)</script>',
   );
 const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
+/** Each session's disk quota (MiB); see the create below. */
+const BENCH_DISK_MB = 128;
 
 /** The daemon's own node process (bin/drums serve runs it under tini, which also adopts session processes). */
 function daemonNodePid(pid: number): number {
@@ -282,7 +284,16 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
         const c0 = performance.now();
         for (let i = 0; i < maxN; i += 4) {
           // One retry per session: on a loaded shared host a browser can miss the 60 s readiness deadline.
-          const create = () => d.client.createSession({ image: 'default', url: PAGE, screen: '1280x800' });
+          // A small disk quota: disk admission promises no more than the state filesystem holds
+          // (100 × the default 512 MiB is more than this host's), and the page writes nothing. A
+          // checkout older than disk quotas refuses the field (400), so it gets the plain spec.
+          const create = () =>
+            d.client
+              .createSession({ image: 'default', url: PAGE, screen: '1280x800', diskMb: BENCH_DISK_MB })
+              .catch((e: { status?: number; message?: string }) => {
+                if (e.status === 400 && /diskMb/.test(e.message ?? '')) return d.client.createSession({ image: 'default', url: PAGE, screen: '1280x800' });
+                throw e;
+              });
           const batch = await Promise.allSettled(
             Array.from({ length: Math.min(4, maxN - i) }, () =>
               create().catch((e) => {
@@ -499,7 +510,7 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     host: { ...hostFacts(), loadavg1BeforeAfterPerTrial: busy },
     method: {
       arms: o.arms.map((a) => `${a.name}: ${a.description}`).join('; '),
-      sessions: `default image (Chromium), 1280x800, a page with a clock ticking once a second; created 4 at a time`,
+      sessions: `default image (Chromium), 1280x800, diskMb ${BENCH_DISK_MB} where the checkout has disk quotas, a page with a clock ticking once a second; created 4 at a time`,
       closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: png} with Accept: image/png (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64)`,
       openLoop: `${o.offered} steps/s sent on schedule over all sessions for ${o.seconds} s; latency from the scheduled send time (no coordinated omission)`,
       cpu: 'utime+stime of the daemon node process (/proc/PID/stat) over the run ÷ steps; formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor',

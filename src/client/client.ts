@@ -25,6 +25,7 @@ import type {
   ScreenshotOptions,
   Session,
   SessionSpec,
+  TakeoverView,
   TerminalText,
   WindowOpResult,
   WindowsView,
@@ -97,6 +98,11 @@ export type SessionInfo = Session;
 export type ActRequest = Omit<ActionsRequest, 'actions'> & { actions: readonly unknown[] };
 export type ActResponse = ActionsResponse;
 export type ShotJson = ScreenshotData;
+/** A take-over held by this client: `id` is the capability its own input carries. */
+export interface HeldTakeover extends TakeoverView {
+  id: string;
+  generation: Generation;
+}
 /** The last record of a streamed exec. */
 export type ExecExit = Extract<ExecStreamRecord, { exitCode: number }>;
 /** The query of GET /screenshot: the spec's screenshot options plus the expected generation. */
@@ -240,6 +246,19 @@ export class DrumsClient {
   }
   async destroySession(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+  /** Takes the session's input over (409 takeover_held if someone holds it; docs/dashboard.md). */
+  takeOver(id: string, holder?: string): Promise<HeldTakeover> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/takeover`, holder === undefined ? {} : { holder });
+  }
+  /** Who holds the session's take-over, if anyone (also in every session view as `takeover`). */
+  async getTakeover(id: string): Promise<TakeoverView | null> {
+    return (await this.json<{ takeover: TakeoverView | null }>('GET', `/v1/sessions/${encodeURIComponent(id)}/takeover`)).takeover;
+  }
+  /** Releases the take-over: `takeoverId` must then be the held one (else 409); without, any. */
+  async releaseTakeover(id: string, takeoverId?: string): Promise<void> {
+    const q = takeoverId === undefined ? '' : `?takeover=${encodeURIComponent(takeoverId)}`;
+    await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}/takeover${q}`);
   }
   exec(id: string, req: ExecRequest): Promise<ExecResult> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/exec`, req);

@@ -22,6 +22,8 @@ export interface DaemonConfig {
   port: number;
   runtime: string | undefined;
   subnetPool: string;
+  userns: boolean;
+  usernsUidBase: number;
   maxSessions: number;
   startConcurrency: number;
   readyTimeoutMs: number;
@@ -117,7 +119,7 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   },
   claimsDir: {
     env: 'DRUMS_CLAIMS_DIR',
-    doc: 'where instances claim subnets (host-wide, shared by all instances)',
+    doc: 'where instances claim subnets and uid ranges (host-wide, shared by all instances)',
     default: '/run/drums/subnets',
     parse: dirPath,
   },
@@ -132,6 +134,19 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   port: { env: 'DRUMS_PORT', doc: 'port to listen on (0: any free port)', default: 7450, parse: int(0, 65535) },
   runtime: { env: 'DRUMS_RUNTIME', doc: '`runc`, `crun` or a path', default: undefined, defaultDoc: 'crun on cgroup v2, else runc', parse: str },
   subnetPool: { env: 'DRUMS_SUBNET_POOL', doc: 'IPv4 pool cut into one /30 per session', default: '10.231.0.0/16', parse: str },
+  userns: {
+    env: 'DRUMS_USERNS',
+    doc: 'a user namespace per session by default (each its own host uid range; a spec may ask otherwise with `userns`)',
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+  },
+  usernsUidBase: {
+    env: 'DRUMS_USERNS_UID_BASE',
+    doc: 'first host uid of the 16384 per-session ranges of 65536 (must not overlap /etc/subuid)',
+    default: 2 ** 30,
+    parse: int(65536, 2 ** 32 - 1 - 16384 * 65536),
+  },
   maxSessions: { env: 'DRUMS_MAX_SESSIONS', doc: 'sessions one daemon holds', default: 128, parse: int(1) },
   startConcurrency: { env: 'DRUMS_START_CONCURRENCY', doc: 'creates/resets in flight at once', default: 4, parse: int(1) },
   readyTimeoutMs: { env: 'DRUMS_READY_TIMEOUT_MS', doc: 'how long a create or reset waits for the desktop to be ready', default: 60_000, parse: int(1) },

@@ -12,7 +12,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CancelledError } from '../common/errors.ts';
 import { DisplayError, invalidAction } from './errors.ts';
 import { charToKeysyms, keysymFromName, splitChord } from './keysyms.ts';
-import type { Region, ScreenshotFormat, ScreenshotResult } from './screenshot.ts';
+import { keyChord, keyToggle, resolveKeyList, typeText } from './keyboard.ts';
+import { BUTTONS as BUTTON_NUMBERS, clickAt, dragAlong, moveTo, pressAt, wheelAt } from './pointer.ts';
+import { captureScreenshot, type Region, type ScreenshotFormat, type ScreenshotResult } from './screenshot.ts';
+import { cursorPosition } from './windows.ts';
 import type { XDisplay } from './x-display.ts';
 
 export type Button = 'left' | 'middle' | 'right' | 'back' | 'forward';
@@ -554,46 +557,49 @@ export interface ActionResult {
   status?: 'done' | 'fail';
 }
 
-/** Execute one canonical action (already normalized, screen coordinates). */
+/**
+ * Execute one canonical action (already normalized, screen coordinates): straight to the
+ * trusted halves of pointer.ts and keyboard.ts on the display's connection, which check nothing
+ * again. Key names are only resolved to keysyms (normalizeAction has checked them).
+ */
 export async function runAction(d: XDisplay, a: CanonicalAction): Promise<Omit<ActionResult, 'index' | 'ms'>> {
+  const { conn: c, keyboard: kb } = d;
+  const at = (p: { x?: number; y?: number }) => (p.x === undefined ? undefined : { x: p.x, y: p.y! });
+  const mods = (m: string[] | undefined) => resolveKeyList(m ?? [], true);
   switch (a.type) {
     case 'move':
-      await d.move(a.x, a.y);
+      await moveTo(c, a.x, a.y);
       break;
     case 'click':
-      await d.click({ x: a.x, y: a.y, button: a.button, count: a.count, modifiers: a.modifiers });
+      await clickAt(c, kb, at(a), BUTTON_NUMBERS[a.button], a.count, mods(a.modifiers));
       break;
     case 'mouse_down':
-      await d.mouseDown(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! });
-      break;
     case 'mouse_up':
-      await d.mouseUp(a.button, a.x === undefined ? undefined : { x: a.x, y: a.y! });
+      await pressAt(c, at(a), BUTTON_NUMBERS[a.button], a.type === 'mouse_down');
       break;
     case 'drag':
-      await d.drag(a.path, { button: a.button });
+      await dragAlong(c, a.path, BUTTON_NUMBERS[a.button]);
       break;
     case 'scroll':
-      await d.scroll({ x: a.x, y: a.y, dx: a.dx, dy: a.dy, modifiers: a.modifiers });
+      await wheelAt(c, kb, at(a), a.dx, a.dy, mods(a.modifiers));
       break;
     case 'key':
-      await d.key(a.keys);
+      await keyChord(kb, a.keys);
       break;
     case 'key_down':
-      await d.keyDown(a.key);
-      break;
     case 'key_up':
-      await d.keyUp(a.key);
+      await keyToggle(kb, a.key, a.type === 'key_down');
       break;
     case 'type':
-      await d.type(a.text);
+      await typeText(kb, a.text);
       break;
     case 'wait':
-      await d.wait(a.ms);
+      await sleep(a.ms);
       break;
     case 'screenshot':
-      return { type: a.type, screenshot: await d.screenshot({ format: a.format, quality: a.quality, region: a.region, scale: a.scale }) };
+      return { type: a.type, screenshot: await captureScreenshot(c, { format: a.format, quality: a.quality, region: a.region, scale: a.scale }) };
     case 'cursor_position':
-      return { type: a.type, cursor: await d.cursorPosition() };
+      return { type: a.type, cursor: await cursorPosition(c) };
     case 'done':
       return { type: a.type, status: a.status };
   }

@@ -4,24 +4,31 @@
  * the X DAMAGE extension, so an unchanged screen reuses its last encoding.
  *
  * Pipeline of one frame (1280x800: ~4 MB of BGRX):
- *   ShmGetImage → pread into a fresh buffer → the cursor drawn onto the BGRX bytes (only its
- *   own ~32x32 rectangle, in JS) → swap32 in place (BGRX → XRGB, native) → the buffer read
- *   from byte 1 is RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
- * The JS event loop touches no per-pixel work of the screen. The PNG is exact: it decodes to
- * the same RGB bytes as the earlier all-JS path (tests/unit/frames.test.ts checks that).
+ *   ShmGetImage → pread into a scratch buffer (shared by all connections) → the cursor drawn
+ *   onto the BGRX bytes (only its own ~32x32 rectangle, in JS) → then either
+ *   - unscaled PNG (the default): the banded encoder (png-bands.ts) deflates only the 16-row
+ *     bands that damage or the pointer touched since its last frame (encodeBands), or
+ *   - anything else: swap32 in place (BGRX → XRGB, native) → the buffer read from byte 1 is
+ *     RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
+ * Per-pixel work on the event loop is only the PNG bands that changed (~0.13 ms each). PNG and
+ * raw are exact: they decode to the same RGB bytes as the earlier all-JS path
+ * (tests/integration/display-frames.test.ts checks that).
  *
  * Damage: one DAMAGE object (level NonEmpty) on the root window per connection. Every
  * DamageNotify bumps `epoch`. A capture sends DamageSubtract just before its GetImage, so the
  * next change after it always notifies again. A cached frame is reused only when, after a
  * round trip (the cursor request, or a sync), the epoch is still the one it was captured at
  * and the cursor (position, serial) is unchanged: events the server sent before answering
- * that round trip have all arrived by then, so "no event" means "no change".
+ * that round trip have all arrived by then, so "no event" means "no change". A second DAMAGE
+ * object (level RawRectangles, never subtracted) tells the banded PNG encoder which rows
+ * changed, ordered against the capture by the events' sequence numbers (FrameState.rowSeq).
  */
 import * as fs from 'node:fs';
 import sharp from 'sharp';
 import { DisplayError } from './errors.ts';
-import type { XDisplay } from './x-display.ts';
-import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
+import { BAND_ROWS, BandPngEncoder } from './png-bands.ts';
+import type { XConnection } from './x-connection.ts';
+import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
 
 /**
  * zlib level of the PNG encoder (zlib-ng, no filter). Measured on an xterm screen at 1280x800:
@@ -61,15 +68,23 @@ class FrameState {
   captures = 0;
   cacheHits = 0;
   readonly cache: CacheEntry[] = [];
-  /** Reused capture buffers (a fresh 4 MB buffer costs ~2 ms of page faults per frame). */
-  private readonly _free: Buffer[] = [];
+  /**
+   * For the banded PNG encoder: per screen row, the highest sequence number of a DamageNotify
+   * (level RawRectangles: one event per drawing operation) that touched it. An event's sequence
+   * number is that of the last request of ours the server had processed when the damage
+   * happened, so a row is unchanged since a GetImage sent after request S iff its number is < S.
+   */
+  rowSeq: Float64Array | null = null;
+  /** Banded PNG encoders by region and cursor, with the sequence number of their last capture. */
+  readonly png = new Map<string, { enc: BandPngEncoder; seq: number; cursorRows: [number, number] | null }>();
   private _ext: any = null;
   private _damage = 0;
+  private _raw = 0;
   private _ready: Promise<void> | null = null;
 
-  private readonly d: XDisplay;
-  constructor(d: XDisplay) {
-    this.d = d;
+  private readonly c: XConnection;
+  constructor(c: XConnection) {
+    this.c = c;
   }
 
   /** Creates the DAMAGE object once; without the extension every frame is captured. */
@@ -82,17 +97,26 @@ class FrameState {
   }
 
   private async _attach(): Promise<void> {
-    const d = this.d;
-    const ext = await d.request<any>('DAMAGE QueryExtension', (cb) => d._x.require('damage', cb as any));
-    const id = d._x.AllocID();
-    d.on('xevent', (ev: { name?: string; damage?: number }) => {
-      if (ev.name === 'DamageNotify' && ev.damage === id) {
+    const c = this.c;
+    const ext = await c.request<any>('DAMAGE QueryExtension', (cb) => c.x.require('damage', cb as any));
+    const id = c.x.AllocID();
+    const raw = c.x.AllocID();
+    const rows = new Float64Array(c.height);
+    c.on('xevent', (ev: { name?: string; damage?: number; seq?: number; area?: { y: number; h: number } }) => {
+      if (ev.name !== 'DamageNotify') return;
+      if (ev.damage === id) {
         this.epoch++;
         this.damageEvents++;
+      } else if (ev.damage === raw && ev.area) {
+        const seq = ev.seq ?? Number.POSITIVE_INFINITY;
+        for (let y = Math.max(0, ev.area.y), end = Math.min(rows.length, ev.area.y + ev.area.h); y < end; y++) if (rows[y]! < seq) rows[y] = seq;
       }
     });
-    ext.Create(id, d.root, ext.ReportLevel.NonEmpty);
-    await d.sync();
+    ext.Create(id, c.root, ext.ReportLevel.NonEmpty);
+    ext.Create(raw, c.root, ext.ReportLevel.RawRectangles);
+    await c.sync();
+    this._raw = raw;
+    this.rowSeq = rows;
     this._ext = ext;
     this._damage = id;
     this.damageOk = true;
@@ -100,16 +124,11 @@ class FrameState {
 
   /** Empties the damage region: the next change after this request notifies again. */
   subtract(): void {
-    if (this.damageOk) this._ext.Subtract(this._damage, 0, 0);
-  }
-
-  take(bytes: number): Buffer {
-    const i = this._free.findIndex((b) => b.length === bytes + 4);
-    return i >= 0 ? this._free.splice(i, 1)[0] : Buffer.allocUnsafeSlow(bytes + 4);
-  }
-
-  give(b: Buffer): void {
-    if (this._free.length < 2) this._free.push(b);
+    if (!this.damageOk) return;
+    this._ext.Subtract(this._damage, 0, 0);
+    // The raw object reports every drawing operation whatever its region holds; emptying the
+    // region only keeps the server's bookkeeping small.
+    this._ext.Subtract(this._raw, 0, 0);
   }
 
   lookup(key: string, cursorKey: string): ScreenshotResult | null {
@@ -142,31 +161,79 @@ class FrameState {
   }
 }
 
-const states = new WeakMap<XDisplay, FrameState>();
-function stateOf(d: XDisplay): FrameState {
-  let s = states.get(d);
+/**
+ * Capture buffers, shared by every connection of the process: a frame's BGRX bytes live only
+ * from its GetImage to the end of its encode, so the daemon needs as many as it encodes at once,
+ * not one per session (per connection that was ~4 MB of RSS per session that ever took a
+ * screenshot). A reused buffer also saves the ~2 ms of page faults a fresh 4 MB one costs.
+ * Buffers are kept up to SCRATCH_KEEP (beyond that, a burst's extra ones are left to the GC);
+ * a buffer larger than asked is handed out as a view of the right length.
+ */
+export const SCRATCH_KEEP = 4;
+class ScratchPool {
+  private readonly _free: Buffer[] = [];
+  /** Buffers handed out and not yet given back (for tests and the bench). */
+  inUse = 0;
+  allocated = 0;
+
+  get kept(): number {
+    return this._free.length;
+  }
+
+  take(bytes: number): Buffer {
+    this.inUse++;
+    // The smallest kept buffer that fits.
+    let best = -1;
+    for (let i = 0; i < this._free.length; i++) if (this._free[i].length >= bytes && (best < 0 || this._free[i].length < this._free[best].length)) best = i;
+    if (best >= 0) return this._free.splice(best, 1)[0].subarray(0, bytes);
+    this.allocated++;
+    return Buffer.allocUnsafeSlow(bytes);
+  }
+
+  give(b: Buffer): void {
+    this.inUse--;
+    // The whole underlying buffer goes back (take() may have handed out a view of it).
+    const whole = Buffer.from(b.buffer, 0, b.buffer.byteLength);
+    if (this._free.length < SCRATCH_KEEP) this._free.push(whole);
+    else {
+      // Keep the largest ones: a full-screen frame then never allocates.
+      const i = this._free.reduce((m, x, j, a) => (x.length < a[m].length ? j : m), 0);
+      if (this._free[i].length < whole.length) this._free[i] = whole;
+    }
+  }
+}
+const scratch = new ScratchPool();
+
+/** The shared capture buffers: kept, in use, and allocated so far. */
+export function scratchStats(): { kept: number; inUse: number; allocated: number } {
+  return { kept: scratch.kept, inUse: scratch.inUse, allocated: scratch.allocated };
+}
+
+const states = new WeakMap<XConnection, FrameState>();
+function stateOf(c: XConnection): FrameState {
+  let s = states.get(c);
   if (!s) {
-    s = new FrameState(d);
-    states.set(d, s);
+    s = new FrameState(c);
+    states.set(c, s);
   }
   return s;
 }
 
 /** Counters of one connection's frame path (for tests and the bench). */
-export function frameStats(d: XDisplay): FrameStats {
-  const s = stateOf(d);
+export function frameStats(c: XConnection): FrameStats {
+  const s = stateOf(c);
   return { captures: s.captures, cacheHits: s.cacheHits, damageEvents: s.damageEvents, damage: s.damageOk };
 }
 
 /** Resolves once the connection's damage tracking is set up (or known to be unavailable). */
-export function trackDamage(d: XDisplay): Promise<boolean> {
-  const s = stateOf(d);
+export function trackDamage(c: XConnection): Promise<boolean> {
+  const s = stateOf(c);
   return s.ready().then(() => s.damageOk);
 }
 
 /** The change counter of a connection: it moves whenever the screen may have changed. */
-export function damageEpoch(d: XDisplay): number {
-  return stateOf(d).epoch;
+export function damageEpoch(c: XConnection): number {
+  return stateOf(c).epoch;
 }
 
 /**
@@ -196,16 +263,16 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
   }
 }
 
-/** Captures a rectangle as BGRX into a fresh buffer with one spare byte at the end. */
-async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
+/** Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the end). */
+async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
   const bytes = r.width * r.height * 4;
-  if (d._shm) {
-    const got = await d._shmLock.run(async () => {
-      const shm = d._shm;
+  if (c.shm) {
+    const got = await c.shmLock.run(async () => {
+      const shm = c.shm;
       if (!shm) return false;
       beforeGet();
-      const rep = await d.request<{ size: number }>('ShmGetImage', (cb) =>
-        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
+      const rep = await c.request<{ size: number }>('ShmGetImage', (cb) =>
+        shm.ext.GetImage(c.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
       );
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment straight into this frame's buffer (the client does not mmap it).
@@ -215,7 +282,7 @@ async function captureBgrx(d: XDisplay, r: Region, out: Buffer, beforeGet: () =>
     if (got) return out;
   }
   beforeGet();
-  const img = await d.request<{ data: Buffer }>('GetImage', (cb) => d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
+  const img = await c.request<{ data: Buffer }>('GetImage', (cb) => c.x.GetImage(2 /* ZPixmap */, c.root, r.x, r.y, r.width, r.height, 0xffffffff, cb));
   if (img.data.length < bytes) {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
   }
@@ -284,15 +351,51 @@ function cacheKey(o: ResolvedShot): string {
   return `${o.format}/${o.quality}/${r.x},${r.y},${r.width},${r.height}/${o.scale ? `${o.scale.width}x${o.scale.height}` : '-'}/${o.wantCursor ? 1 : 0}`;
 }
 
+/** Banded encoders kept per connection (region × cursor); each holds only compressed bands. */
+const PNG_ENCODERS = 2;
+
+/**
+ * Unscaled PNG (the step's default): only the bands that may have changed since this
+ * encoder's last frame are encoded again: rows with damage numbered at or after that frame's
+ * capture, and the rows of the pointer then and now (the cursor is drawn in, not damage).
+ * The event carrying any damage before this GetImage has arrived with (before) its reply.
+ */
+function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number, cursor: CursorImage | null): ScreenshotResult {
+  const r = o.region;
+  const key = `${r.x},${r.y},${r.width},${r.height}/${cursor ? 1 : 0}`;
+  let e = st.png.get(key);
+  if (!e) {
+    if (st.png.size >= PNG_ENCODERS) st.png.delete(st.png.keys().next().value!);
+    e = { enc: new BandPngEncoder(r.width, r.height), seq: 0, cursorRows: null };
+  }
+  st.png.delete(key);
+  st.png.set(key, e);
+  const rows = st.rowSeq!;
+  const since = e.seq;
+  const cur: [number, number] | null = cursor ? [cursor.y - cursor.yhot - r.y, cursor.y - cursor.yhot - r.y + cursor.height] : null;
+  const was = e.cursorRows;
+  const out = e.enc.encode(bgrx, (k) => {
+    const y0 = k * BAND_ROWS,
+      y1 = Math.min(r.height, y0 + BAND_ROWS);
+    if (cur && cur[0] < y1 && cur[1] > y0) return true;
+    if (was && was[0] < y1 && was[1] > y0) return true;
+    for (let y = r.y + y0; y < r.y + y1; y++) if (rows[y]! >= since) return true;
+    return false;
+  });
+  e.seq = seq;
+  e.cursorRows = cur;
+  return { data: out.png, width: r.width, height: r.height, format: 'png', mimeType: MIME.png };
+}
+
 /** One frame: from the cache when nothing changed, else captured and encoded. */
-export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: ScreenshotOptions): Promise<ScreenshotResult & { cached?: boolean }> {
-  const st = stateOf(d);
+export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: ScreenshotOptions): Promise<ScreenshotResult & { cached?: boolean }> {
+  const st = stateOf(c);
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
   let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
   if (o.wantCursor)
-    cursor = await d.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => d._fixes.GetCursorImage(cb)).catch(() => null);
-  else await d.sync();
+    cursor = await c.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => c.fixes.GetCursorImage(cb)).catch(() => null);
+  else await c.sync();
   const cursorKey = cursor ? `${cursor.x},${cursor.y},${cursor.cursorSerial ?? cursor.cursorImage.length}` : '-';
   const key = cacheKey(o);
   const hit = st.lookup(key, cursorKey);
@@ -301,19 +404,23 @@ export async function captureFrame(d: XDisplay, o: ResolvedShot, _opts?: Screens
     return { ...hit, cached: true };
   }
   let epoch = st.epoch;
-  const buf = st.take(o.region.width * o.region.height * 4);
+  let seq = 0;
+  const buf = scratch.take(o.region.width * o.region.height * 4 + 4);
   let result: ScreenshotResult;
   try {
-    const bgrx = await captureBgrx(d, o.region, buf, () => {
+    const bgrx = await captureBgrx(c, o.region, buf, () => {
       epoch = st.epoch;
       st.subtract();
+      // The GetImage goes out next: damage numbered >= this happened after the last request
+      // before it (so possibly after the capture), anything lower is in the capture.
+      seq = c.x.seq_num;
     });
     st.captures++;
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
-    result = await encodeBgrx(bgrx, o);
+    result = o.format === 'png' && !o.scale && st.rowSeq ? encodeBands(st, bgrx, o, seq, cursor) : await encodeBgrx(bgrx, o);
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
-    st.give(buf);
+    scratch.give(buf);
   }
   st.store(key, epoch, cursorKey, result);
   return result;

@@ -5,40 +5,11 @@
  */
 import * as fs from 'node:fs';
 import { DisplayError } from './errors.ts';
-import { captureFrame } from './frames.ts';
-import type { XDisplay } from './x-display.ts';
+import { captureFrame, type ResolvedShot } from './frames.ts';
+import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
+import type { XConnection } from './x-connection.ts';
 
-export type ScreenshotFormat = 'png' | 'jpeg' | 'webp' | 'raw';
-
-export interface Region {
-  x: number;
-  y: number;
-  width: number;
-  height: number;
-}
-
-export interface ScreenshotOptions {
-  format?: ScreenshotFormat;
-  /** JPEG/WebP quality 1..100 (default 80). */
-  quality?: number;
-  /** Capture only this rectangle (screen coordinates). */
-  region?: Region;
-  /** Resize the output to this size (fill, aspect not kept). One side alone keeps the aspect. */
-  scale?: { width?: number; height?: number };
-  /** Draw the pointer (default true). */
-  cursor?: boolean;
-}
-
-export interface ScreenshotResult {
-  data: Buffer;
-  width: number;
-  height: number;
-  format: ScreenshotFormat;
-  mimeType: string;
-  /** Multiply an x in this image by scaleX (and add region.x) to get a screen x. Only when scaled. */
-  scaleX?: number;
-  scaleY?: number;
-}
+export type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
 
 export const DEFAULT_JPEG_QUALITY = 80;
 export const PNG_COMPRESSION_LEVEL = 6;
@@ -75,17 +46,17 @@ export function validateRegion(region: Region | undefined, screen: { width: numb
   return { x, y, width, height };
 }
 
-function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number): { width: number; height: number } | null {
+function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number, prefix = ''): { width: number; height: number } | null {
   if (scale === undefined) return null;
-  if (scale === null || typeof scale !== 'object') throw regionError('scale', 'must be an object {width, height}');
+  if (scale === null || typeof scale !== 'object') throw regionError(`${prefix}scale`, 'must be an object {width, height}');
   let { width, height } = scale;
-  if (width === undefined && height === undefined) throw regionError('scale', 'needs width and/or height');
+  if (width === undefined && height === undefined) throw regionError(`${prefix}scale`, 'needs width and/or height');
   for (const [k, v] of [
     ['width', width],
     ['height', height],
   ] as const) {
     if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE))
-      throw regionError(`scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
+      throw regionError(`${prefix}scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
   }
   if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
   if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
@@ -120,16 +91,6 @@ export function bgrxToRgb(src: Buffer, pixels: number, dst: Buffer = Buffer.allo
   return dst;
 }
 
-export interface CursorImage {
-  x: number;
-  y: number;
-  width: number;
-  height: number;
-  xhot: number;
-  yhot: number;
-  cursorImage: Buffer;
-}
-
 /** Draw a premultiplied ARGB32 cursor onto an RGB image whose top-left is (originX, originY) on screen. */
 export function compositeCursor(rgb: Buffer, width: number, height: number, cur: CursorImage, originX: number, originY: number): void {
   const left = cur.x - cur.xhot - originX;
@@ -155,28 +116,29 @@ export function compositeCursor(rgb: Buffer, width: number, height: number, cur:
 }
 
 /** Capture a rectangle as packed RGB (no cursor). */
-export async function captureRgb(d: XDisplay, r: Region): Promise<Buffer> {
+export async function captureRgb(c: XConnection, r: Region): Promise<Buffer> {
   const pixels = r.width * r.height;
-  if (d._shm) {
-    return d._shmLock.run(async () => {
-      const shm = d._shm;
-      if (!shm) return captureCoreRgb(d, r);
-      const rep = await d.request<{ size: number }>('ShmGetImage', (cb) =>
-        shm.ext.GetImage(d.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
+  if (c.shm) {
+    return c.shmLock.run(async () => {
+      const shm = c.shm;
+      if (!shm) return captureCoreRgb(c, r);
+      const rep = await c.request<{ size: number }>('ShmGetImage', (cb) =>
+        shm.ext.GetImage(c.root, r.x, r.y, r.width, r.height, 0xffffffff, 2 /* ZPixmap */, shm.xid, 0, cb),
       );
       const bytes = pixels * 4;
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
-      // pread from the tmpfs segment into the reused buffer (the client does not mmap it).
-      fs.readSync(shm.fd, shm.buffer, 0, bytes, 0);
-      return bgrxToRgb(shm.buffer, pixels);
+      // pread from the tmpfs segment (the client does not mmap it).
+      const bgrx = Buffer.allocUnsafe(bytes);
+      fs.readSync(shm.fd, bgrx, 0, bytes, 0);
+      return bgrxToRgb(bgrx, pixels);
     });
   }
-  return captureCoreRgb(d, r);
+  return captureCoreRgb(c, r);
 }
 
-async function captureCoreRgb(d: XDisplay, r: Region): Promise<Buffer> {
-  const img = await d.request<{ data: Buffer; depth: number }>('GetImage', (cb) =>
-    d._x.GetImage(2 /* ZPixmap */, d.root, r.x, r.y, r.width, r.height, 0xffffffff, cb),
+async function captureCoreRgb(c: XConnection, r: Region): Promise<Buffer> {
+  const img = await c.request<{ data: Buffer; depth: number }>('GetImage', (cb) =>
+    c.x.GetImage(2 /* ZPixmap */, c.root, r.x, r.y, r.width, r.height, 0xffffffff, cb),
   );
   if (img.data.length < r.width * r.height * 4) {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
@@ -184,16 +146,29 @@ async function captureCoreRgb(d: XDisplay, r: Region): Promise<Buffer> {
   return bgrxToRgb(img.data, r.width * r.height);
 }
 
-export async function captureScreenshot(d: XDisplay, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+/**
+ * Checks screenshot options against a screen and fills in the defaults: the frame captureFrame
+ * takes. Field names in errors start with `prefix` (the actions route passes 'screenshot.').
+ */
+export function resolveShot(options: ScreenshotOptions, screen: { width: number; height: number }, prefix = ''): ResolvedShot {
   const format = options.format ?? 'png';
   if (!(format in MIME))
-    throw new DisplayError('invalid_action', `format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, { field: 'format' });
+    throw new DisplayError('invalid_action', `${prefix}format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, {
+      field: `${prefix}format`,
+    });
   const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
   if (!isInt(quality) || quality < 1 || quality > 100)
-    throw new DisplayError('invalid_action', 'quality: must be an integer within 1..100', { field: 'quality' });
-  const region = validateRegion(options.region, d);
-  const scale = resolveScale(options.scale, region.width, region.height);
-  const wantCursor = options.cursor !== false && d.hasCursorImage;
+    throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
+  const region = validateRegion(options.region, screen, `${prefix}region`);
+  const scale = resolveScale(options.scale, region.width, region.height, prefix);
+  return { format, quality, region, scale, wantCursor: options.cursor !== false };
+}
 
-  return captureFrame(d, { format, quality, region, scale, wantCursor });
+/** A frame on this connection (the pointer drawn only where the server has XFIXES). */
+export function captureResolved(c: XConnection, shot: ResolvedShot): Promise<ScreenshotResult> {
+  return captureFrame(c, { ...shot, wantCursor: shot.wantCursor && !!c.fixes });
+}
+
+export async function captureScreenshot(c: XConnection, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+  return captureResolved(c, resolveShot(options, c));
 }

@@ -4,7 +4,7 @@
  */
 import type { XEvent } from 'x11';
 import { DisplayError } from './errors.ts';
-import type { XDisplay } from './x-display.ts';
+import type { XConnection } from './x-connection.ts';
 
 export interface WindowInfo {
   id: number;
@@ -23,7 +23,7 @@ export interface WindowInfo {
 }
 
 export interface WaitForWindowOptions {
-  /** Default: the display's request timeout × 2 (10 s by default). */
+  /** Default: the connection's request timeout × 2 (10 s by default). */
   timeoutMs?: number;
 }
 
@@ -35,10 +35,10 @@ const SUBSTRUCTURE_MASK = 0x00080000 | 0x00100000; // SubstructureNotify | Subst
 const PROPERTY_CHANGE = 0x00400000;
 const STRUCTURE_NOTIFY = 0x00020000;
 
-async function getProp(d: XDisplay, wid: number, name: string, type: number, longLength = 4096): Promise<Buffer | null> {
-  const atom = await d._atom(name);
-  const rep = await d.request<{ type: number; format: number; data: Buffer }>(`GetProperty(${name})`, (cb) =>
-    d._x.GetProperty(0, wid, atom, type, 0, longLength, cb),
+async function getProp(c: XConnection, wid: number, name: string, type: number, longLength = 4096): Promise<Buffer | null> {
+  const atom = await c.atom(name);
+  const rep = await c.request<{ type: number; format: number; data: Buffer }>(`GetProperty(${name})`, (cb) =>
+    c.x.GetProperty(0, wid, atom, type, 0, longLength, cb),
   );
   if (!rep || rep.type === 0) return null;
   return rep.data;
@@ -52,22 +52,22 @@ function u32list(buf: Buffer | null): number[] {
 }
 
 /** Ids from _NET_CLIENT_LIST (managed top-level windows, in mapping order). */
-export async function clientList(d: XDisplay): Promise<number[]> {
-  return u32list(await getProp(d, d.root, '_NET_CLIENT_LIST', ATOM_WINDOW));
+export async function clientList(c: XConnection): Promise<number[]> {
+  return u32list(await getProp(c, c.root, '_NET_CLIENT_LIST', ATOM_WINDOW));
 }
 
 /** Details of one window; null if it vanished while we asked. */
-export async function windowInfo(d: XDisplay, id: number): Promise<WindowInfo | null> {
+export async function windowInfo(c: XConnection, id: number): Promise<WindowInfo | null> {
   try {
-    const utf8 = await d._atom('UTF8_STRING');
+    const utf8 = await c.atom('UTF8_STRING');
     const [netName, wmName, wmClass, pid, geom, pos, attrs] = await Promise.all([
-      getProp(d, id, '_NET_WM_NAME', utf8),
-      getProp(d, id, 'WM_NAME', ANY),
-      getProp(d, id, 'WM_CLASS', ATOM_STRING),
-      getProp(d, id, '_NET_WM_PID', ATOM_CARDINAL),
-      d.request<{ width: number; height: number }>('GetGeometry', (cb) => d._x.GetGeometry(id, cb)),
-      d.request<{ destX: number; destY: number }>('TranslateCoordinates', (cb) => d._x.TranslateCoordinates(id, d.root, 0, 0, cb)),
-      d.request<{ mapState: number }>('GetWindowAttributes', (cb) => d._x.GetWindowAttributes(id, cb)),
+      getProp(c, id, '_NET_WM_NAME', utf8),
+      getProp(c, id, 'WM_NAME', ANY),
+      getProp(c, id, 'WM_CLASS', ATOM_STRING),
+      getProp(c, id, '_NET_WM_PID', ATOM_CARDINAL),
+      c.request<{ width: number; height: number }>('GetGeometry', (cb) => c.x.GetGeometry(id, cb)),
+      c.request<{ destX: number; destY: number }>('TranslateCoordinates', (cb) => c.x.TranslateCoordinates(id, c.root, 0, 0, cb)),
+      c.request<{ mapState: number }>('GetWindowAttributes', (cb) => c.x.GetWindowAttributes(id, cb)),
     ]);
     const title = netName?.length ? netName.toString('utf8') : wmName ? wmName.toString('latin1') : '';
     const cls = wmClass ? wmClass.toString('latin1').split('\0') : [];
@@ -89,43 +89,43 @@ export async function windowInfo(d: XDisplay, id: number): Promise<WindowInfo | 
   }
 }
 
-export async function listWindows(d: XDisplay): Promise<WindowInfo[]> {
-  const ids = await clientList(d);
-  const infos = await Promise.all(ids.map((id) => windowInfo(d, id)));
+export async function listWindows(c: XConnection): Promise<WindowInfo[]> {
+  const ids = await clientList(c);
+  const infos = await Promise.all(ids.map((id) => windowInfo(c, id)));
   return infos.filter((w): w is WindowInfo => w !== null);
 }
 
-export async function activeWindow(d: XDisplay): Promise<WindowInfo | null> {
-  const id = u32list(await getProp(d, d.root, '_NET_ACTIVE_WINDOW', ATOM_WINDOW))[0];
+export async function activeWindow(c: XConnection): Promise<WindowInfo | null> {
+  const id = u32list(await getProp(c, c.root, '_NET_ACTIVE_WINDOW', ATOM_WINDOW))[0];
   if (!id) return null;
-  return windowInfo(d, id);
+  return windowInfo(c, id);
 }
 
-async function hasWindowManager(d: XDisplay): Promise<boolean> {
-  return u32list(await getProp(d, d.root, '_NET_SUPPORTING_WM_CHECK', ATOM_WINDOW)).length > 0;
+async function hasWindowManager(c: XConnection): Promise<boolean> {
+  return u32list(await getProp(c, c.root, '_NET_SUPPORTING_WM_CHECK', ATOM_WINDOW)).length > 0;
 }
 
 /** Ask the window manager to activate (raise + focus) a window; without a WM, set focus directly. */
-export async function activateWindow(d: XDisplay, id: number): Promise<void> {
-  if (await hasWindowManager(d)) {
-    const atom = await d._atom('_NET_ACTIVE_WINDOW');
+export async function activateWindow(c: XConnection, id: number): Promise<void> {
+  if (await hasWindowManager(c)) {
+    const atom = await c.atom('_NET_ACTIVE_WINDOW');
     // data: source indication 2 (pager: obey it), timestamp CurrentTime, requestor's active window 0
-    await d.request<void>('SendEvent(_NET_ACTIVE_WINDOW)', (cb) => d._x.SendClientMessage(d.root, id, atom, 32, [2, 0, 0], SUBSTRUCTURE_MASK, cb));
+    await c.request<void>('SendEvent(_NET_ACTIVE_WINDOW)', (cb) => c.x.SendClientMessage(c.root, id, atom, 32, [2, 0, 0], SUBSTRUCTURE_MASK, cb));
   } else {
-    await d.request<void>('SetInputFocus', (cb) => d._x.SetInputFocus(id, 1, cb));
+    await c.request<void>('SetInputFocus', (cb) => c.x.SetInputFocus(id, 1, cb));
   }
-  await d.sync();
+  await c.sync();
 }
 
 /** Ask the window manager to close a window (_NET_CLOSE_WINDOW: the WM sends WM_DELETE_WINDOW). */
-export async function closeWindow(d: XDisplay, id: number): Promise<void> {
-  const atom = await d._atom('_NET_CLOSE_WINDOW');
-  await d.request<void>('SendEvent(_NET_CLOSE_WINDOW)', (cb) => d._x.SendClientMessage(d.root, id, atom, 32, [0, 2], SUBSTRUCTURE_MASK, cb));
-  await d.sync();
+export async function closeWindow(c: XConnection, id: number): Promise<void> {
+  const atom = await c.atom('_NET_CLOSE_WINDOW');
+  await c.request<void>('SendEvent(_NET_CLOSE_WINDOW)', (cb) => c.x.SendClientMessage(c.root, id, atom, 32, [0, 2], SUBSTRUCTURE_MASK, cb));
+  await c.sync();
 }
 
-export async function cursorPosition(d: XDisplay): Promise<{ x: number; y: number }> {
-  const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => d._x.QueryPointer(d.root, cb));
+export async function cursorPosition(c: XConnection): Promise<{ x: number; y: number }> {
+  const p = await c.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => c.x.QueryPointer(c.root, cb));
   return { x: p.rootX, y: p.rootY };
 }
 
@@ -136,8 +136,8 @@ const WATCHED = ['_NET_CLIENT_LIST', '_NET_ACTIVE_WINDOW', '_NET_WM_NAME', 'WM_N
  * something changed: PropertyNotify for the client list / active window (root) or a client's
  * name/class, and Map/Unmap/ConfigureNotify of a client. No polling.
  */
-export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean, options: WaitForWindowOptions = {}): Promise<WindowInfo> {
-  const timeoutMs = options.timeoutMs ?? d.timeoutMs * 2;
+export function waitForWindow(c: XConnection, predicate: (w: WindowInfo) => boolean, options: WaitForWindowOptions = {}): Promise<WindowInfo> {
+  const timeoutMs = options.timeoutMs ?? c.timeoutMs * 2;
   return new Promise<WindowInfo>((resolve, reject) => {
     let done = false;
     let running = false;
@@ -149,8 +149,8 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
       if (done) return;
       done = true;
       clearTimeout(timer);
-      d.removeListener('xevent', onEvent);
-      d.removeListener('closed', onClosed);
+      c.removeListener('xevent', onEvent);
+      c.removeListener('closed', onClosed);
       if (err) reject(err);
       else resolve(w!);
     };
@@ -165,7 +165,7 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
       try {
         do {
           dirty = false;
-          const ids = await clientList(d);
+          const ids = await clientList(c);
           // A window that left the list may come back under the same id: select on it again.
           for (const id of selected) if (!ids.includes(id)) selected.delete(id);
           for (const id of ids) {
@@ -173,10 +173,10 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
               selected.add(id);
               // Hear about title/class, map and geometry changes of this client too (this sets our
               // own client's event mask on it; other clients are unaffected).
-              if (!d.closed) d._x.ChangeWindowAttributes(id, { eventMask: PROPERTY_CHANGE | STRUCTURE_NOTIFY });
+              if (!c.closed) c.x.ChangeWindowAttributes(id, { eventMask: PROPERTY_CHANGE | STRUCTURE_NOTIFY });
             }
           }
-          const infos = await Promise.all(ids.map((id) => windowInfo(d, id)));
+          const infos = await Promise.all(ids.map((id) => windowInfo(c, id)));
           for (const w of infos) {
             if (w && predicate(w)) {
               finish(null, w);
@@ -200,16 +200,16 @@ export function waitForWindow(d: XDisplay, predicate: (w: WindowInfo) => boolean
         void check();
       }
     };
-    const onClosed = () => finish(new DisplayError('display_closed', `X display ${d.socketPath} closed while waiting for a window`));
+    const onClosed = () => finish(new DisplayError('display_closed', `X display ${c.socketPath} closed while waiting for a window`));
     const timer = setTimeout(() => finish(new DisplayError('wait_timeout', `no matching window within ${timeoutMs} ms`, { timeoutMs })), timeoutMs);
 
-    if (d.closed) {
+    if (c.closed) {
       onClosed();
       return;
     }
-    d.on('xevent', onEvent);
-    d.on('closed', onClosed);
-    Promise.all(WATCHED.map((n) => d._atom(n)))
+    c.on('xevent', onEvent);
+    c.on('closed', onClosed);
+    Promise.all(WATCHED.map((n) => c.atom(n)))
       .then((atoms) => {
         atoms.forEach((a) => watchedAtoms.add(a));
         return check();

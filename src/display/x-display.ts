@@ -1,499 +1,159 @@
 /**
- * One persistent X connection to one session's X server, reached through a path socket on the
- * host. All requests are promise-wrapped with a deadline; a dead server rejects every pending and
- * later call with `display_closed` and never hangs or crashes the caller.
+ * The display facade the daemon uses: one XConnection to one session's X server, with the
+ * keyboard state, pointer, screenshot and window helpers composed over it. Every helper depends
+ * on XConnection only (x-connection.ts), never on this class.
  */
 import { EventEmitter } from 'node:events';
-import { createRequire } from 'node:module';
-import * as fs from 'node:fs';
-import * as net from 'node:net';
-import type { Duplex } from 'node:stream';
-import x11 from 'x11';
-import type { XClient, XDisplayInfo, XEvent, XProtocolError } from 'x11';
-import { DisplayError } from './errors.ts';
-import { Keyboard } from './input.ts';
-import * as input from './input.ts';
+import { Keyboard, keyChord, keyToggle, typeText } from './keyboard.ts';
+import * as pointer from './pointer.ts';
+import type { ClickOptions, DragOptions, MouseButton, ScrollOptions } from './pointer.ts';
 import { captureScreenshot } from './screenshot.ts';
 import type { ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
 import * as windows from './windows.ts';
-import type { WindowInfo, WaitForWindowOptions } from './windows.ts';
-import type { MouseButton } from './input.ts';
+import type { WaitForWindowOptions, WindowInfo } from './windows.ts';
+import { XConnection, type XConnectionOpenOptions } from './x-connection.ts';
 
-const require = createRequire(import.meta.url);
+export { DEFAULT_TIMEOUT_MS } from './x-connection.ts';
+export type XDisplayOpenOptions = XConnectionOpenOptions;
 
-interface FdPass {
-  available(): boolean;
-  connect(path: string): (net.Socket & { _fdCapable?: boolean }) | null;
-}
-
-let fdpassModule: FdPass | null | undefined;
-function fdpass(): FdPass | null {
-  if (fdpassModule === undefined) {
-    try {
-      // Internal module of x11 (pinned to 4.2.2): a unix socket that can carry SCM_RIGHTS,
-      // needed for MIT-SHM AttachFd across mount namespaces.
-      fdpassModule = require('x11/lib/fdpass') as FdPass;
-    } catch {
-      fdpassModule = null;
-    }
-  }
-  return fdpassModule;
-}
-
-export const DEFAULT_TIMEOUT_MS = 5_000;
-
-export interface XDisplayOpenOptions {
-  /** Deadline for every X request, and for the whole open() (default 5000). */
-  timeoutMs?: number;
-  /** Try MIT-SHM (default true). false forces core GetImage. */
-  shm?: boolean;
-}
-
-interface ShmState {
-  ext: any;
-  xid: number;
-  fd: number;
-  size: number;
-  buffer: Buffer; // client-side copy, read back with pread after each GetImage
-}
-
-interface Pending {
-  reject(err: Error): void;
-  timer: NodeJS.Timeout;
-}
-
-type Callback<T> = (err: XProtocolError | null | undefined, result: T) => unknown;
-
-/** Promise chain used as a mutex. */
-class Lock {
-  private _tail: Promise<unknown> = Promise.resolve();
-  run<T>(fn: () => Promise<T>): Promise<T> {
-    const result = this._tail.then(fn, fn);
-    this._tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
-    return result;
-  }
-}
-
+/** Emits `closed` (reason) once, when the connection goes away for any reason. */
 export class XDisplay extends EventEmitter {
-  readonly socketPath: string;
-  readonly timeoutMs: number;
-  /** Screen geometry of screen 0. */
-  readonly root: number;
-  readonly width: number;
-  readonly height: number;
-  readonly depth: number;
-  /** Whether screenshots use MIT-SHM (else core GetImage). */
-  readonly shmEnabled: boolean;
-  readonly hasCursorImage: boolean;
+  /** The X connection: raw requests, atoms, locks and extension handles. */
+  readonly conn: XConnection;
+  /** The connection's keymap and held-key state. */
+  readonly keyboard: Keyboard;
 
-  /** @internal */ readonly _x: XClient;
-  /** @internal */ readonly _info: XDisplayInfo;
-  /** @internal */ readonly _xtest: any;
-  /** @internal */ readonly _fixes: any;
-  /** @internal */ _shm: ShmState | null;
-  /** @internal */ readonly _keyboard: Keyboard;
-  /** @internal serialises input actions (the keymap trick needs it). */
-  readonly _inputLock = new Lock();
-  /** @internal serialises use of the single SHM segment. */
-  readonly _shmLock = new Lock();
-  /** @internal */ readonly _atoms = new Map<string, number>();
-
-  private _closed = false;
-  private _closeReason = '';
-  private readonly _pending = new Set<Pending>();
-
-  private constructor(init: {
-    socketPath: string;
-    timeoutMs: number;
-    client: XClient;
-    info: XDisplayInfo;
-    xtest: any;
-    fixes: any;
-  }) {
+  private constructor(conn: XConnection, keyboard: Keyboard) {
     super();
-    this.socketPath = init.socketPath;
-    this.timeoutMs = init.timeoutMs;
-    this._x = init.client;
-    this._info = init.info;
-    const scr = init.info.screen[0];
-    this.root = scr.root;
-    this.width = scr.pixel_width;
-    this.height = scr.pixel_height;
-    this.depth = scr.root_depth;
-    this._xtest = init.xtest;
-    this._fixes = init.fixes;
-    this.hasCursorImage = !!init.fixes;
-    this._shm = null;
-    this.shmEnabled = false;
-    this._keyboard = new Keyboard(this);
+    this.conn = conn;
+    this.keyboard = keyboard;
+    conn.once('closed', (reason: string) => this.emit('closed', reason));
   }
 
   /**
    * Connect to the X server listening on `socketPath` (a unix path socket, e.g.
-   * `/var/lib/drums/sessions/<id>/run/x11/X0`). Rejects with `connect_failed` or `display_timeout`.
+   * `/var/lib/drums/sessions/<id>/run/x11/X0`) and load its keymap, within one deadline.
+   * Rejects with `connect_failed` or `display_timeout`.
    */
   static async open(socketPath: string, options: XDisplayOpenOptions = {}): Promise<XDisplay> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const wantShm = options.shm !== false;
-    let stream: (net.Socket & { _fdCapable?: boolean }) | null = null;
-    let display: XDisplay | null = null;
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new DisplayError('display_timeout', `opening X display at ${socketPath} timed out after ${timeoutMs} ms`, { socketPath })),
-        timeoutMs,
-      );
+    let keyboard: Keyboard | undefined;
+    const conn = await XConnection.open(socketPath, {
+      ...options,
+      init: async (c) => {
+        keyboard = new Keyboard(c);
+        await keyboard.load();
+      },
     });
-    // Errors that arrive after open() settled must not become unhandled.
-    deadline.catch(() => {});
-    try {
-      stream = await Promise.race([connectStream(socketPath, wantShm), deadline]);
-      const s = stream;
-      const { c, info } = await Promise.race([handshake(s), deadline]);
-      const ext = (name: string) => Promise.race([requireExt(c, name), deadline]);
-      const xtest = await ext('xtest').catch((err: Error) => {
-        throw new DisplayError('unsupported', `X server at ${socketPath} lacks XTEST: ${err.message}`);
-      });
-      const fixes = await ext('fixes').catch(() => null);
-      display = new XDisplay({ socketPath, timeoutMs, client: c, info, xtest, fixes });
-      display._wire(s);
-      if (wantShm && s._fdCapable) {
-        const shmExt = await ext('shm').catch(() => null);
-        if (shmExt) await Promise.race([display._setupShm(shmExt), deadline]).catch(() => {});
-      }
-      await Promise.race([display._keyboard.load(), deadline]);
-      // PropertyChange on the root drives waitForWindow (_NET_CLIENT_LIST changes).
-      c.ChangeWindowAttributes(display.root, { eventMask: x11.eventMask.PropertyChange });
-      await Promise.race([display.sync(), deadline]);
-      return display;
-    } catch (err) {
-      if (display) display._markClosed('open failed');
-      try {
-        stream?.destroy();
-      } catch {
-        /* ignore */
-      }
-      if (err instanceof DisplayError) throw err;
-      throw new DisplayError('connect_failed', `cannot open X display at ${socketPath}: ${(err as Error).message}`, { socketPath }, err);
-    } finally {
-      clearTimeout(timer);
-    }
+    return new XDisplay(conn, keyboard!);
   }
 
+  get socketPath(): string {
+    return this.conn.socketPath;
+  }
+  get timeoutMs(): number {
+    return this.conn.timeoutMs;
+  }
+  get root(): number {
+    return this.conn.root;
+  }
+  get width(): number {
+    return this.conn.width;
+  }
+  get height(): number {
+    return this.conn.height;
+  }
+  get depth(): number {
+    return this.conn.depth;
+  }
+  /** Whether screenshots use MIT-SHM (else core GetImage). */
+  get shmEnabled(): boolean {
+    return this.conn.shm !== null;
+  }
+  get hasCursorImage(): boolean {
+    return !!this.conn.fixes;
+  }
   get closed(): boolean {
-    return this._closed;
-  }
-
-  /** @internal Attach lifecycle listeners once the object exists. */
-  private _wire(stream: Duplex): void {
-    const c = this._x;
-    c.removeAllListeners('error');
-    c.on('error', (err: XProtocolError) => {
-      if (typeof err?.error === 'number') {
-        // A protocol error for a request sent without a callback (FakeInput, ChangeKeyboardMapping...).
-        this.emit('xerror', err);
-        return;
-      }
-      this._markClosed(`connection error: ${err?.message ?? err}`);
-    });
-    c.on('end', () => this._markClosed('X server closed the connection'));
-    stream.on('end', () => this._markClosed('X server closed the connection'));
-    stream.on('close', () => this._markClosed('connection closed'));
-    stream.on('error', (err: Error) => this._markClosed(`connection error: ${err.message}`));
-    c.on('event', (ev: XEvent) => {
-      try {
-        if (ev.name === 'MappingNotify') this._keyboard.onMappingNotify(ev);
-        else if (ev.name === 'PropertyNotify' && ev.wid === this.root) this.emit('root-property', ev.atom, ev);
-        this.emit('xevent', ev);
-      } catch (err) {
-        // An event consumer must never take down the parser or the process.
-        this.emit('xerror', err);
-      }
-    });
-  }
-
-  /** @internal */
-  async _setupShm(ext: any): Promise<void> {
-    const usable = await this.request<boolean>('MIT-SHM probe', (cb) => ext.usable(cb));
-    if (!usable || !ext.provider) return;
-    const size = this.width * this.height * 4;
-    const seg = ext.provider.create(size) as { fd: number; size: number };
-    const xid = this._x.AllocID();
-    try {
-      await this.request<void>('ShmAttachFd', (cb) => ext.AttachFd(xid, seg.fd, false, cb));
-    } catch (err) {
-      try {
-        fs.closeSync(seg.fd);
-      } catch {
-        /* ignore */
-      }
-      throw err;
-    }
-    this._shm = { ext, xid, fd: seg.fd, size, buffer: Buffer.allocUnsafeSlow(size) };
-    (this as { shmEnabled: boolean }).shmEnabled = true;
-  }
-
-  /**
-   * Issue one X request with a deadline. `issue` gets a callback in x11's convention; the wrapper
-   * returns true from it so protocol errors are never re-emitted as 'error'.
-   */
-  request<T>(label: string, issue: (cb: Callback<T>) => void, timeoutMs: number = this.timeoutMs): Promise<T> {
-    if (this._closed) return Promise.reject(this._closedError(label));
-    return new Promise<T>((resolve, reject) => {
-      let done = false;
-      const entry: Pending = {
-        reject: (err: Error) => {
-          if (!done) {
-            done = true;
-            clearTimeout(entry.timer);
-            reject(err);
-          }
-        },
-        timer: setTimeout(() => {
-          if (done) return;
-          done = true;
-          this._pending.delete(entry);
-          reject(new DisplayError('display_timeout', `X request ${label} timed out after ${timeoutMs} ms`, { request: label, socketPath: this.socketPath }));
-        }, timeoutMs),
-      };
-      this._pending.add(entry);
-      try {
-        issue((err, result) => {
-          if (done) return true;
-          done = true;
-          clearTimeout(entry.timer);
-          this._pending.delete(entry);
-          if (err) reject(xError(label, err));
-          else resolve(result);
-          return true;
-        });
-      } catch (err) {
-        this._pending.delete(entry);
-        entry.reject(
-          this._closed
-            ? this._closedError(label)
-            : new DisplayError('x_error', `X request ${label} failed: ${(err as Error).message}`, { request: label }, err),
-        );
-      }
-    });
-  }
-
-  /** Round trip: resolves once the server has processed every request sent so far. */
-  sync(): Promise<void> {
-    return this.request<unknown>('GetInputFocus', (cb) => this._x.GetInputFocus(cb)).then(() => undefined);
-  }
-
-  /** @internal Throw display_closed if the connection is gone (for fire-and-forget requests). */
-  _assertOpen(what: string): void {
-    if (this._closed) throw this._closedError(what);
-  }
-
-  private _closedError(what: string): DisplayError {
-    return new DisplayError('display_closed', `X display ${this.socketPath} is closed (${this._closeReason}); ${what} not sent`, {
-      socketPath: this.socketPath,
-      reason: this._closeReason,
-    });
-  }
-
-  /** @internal */
-  _markClosed(reason: string): void {
-    if (this._closed) return;
-    this._closed = true;
-    this._closeReason = reason;
-    const err = new DisplayError('display_closed', `X display ${this.socketPath} closed: ${reason}`, { socketPath: this.socketPath, reason });
-    for (const p of this._pending) p.reject(err);
-    this._pending.clear();
-    if (this._shm) {
-      try {
-        fs.closeSync(this._shm.fd);
-      } catch {
-        /* ignore */
-      }
-      this._shm = null;
-    }
-    try {
-      this._x.stream.destroy();
-    } catch {
-      /* ignore */
-    }
-    this.emit('closed', reason);
+    return this.conn.closed;
   }
 
   /** Close the connection. Pending calls reject with `display_closed`. Idempotent. */
   async close(): Promise<void> {
-    if (this._closed) return;
+    if (this.conn.closed) return;
     // Put back keycodes still bound for typing (bounded: a wedged server must not block close).
-    if (this._keyboard.boundCount > 0) {
+    if (this.keyboard.boundCount > 0) {
       await Promise.race([this.restoreKeymap().catch(() => {}), new Promise((r) => setTimeout(r, 1_000).unref())]);
     }
-    if (this._closed) return;
-    try {
-      this._x.terminate();
-    } catch {
-      /* ignore */
-    }
-    this._markClosed('closed by client');
-  }
-
-  /** @internal Intern an atom (cached). */
-  async _atom(name: string): Promise<number> {
-    const cached = this._atoms.get(name) ?? this._x.atoms[name];
-    if (cached !== undefined) return cached;
-    const atom = await this.request<number>(`InternAtom(${name})`, (cb) => this._x.InternAtom(false, name, cb));
-    this._atoms.set(name, atom);
-    return atom;
+    this.conn.close();
   }
 
   // ---- screenshots ----
   screenshot(options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
-    return captureScreenshot(this, options);
+    return captureScreenshot(this.conn, options);
   }
 
   // ---- input (each call ends with a round trip) ----
   move(x: number, y: number): Promise<void> {
-    return input.move(this, x, y);
+    return pointer.move(this.conn, x, y);
   }
-  click(opts: input.ClickOptions = {}): Promise<void> {
-    return input.click(this, opts);
+  click(opts: ClickOptions = {}): Promise<void> {
+    return pointer.click(this.conn, this.keyboard, opts);
   }
   mouseDown(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
-    return input.mouseButton(this, button, true, at);
+    return pointer.mouseButton(this.conn, button, true, at);
   }
   mouseUp(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
-    return input.mouseButton(this, button, false, at);
+    return pointer.mouseButton(this.conn, button, false, at);
   }
-  drag(path: Array<{ x: number; y: number }>, opts: input.DragOptions = {}): Promise<void> {
-    return input.drag(this, path, opts);
+  drag(path: Array<{ x: number; y: number }>, opts: DragOptions = {}): Promise<void> {
+    return pointer.drag(this.conn, path, opts);
   }
-  scroll(opts: input.ScrollOptions): Promise<void> {
-    return input.scroll(this, opts);
+  scroll(opts: ScrollOptions): Promise<void> {
+    return pointer.scroll(this.conn, this.keyboard, opts);
   }
   /** Press and release a chord: `'ctrl+shift+t'`, `['ctrl','c']`, `'Return'`. */
   key(keys: string | string[]): Promise<void> {
-    return input.keyChord(this, keys);
+    return keyChord(this.keyboard, keys);
   }
   keyDown(key: string): Promise<void> {
-    return input.keyToggle(this, key, true);
+    return keyToggle(this.keyboard, key, true);
   }
   keyUp(key: string): Promise<void> {
-    return input.keyToggle(this, key, false);
+    return keyToggle(this.keyboard, key, false);
   }
   type(text: string): Promise<void> {
-    return input.typeText(this, text);
+    return typeText(this.keyboard, text);
   }
   wait(ms: number): Promise<void> {
-    return input.wait(ms);
+    return pointer.wait(ms);
   }
   /**
    * Reset keycodes temporarily bound for typing to NoSymbol now (otherwise this happens after
-   * 5 s of input idle time, see input.ts RESTORE_IDLE_MS).
+   * 5 s of input idle time, see keyboard.ts RESTORE_IDLE_MS).
    */
   restoreKeymap(): Promise<void> {
-    return this._inputLock.run(() => this._keyboard.restoreNow());
+    return this.conn.inputLock.run(() => this.keyboard.restoreNow());
   }
 
   // ---- windows ----
   listWindows(): Promise<WindowInfo[]> {
-    return windows.listWindows(this);
+    return windows.listWindows(this.conn);
   }
   activeWindow(): Promise<WindowInfo | null> {
-    return windows.activeWindow(this);
+    return windows.activeWindow(this.conn);
   }
   activateWindow(id: number): Promise<void> {
-    return windows.activateWindow(this, id);
+    return windows.activateWindow(this.conn, id);
   }
   closeWindow(id: number): Promise<void> {
-    return windows.closeWindow(this, id);
+    return windows.closeWindow(this.conn, id);
   }
   cursorPosition(): Promise<{ x: number; y: number }> {
-    return windows.cursorPosition(this);
+    return windows.cursorPosition(this.conn);
   }
   screenSize(): { width: number; height: number } {
-    return { width: this.width, height: this.height };
+    return { width: this.conn.width, height: this.conn.height };
   }
   waitForWindow(predicate: (w: WindowInfo) => boolean, options?: WaitForWindowOptions): Promise<WindowInfo> {
-    return windows.waitForWindow(this, predicate, options);
+    return windows.waitForWindow(this.conn, predicate, options);
   }
-}
-
-function xError(label: string, err: XProtocolError): DisplayError {
-  if (err instanceof DisplayError) return err;
-  return new DisplayError('x_error', `X request ${label} failed: ${err.message || 'X error ' + err.error}`, {
-    request: label,
-    xError: err.error,
-    badValue: err.badParam,
-    majorOpcode: err.majorOpcode,
-    minorOpcode: err.minorOpcode,
-  });
-}
-
-/** Open the unix socket, fd-capable if possible (MIT-SHM), else a plain net socket. */
-function connectStream(socketPath: string, wantFd: boolean): Promise<net.Socket & { _fdCapable?: boolean }> {
-  const attempt = (fdCapable: boolean) =>
-    new Promise<net.Socket & { _fdCapable?: boolean }>((resolve, reject) => {
-      let sock: (net.Socket & { _fdCapable?: boolean }) | null = null;
-      if (fdCapable) {
-        try {
-          sock = fdpass()?.connect(socketPath) ?? null;
-        } catch {
-          sock = null;
-        }
-        if (!sock) {
-          reject(new Error('fd passing unavailable'));
-          return;
-        }
-      } else {
-        sock = net.createConnection(socketPath);
-      }
-      const s = sock;
-      const onError = (err: Error) => {
-        s.removeListener('connect', onConnect);
-        s.destroy();
-        reject(err);
-      };
-      const onConnect = () => {
-        s.removeListener('error', onError);
-        resolve(s);
-      };
-      s.once('error', onError);
-      s.once('connect', onConnect);
-    });
-  if (!wantFd) return attempt(false);
-  return attempt(true).catch((err: NodeJS.ErrnoException) => {
-    // A missing socket fails the same way either way: report it instead of retrying.
-    if (err.code === 'ENOENT') throw new Error(`no X socket at ${socketPath}`);
-    return attempt(false);
-  });
-}
-
-function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo }> {
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    // Until _wire() replaces it, an 'error' listener keeps a failing handshake from throwing.
-    const c = x11.createClient({ stream, auth: { name: '', data: '' } }, (err, info) => {
-      if (settled) return;
-      settled = true;
-      if (err) reject(err);
-      else resolve({ c, info });
-    });
-    c.on('error', (err: Error) => {
-      if (!settled) {
-        settled = true;
-        reject(err);
-      }
-    });
-  });
-}
-
-function requireExt(c: XClient, name: string): Promise<any> {
-  return new Promise((resolve, reject) => {
-    try {
-      c.require(name, (err, ext) => (err ? reject(err) : resolve(ext)));
-    } catch (err) {
-      reject(err);
-    }
-  });
 }

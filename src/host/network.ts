@@ -83,10 +83,15 @@ export function listClaims(inst: Instance): { file: string; sessionId: string }[
  * Makes the session's network namespace and veth pair in two `ip -batch`
  * calls. The session end is created directly inside the namespace as eth0.
  */
-export async function createNetwork(netns: string, hostVeth: string, sub: Subnet): Promise<void> {
+export async function createNetwork(netns: string, hostVeth: string, sub: Subnet, opts: { existingNetns?: boolean } = {}): Promise<void> {
+  // existingNetns: the namespace is already pinned at /run/netns/<netns> (a session's own user namespace owns it).
   await run(['ip', '-batch', '-'], {
     input:
-      [`netns add ${netns}`, `link add ${hostVeth} type veth peer name eth0 netns ${netns}`, `addr add ${sub.gateway}/30 dev ${hostVeth}`].join('\n') + '\n',
+      [
+        ...(opts.existingNetns ? [] : [`netns add ${netns}`]),
+        `link add ${hostVeth} type veth peer name eth0 netns ${netns}`,
+        `addr add ${sub.gateway}/30 dev ${hostVeth}`,
+      ].join('\n') + '\n',
   });
   // Note: no IPv6 on the host end, so the session has no v6 peer at all.
   writeFileSync(`/proc/sys/net/ipv6/conf/${hostVeth}/disable_ipv6`, '1');

@@ -24,6 +24,8 @@ export interface SpecInput {
   args: string[];
   env: Record<string, string>;
   netnsPath: string;
+  /** The session's own user namespace (joined by path; the network namespace is owned by it) and its id mapping. */
+  userns?: { path: string; base: number; size: number };
   cgroupsPath: string;
   /** Host directory bound at /run/drums (sockets, status). */
   runDir: string;
@@ -78,7 +80,21 @@ export function buildSpec(i: SpecInput) {
       { destination: '/usr/lib/drums/session-init', type: 'bind', source: i.initPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
-      namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }, { type: 'network', path: i.netnsPath }],
+      namespaces: [
+        ...(i.userns ? [{ type: 'user', path: i.userns.path }] : []),
+        { type: 'pid' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+        { type: 'network', path: i.netnsPath },
+      ],
+      ...(i.userns
+        ? {
+            uidMappings: [{ containerID: 0, hostID: i.userns.base, size: i.userns.size }],
+            gidMappings: [{ containerID: 0, hostID: i.userns.base, size: i.userns.size }],
+          }
+        : {}),
       cgroupsPath: i.cgroupsPath,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
@@ -104,7 +120,7 @@ export function buildSpec(i: SpecInput) {
         '/sys/devices/virtual/powercap',
       ],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
-      seccomp: seccompProfile({ allowMemoryMerge: i.allowMemoryMerge }),
+      seccomp: seccompProfile({ allowMemoryMerge: i.allowMemoryMerge, sandboxNamespaces: !!i.userns }),
     },
   };
 }

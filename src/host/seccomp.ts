@@ -52,7 +52,6 @@ const DENIED = [
   '_sysctl',
   'umount',
   'umount2',
-  'unshare',
   'uselib',
   'userfaultfd',
   'ustat',
@@ -65,6 +64,10 @@ const DENIED = [
 
 // CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
 const CLONE_NS_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080];
+/** What Chromium's namespace sandbox clones (CLONE_NEWUSER|NEWPID|NEWNET): allowed only inside a session's own user namespace. */
+const SANDBOX_CLONE_FLAGS = [0x10000000, 0x20000000, 0x40000000];
+const AF_NETLINK = 16;
+const NETLINK_NETFILTER = 12;
 const EPERM = 1;
 const ENOSYS = 38;
 
@@ -75,15 +78,25 @@ const PR_SET_MEMORY_MERGE = 67;
  * itself into kernel same-page merging (an unprivileged prctl on recent kernels),
  * which would open a cross-session timing channel on any host that runs ksmd.
  */
-export function seccompProfile(opts: { allowMemoryMerge?: boolean } = {}) {
+/**
+ * `sandboxNamespaces`: only for a session with its own user namespace. clone() and unshare()
+ * may then make the user, PID and network namespaces Chromium's sandbox needs (nested in the
+ * session's, so their root is the session's unprivileged host uid; Chromium checks for an
+ * unprivileged unshare(CLONE_NEWUSER) before it starts its sandbox); mount, cgroup, UTS, IPC
+ * and time namespaces, setns and the mount calls stay denied, and netfilter sockets are refused, so a nested namespace's root can neither mount
+ * nor reach nf_tables, the kernel surface unprivileged user namespaces have most often exposed.
+ */
+export function seccompProfile(opts: { allowMemoryMerge?: boolean; sandboxNamespaces?: boolean } = {}) {
+  const deniedClone = opts.sandboxNamespaces ? CLONE_NS_FLAGS.filter((f) => !SANDBOX_CLONE_FLAGS.includes(f)) : CLONE_NS_FLAGS;
   return {
     defaultAction: 'SCMP_ACT_ALLOW',
     architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
     syscalls: [
       { names: DENIED, action: 'SCMP_ACT_ERRNO', errnoRet: EPERM },
       // No new namespaces: clone with any CLONE_NEW* flag fails.
-      ...CLONE_NS_FLAGS.map((flag) => ({
-        names: ['clone'],
+      ...(opts.sandboxNamespaces ? [] : [{ names: ['unshare'], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM }]),
+      ...deniedClone.map((flag) => ({
+        names: opts.sandboxNamespaces ? ['clone', 'unshare'] : ['clone'],
         action: 'SCMP_ACT_ERRNO',
         errnoRet: EPERM,
         args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }],
@@ -98,6 +111,19 @@ export function seccompProfile(opts: { allowMemoryMerge?: boolean } = {}) {
               args: [{ index: 0, value: PR_SET_MEMORY_MERGE, valueTwo: 0, op: 'SCMP_CMP_EQ' }],
             },
           ]),
+      ...(opts.sandboxNamespaces
+        ? [
+            {
+              names: ['socket'],
+              action: 'SCMP_ACT_ERRNO',
+              errnoRet: EPERM,
+              args: [
+                { index: 0, value: AF_NETLINK, valueTwo: 0, op: 'SCMP_CMP_EQ' },
+                { index: 2, value: NETLINK_NETFILTER, valueTwo: 0, op: 'SCMP_CMP_EQ' },
+              ],
+            },
+          ]
+        : []),
       // clone3 passes flags in memory seccomp can't read: make libc fall back to clone.
       { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
       // ptrace is confined by the PID namespace; keep it for debuggers inside.

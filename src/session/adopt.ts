@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Subnet } from '../host/network.ts';
 import type { Instance, objectNames } from '../host/instance.ts';
 import type { OciRuntime } from '../host/oci-runtime.ts';
+import type { UidRange } from '../host/userns.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { isAlive } from '../host/proc.ts';
 import type { SessionSpec } from './spec.ts';
@@ -27,6 +28,8 @@ export interface SessionRecord {
   phase: RecordPhase;
   createdAt: string;
   subnet: Subnet;
+  /** The session's host uid range, when it has a user namespace of its own (its claim stays with it). */
+  uids?: UidRange;
   names: ReturnType<typeof objectNames>;
   mounts: string[];
   spec: SessionSpec;
@@ -125,6 +128,12 @@ export async function whyNotAdoptable(
     ['root filesystem', join(paths.sessionDir, 'bundle', 'rootfs')],
     ['disk', join(paths.sessionDir, 'disk')],
     ['runtime tmpfs', paths.rtDir],
+    ...(rec.uids
+      ? ([
+          ['user namespace pin', join(paths.sessionDir, 'userns')],
+          ['idmapped image', join(paths.sessionDir, 'lower')],
+        ] as [string, string][])
+      : []),
   ];
   for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
   if (!(await xAnswers(paths.x11Socket))) return 'its X server does not answer';

@@ -64,6 +64,7 @@ function bodyOf(spec: SessionSpec, labels: Record<string, string>): Record<strin
     browserFlags: spec.browserFlags,
     ttlSeconds: spec.ttlSeconds,
     labels,
+    ...(spec.userns === undefined ? {} : { userns: spec.userns }),
   };
 }
 
@@ -168,7 +169,11 @@ export async function forkSession(
     }
     for (const f of IDENTITY_FILES) rmSync(join(snap, 'upper', f), { force: true });
     const snapshotMs = performance.now() - t0;
-    copies.push(...(await makeCopies(mgr, src, req.count, 'disk', (labels) => mgr.create(bodyOf(src.spec, labels), { seedUpper: join(snap, 'upper') }))));
+    copies.push(
+      ...(await makeCopies(mgr, src, req.count, 'disk', (labels) =>
+        mgr.create(bodyOf(src.spec, labels), { seedUpper: join(snap, 'upper'), seedBase: src.uids?.base ?? 0 }),
+      )),
+    );
     return { copies, mode: 'disk', snapshotMs, pausedMs };
   } finally {
     forking.delete(src.id);

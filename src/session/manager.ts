@@ -11,7 +11,6 @@ import {
   renameSync,
   mkdirSync,
   rmSync,
-  symlinkSync,
   writeFileSync,
   existsSync,
   readFileSync,
@@ -31,6 +30,7 @@ import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
+import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
 import { Admission, diskImagePath, type Capacity } from './admission.ts';
 import { oomKills, swapLimitSupported } from '../host/resources.ts';
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
@@ -40,6 +40,7 @@ import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { sweepInstance } from './sweep.ts';
+import { chownToSessionRoot, hostIds, makeSessionUserns, prepareLower, removeSessionUserns, usernsPaths } from './userns.ts';
 
 export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
 
@@ -67,6 +68,8 @@ export interface Session {
   attempt: Attempt;
   createdAt: string;
   subnet: Subnet;
+  /** The session's host uid range (its own user namespace), or undefined: host ids (src/session/userns.ts). */
+  uids?: UidRange;
   names: ReturnType<typeof objectNames>;
   dir: string;
   runDir: string;
@@ -85,6 +88,8 @@ export interface Session {
   _ttlTimer?: NodeJS.Timeout;
   /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
   _seedUpper?: string;
+  /** Private: the host uid base the seed's files are owned by (0: host ids). */
+  _seedBase?: number;
   /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
   _restore?: RestoreSeed;
 }
@@ -142,6 +147,7 @@ export class SessionManager {
 
   /** Sweeps what a previous daemon of this instance left, then installs the firewall table. */
   async init(): Promise<void> {
+    if (this.config.userns) this._checkUserns();
     // Adopt the live sessions a previous daemon of this instance left; sweep everything else of it.
     const plan = await planAdoption(this.inst, this.runtime);
     await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
@@ -170,6 +176,13 @@ export class SessionManager {
     this._poller.unref();
   }
 
+  /** Refuses user-namespace sessions on a host that cannot make them, with what to do. */
+  private _checkUserns(): void {
+    const why = usernsUnavailable();
+    if (why) throw new DrumsError('invalid_config', `user-namespace sessions (DRUMS_USERNS or spec userns) are unavailable: ${why}`);
+    checkUidBase(this.config.usernsUidBase);
+  }
+
   /** Sessions adopted at start, for the `ready` hooks the daemon registers after init. */
   async announceAdopted(): Promise<void> {
     for (const s of this.list().filter((x) => x.adopted)) {
@@ -186,6 +199,7 @@ export class SessionManager {
       attempt: rec.attempt,
       createdAt: rec.createdAt,
       subnet: rec.subnet,
+      ...(rec.uids ? { uids: rec.uids } : {}),
       names: rec.names,
       dir: join(this.inst.sessionsDir, rec.id),
       runDir: join(this.inst.rtDir, rec.id, 'run'),
@@ -265,9 +279,11 @@ export class SessionManager {
    * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
    * stops the create between steps and in the readiness wait, and undoes what was done.
    */
-  async create(body: unknown, opts: { seedUpper?: string; restore?: RestoreSeed; signal?: AbortSignal } = {}): Promise<Session> {
+  async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal } = {}): Promise<Session> {
     const { signal } = opts;
     const spec = parseSpec(body);
+    spec.userns ??= this.config.userns;
+    if (spec.userns && !this.config.userns) this._checkUserns();
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
     if (!image) {
@@ -282,6 +298,13 @@ export class SessionManager {
     this.admission.check(spec, this._admissionView());
     const id = 's' + randomBytes(5).toString('hex');
     const subnet = claimSubnet(this.inst, this.pool, id);
+    let uids: UidRange | undefined;
+    try {
+      uids = spec.userns ? claimUidRange(this.inst, this.config.usernsUidBase, id) : undefined;
+    } catch (e) {
+      releaseSubnet(this.inst, subnet);
+      throw e;
+    }
     const names = objectNames(this.inst, id, subnet.slot);
     const dir = join(this.inst.sessionsDir, id);
     const s: Session = {
@@ -292,6 +315,7 @@ export class SessionManager {
       attempt: { generation: 1, token: randomUUID() },
       createdAt: new Date().toISOString(),
       subnet,
+      ...(uids ? { uids } : {}),
       names,
       dir,
       runDir: join(this.inst.rtDir, id, 'run'),
@@ -300,6 +324,7 @@ export class SessionManager {
       imageDir: image.rootfs,
       timings: {},
       _seedUpper: opts.seedUpper,
+      _seedBase: opts.seedBase,
       _restore: opts.restore,
     };
     this._sessions.set(id, s);
@@ -316,10 +341,16 @@ export class SessionManager {
           rmSync(join(this.inst.rtDir, id), { recursive: true, force: true });
         },
       },
+      // A user namespace first: the network namespace is made with it (owned by it), and the image is seen through its mapping.
+      ...(uids ? [{ name: 'userns', do: () => makeSessionUserns(uids, dir, names.netns), undo: () => removeSessionUserns(dir, names.netns) }] : []),
       // The network and the root filesystem don't depend on each other: make them concurrently.
       [
         [
-          { name: 'network', do: () => createNetwork(names.netns, names.hostVeth, subnet), undo: () => deleteNetwork(names.netns, names.hostVeth) },
+          {
+            name: 'network',
+            do: () => createNetwork(names.netns, names.hostVeth, subnet, { existingNetns: !!uids }),
+            undo: () => deleteNetwork(names.netns, names.hostVeth),
+          },
           { name: 'firewall', do: () => addSessionRules(this.inst, rules), undo: () => removeSessionRules(this.inst, rules) },
           {
             name: 'egress',
@@ -383,6 +414,7 @@ export class SessionManager {
       }
       this._closeGeneration(s);
       releaseSubnet(this.inst, subnet);
+      if (uids) releaseUidRange(this.inst, uids);
       this._sessions.delete(id);
       const err = new SessionCreateError(e, cleanupErrors);
       log('warn', 'session create failed', { id, step: err.step, error: errorMessage(err.cause), cleanupErrors });
@@ -416,9 +448,14 @@ export class SessionManager {
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
+          await prepareLower(s.uids, s.dir, s.imageDir);
           this._prepareDirs(s);
-          // A disk fork starts from a copy of its source's writable layer (identity files removed: written above).
-          if (s._seedUpper) await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, join(s.dir, 'disk', 'upper')], { timeoutMs: 300_000 });
+          // A disk fork starts from a copy of its source's writable layer (identity files removed: written above),
+          // re-owned from the source's uid range to this session's.
+          if (s._seedUpper) {
+            await run(['cp', '-a', '--reflink=auto', `${s._seedUpper}/.`, join(s.dir, 'disk', 'upper')], { timeoutMs: 300_000 });
+            await shiftOwnership(join(s.dir, 'disk', 'upper'), s._seedBase ?? 0, s.uids?.base ?? 0);
+          }
           s._seedUpper = undefined;
           await s._restore?.seed(s);
           // Relative layer paths: the session can read its root's mount options.
@@ -485,7 +522,13 @@ export class SessionManager {
       createdAt: s.createdAt,
       subnet: s.subnet,
       names: s.names,
-      mounts: [join(s.dir, 'bundle', 'rootfs'), join(s.dir, 'disk'), join(this.inst.rtDir, s.id)],
+      mounts: [
+        join(s.dir, 'bundle', 'rootfs'),
+        join(s.dir, 'disk'),
+        join(this.inst.rtDir, s.id),
+        ...(s.uids ? [usernsPaths(s.dir).pin, usernsPaths(s.dir).lower] : []),
+      ],
+      ...(s.uids ? { uids: s.uids } : {}),
       spec: s.spec,
       generation: s.generation,
       attempt: s.attempt,
@@ -496,8 +539,7 @@ export class SessionManager {
 
   private _prepareDirs(s: Session): void {
     const upper = join(s.dir, 'disk', 'upper');
-    rmSync(join(s.dir, 'lower'), { force: true });
-    symlinkSync(s.imageDir, join(s.dir, 'lower'));
+    const ids = hostIds(s.uids);
     mkdirSync(join(upper, 'etc'), { recursive: true });
     mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
     mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
@@ -507,11 +549,27 @@ export class SessionManager {
     // /run/drums (sockets and status) belongs to the desktop user; /tmp/.X11-unix is sticky, like /tmp.
     mkdirSync(join(s.runDir, 'xdg'), { recursive: true });
     writeFileSync(join(s.runDir, 'status'), '');
-    for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, DESKTOP_UID, DESKTOP_GID);
+    for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, ids.desktopUid, ids.desktopGid);
     chmodSync(join(s.runDir, 'xdg'), 0o700);
     mkdirSync(join(this.inst.rtDir, s.id, 'x11'), { recursive: true });
     chmodSync(join(this.inst.rtDir, s.id, 'x11'), 0o1777);
+    // With a user namespace, what the daemon made in the writable layer and the X socket directory belong to root-in-session.
+    chownToSessionRoot(s.uids, [
+      upper,
+      join(upper, 'etc'),
+      join(upper, 'etc', 'machine-id'),
+      join(upper, 'etc', 'hostname'),
+      join(s.dir, 'disk', 'work'),
+      join(this.inst.rtDir, s.id, 'x11'),
+    ]);
     chmodSync(s.dir, 0o711);
+    if (s.uids) {
+      // runc's init runs as the session's root: it must reach the bundle and the bound directories through the
+      // state directory (traverse only), and the session directory is its own (0700), closed to other host users.
+      for (const d of [this.inst.stateDir, this.inst.sessionsDir]) chmodSync(d, 0o711);
+      chownSync(s.dir, s.uids.base, s.uids.base);
+      chmodSync(s.dir, 0o700);
+    }
   }
 
   private _writeBundle(s: Session): void {
@@ -531,6 +589,7 @@ export class SessionManager {
         ...benchEnv(s.spec.labels, this.config.benchHooks),
       },
       netnsPath: `/var/run/netns/${s.names.netns}`,
+      ...(s.uids ? { userns: { path: usernsPaths(s.dir).pin, base: s.uids.base, size: s.uids.size } } : {}),
       cgroupsPath: s.names.cgroup,
       runDir: s.runDir,
       x11Dir: join(this.inst.rtDir, s.id, 'x11'),
@@ -659,6 +718,7 @@ export class SessionManager {
       }),
     );
     await attempt('network', () => deleteNetwork(s.names.netns, s.names.hostVeth));
+    if (s.uids) await attempt('userns', () => removeSessionUserns(s.dir, s.names.netns));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
     await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
     await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, s.id)));
@@ -667,6 +727,7 @@ export class SessionManager {
       rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
     });
     releaseSubnet(this.inst, s.subnet);
+    if (s.uids) releaseUidRange(this.inst, s.uids);
     this._sessions.delete(id);
     for (const h of this.hooks.destroyed) {
       try {

@@ -64,8 +64,9 @@ export async function criuFor(mgr: SessionManager): Promise<Criu> {
 
 /** Why a ready session can't be memory-forked at all, if it can't (checked before anything is frozen). */
 export function refusal(src: Session): string | undefined {
-  const userns = (src.spec as { userns?: unknown }).userns;
-  if (userns) return 'the session runs in its own user namespace, which this daemon does not checkpoint';
+  // A copy would need the source's processes moved to its own uid range, which CRIU can't do.
+  if (src.uids || src.spec.userns)
+    return 'the session runs in its own user namespace (spec userns), which a memory fork does not restore into another uid range';
   return undefined;
 }
 

@@ -18,6 +18,8 @@ export interface SessionSpec {
   /** Seconds after which the daemon destroys the session (0 = never). */
   ttlSeconds: number;
   labels: Record<string, string>;
+  /** A user namespace of its own (its own host uid range); undefined: the daemon's default (DRUMS_USERNS). */
+  userns?: boolean;
 }
 
 export const DEFAULTS = {
@@ -30,7 +32,7 @@ export const DEFAULTS = {
   pids: 1024,
 };
 
-const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'diskMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels'];
+const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'diskMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels', 'userns'];
 const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
 
 function int(v: unknown, field: string, min: number, max: number): number {
@@ -122,5 +124,20 @@ export function parseSpec(body: unknown): SessionSpec {
       labels[k] = v;
     }
   }
-  return { image, url, screen, memoryBytes, diskBytes, cpus, pids, egress: b.egress === true, hostPorts, browserFlags, ttlSeconds, labels };
+  if (b.userns !== undefined && typeof b.userns !== 'boolean') throw bad('userns', 'must be a boolean');
+  return {
+    image,
+    url,
+    screen,
+    memoryBytes,
+    diskBytes,
+    cpus,
+    pids,
+    egress: b.egress === true,
+    hostPorts,
+    browserFlags,
+    ttlSeconds,
+    labels,
+    ...(b.userns === undefined ? {} : { userns: b.userns }),
+  };
 }

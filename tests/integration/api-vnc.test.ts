@@ -47,6 +47,20 @@ async function handshake(rfb: Rfb, send: (b: Buffer) => void): Promise<{ width: 
   return { width: init.readUInt16BE(0), height: init.readUInt16BE(2) };
 }
 
+/** A 16x16 framebuffer update request and its whole (raw-encoded) answer: a barrier, since the daemon and x11vnc handle a viewer's messages in order. */
+async function roundTrip(rfb: Rfb, send: (b: Buffer) => void): Promise<void> {
+  send(Buffer.from([3, 0, 0, 0, 0, 0, 0, 16, 0, 16]));
+  const head = await rfb.take(4);
+  assert.equal(head[0], 0, 'a FramebufferUpdate');
+  for (let i = head.readUInt16BE(2); i > 0; i--) {
+    const r = await rfb.take(12);
+    assert.equal(r.readInt32BE(8), 0, 'raw encoding');
+    await rfb.take(r.readUInt16BE(4) * r.readUInt16BE(6) * 4);
+  }
+}
+
+const pointer = (x: number, y: number) => Buffer.from([5, 0, x >> 8, x & 0xff, y >> 8, y & 0xff]);
+
 describe('on-demand VNC (minimal image)', () => {
   let d: TestDaemon;
   let s: SessionInfo;
@@ -92,6 +106,69 @@ describe('on-demand VNC (minimal image)', () => {
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(await running(), true, 'one viewer left: still running');
     views[1]!.close();
+    await until('x11vnc to stop after the last viewer', async () => !(await running()));
+  });
+
+  it('viewers are view-only unless they hold the take-over', { timeout: 120_000 }, async () => {
+    const open = async (query = '') => {
+      const ws = d.client.webSocket(`/v1/sessions/${s.id}/vnc${query}`, 'binary');
+      const rfb = new Rfb();
+      ws.on('message', (m) => rfb.push(m as Buffer));
+      await new Promise((res, rej) => {
+        ws.once('open', res);
+        ws.once('error', rej);
+      });
+      const send = (b: Buffer) => ws.send(b);
+      await handshake(rfb, send);
+      return { ws, rfb, send };
+    };
+    const cursor = async () => (await d.client.windows(s.id)).cursor;
+    const stays = async (x: number, y: number) => {
+      // The daemon has handled the input once the barrier is answered; give x11vnc a moment more.
+      const end = Date.now() + 1500;
+      while (Date.now() < end) {
+        const c = await cursor();
+        assert.deepEqual([c.x, c.y], [x, y], 'view-only input moved the pointer');
+        await new Promise((r) => setTimeout(r, 150));
+      }
+    };
+    await d.client.act(s.id, { actions: [{ type: 'move', x: 10, y: 10 }] });
+    const watcher = await open();
+    let holder: Awaited<ReturnType<typeof open>> | undefined;
+    try {
+      // Nobody holds it: a plain viewer is still view-only.
+      watcher.send(pointer(300, 200));
+      await roundTrip(watcher.rfb, watcher.send);
+      await stays(10, 10);
+
+      // A wrong take-over id is refused before the upgrade.
+      const wrong = await fetch(`${d.url}/v1/sessions/${s.id}/vnc?takeover=nope`, { headers: { authorization: `Bearer ${d.token}` } });
+      assert.equal(wrong.status, 404);
+      assert.equal(((await wrong.json()) as { error: { code: string } }).error.code, 'takeover_not_found');
+
+      // The holder's viewer drives; the agent and the other viewer do not.
+      const t = await d.client.takeOver(s.id, 'vnc-test');
+      holder = await open(`?takeover=${t.id}`);
+      holder.send(pointer(300, 200));
+      await until('the holder moved the pointer', async () => {
+        const c = await cursor();
+        return c.x === 300 && c.y === 200;
+      });
+      await assert.rejects(d.client.act(s.id, { actions: [{ type: 'move', x: 1, y: 1 }] }), (e: { code?: string }) => e.code === 'session_taken_over');
+      watcher.send(pointer(50, 60));
+      await roundTrip(watcher.rfb, watcher.send);
+      await stays(300, 200);
+
+      // Released: the former holder's viewer is view-only again.
+      await d.client.releaseTakeover(s.id, t.id);
+      holder.send(pointer(400, 400));
+      await roundTrip(holder.rfb, holder.send);
+      await stays(300, 200);
+    } finally {
+      watcher.ws.close();
+      holder?.ws.close();
+      await d.client.releaseTakeover(s.id).catch(() => {});
+    }
     await until('x11vnc to stop after the last viewer', async () => !(await running()));
   });
 

@@ -7,7 +7,7 @@ import sharp from 'sharp';
 import { startXvfb, type XvfbHandle } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
 import { captureRgb, compositeCursor, type CursorImage } from '../../src/display/screenshot.ts';
-import { frameStats, trackDamage } from '../../src/display/frames.ts';
+import { frameStats, SCRATCH_KEEP, scratchStats, trackDamage } from '../../src/display/frames.ts';
 
 let h: XvfbHandle;
 let d: XDisplay;
@@ -15,15 +15,15 @@ let gc = 0;
 
 /** Paints random pixels onto the root window: content that no encoder can fake. */
 async function paintNoise(x: number, y: number, w: number, hh: number): Promise<void> {
-  d._x.PutImage(2, d.root, gc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
-  await d.sync();
+  d.conn.x.PutImage(2, d.root, gc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
+  await d.conn.sync();
 }
 
 before(async () => {
   h = await startXvfb({ windowManager: false });
   d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
-  gc = d._x.AllocID();
-  d._x.CreateGC(gc, d.root, {});
+  gc = d.conn.x.AllocID();
+  d.conn.x.CreateGC(gc, d.root, {});
   await paintNoise(0, 0, 1280, 800);
   await d.move(300, 200);
 });
@@ -34,8 +34,8 @@ after(async () => {
 });
 
 async function reference(region: { x: number; y: number; width: number; height: number }): Promise<Buffer> {
-  const cur = await d.request<CursorImage>('cursor', (cb) => d._fixes.GetCursorImage(cb));
-  const rgb = await captureRgb(d, region);
+  const cur = await d.conn.request<CursorImage>('cursor', (cb) => d.conn.fixes.GetCursorImage(cb));
+  const rgb = await captureRgb(d.conn, region);
   compositeCursor(rgb, region.width, region.height, cur, region.x, region.y);
   return rgb;
 }
@@ -85,18 +85,18 @@ test('core GetImage path gives the same PNG pixels', async () => {
 });
 
 test('an unchanged screen reuses the last encoding; damage and cursor moves recapture', async () => {
-  assert.equal(await trackDamage(d), true, 'Xvfb has DAMAGE');
-  const s0 = frameStats(d);
+  assert.equal(await trackDamage(d.conn), true, 'Xvfb has DAMAGE');
+  const s0 = frameStats(d.conn);
   const a = await d.screenshot({ format: 'png' });
   const b = await d.screenshot({ format: 'png' });
-  const s1 = frameStats(d);
+  const s1 = frameStats(d.conn);
   assert.equal(s1.cacheHits, s0.cacheHits + 1, 'second frame from the cache');
   assert.ok(a.data.equals(b.data));
 
   // Paint: the next frame is captured again and shows the change.
   await paintNoise(0, 0, 64, 64);
   const c = await d.screenshot({ format: 'png' });
-  const s2 = frameStats(d);
+  const s2 = frameStats(d.conn);
   assert.equal(s2.captures, s1.captures + 1, 'damage forces a capture');
   assert.ok(s2.damageEvents > s1.damageEvents);
   assert.ok(!c.data.equals(b.data));
@@ -106,7 +106,7 @@ test('an unchanged screen reuses the last encoding; damage and cursor moves reca
   // The cursor is not part of the framebuffer's damage: a move must still recapture.
   await d.move(700, 500);
   const e = await d.screenshot({ format: 'png' });
-  assert.equal(frameStats(d).captures, s2.captures + 1);
+  assert.equal(frameStats(d.conn).captures, s2.captures + 1);
   assert.ok(!e.data.equals(c.data));
 
   // Different options are cached apart; each is exact.
@@ -121,8 +121,67 @@ test('many back-to-back small changes are never missed', async () => {
   for (let i = 0; i < 20; i++) {
     await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
     await paintNoise(0, 0, 32, 32);
-    const want = await captureRgb(d, { x: 0, y: 0, width: 32, height: 32 });
+    const want = await captureRgb(d.conn, { x: 0, y: 0, width: 32, height: 32 });
     const got = await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });
     assert.ok(got.data.equals(want), `round ${i}`);
+  }
+});
+
+test('connections share the capture buffers: more connections do not hold more frames', async () => {
+  const others = await Promise.all([1, 2, 3].map(() => XDisplay.open(h.socketPath, { timeoutMs: 5000 })));
+  try {
+    const full = { x: 0, y: 0, width: 1280, height: 800 };
+    await d.screenshot({ format: 'png', cursor: false });
+    const start = scratchStats();
+    assert.ok(start.kept >= 1, 'a full-screen buffer is kept after a frame');
+    for (const o of others) {
+      await paintNoise(0, 0, 1280, 800);
+      const want = await reference(full);
+      const png = await o.screenshot({ format: 'png' });
+      const { data } = await sharp(png.data).raw().toBuffer({ resolveWithObject: true });
+      assert.ok(data.equals(want), 'a frame from a reused buffer is exact');
+    }
+    assert.equal(scratchStats().allocated, start.allocated, 'frames of other connections, one at a time, reuse the kept buffer');
+    // At once: one buffer per frame in flight, all given back, at most SCRATCH_KEEP kept.
+    await paintNoise(0, 0, 1280, 800);
+    await Promise.all([d, ...others].map((x) => x.screenshot({ format: 'png' })));
+    const end = scratchStats();
+    assert.equal(end.inUse, 0);
+    assert.ok(end.kept <= SCRATCH_KEEP, `kept ${end.kept}`);
+  } finally {
+    for (const o of others) await o.close();
+  }
+});
+
+test('banded PNGs stay exact while other clients draw, also during the capture', async () => {
+  const full = { x: 0, y: 0, width: 1280, height: 800 };
+  const painter = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  try {
+    const pgc = painter.conn.x.AllocID();
+    painter.conn.x.CreateGC(pgc, painter.root, {});
+    const paint = async (x: number, y: number, w: number, hh: number) => {
+      painter.conn.x.PutImage(2, painter.root, pgc, w, hh, x, y, 0, 24, randomBytes(w * hh * 4));
+      await painter.conn.sync();
+    };
+    await d.screenshot({ format: 'png' });
+    // One small change at a time, somewhere new each round (band edges included), and the pointer moves.
+    for (let i = 0; i < 6; i++) {
+      await paint((i * 211) % 1200, (i * 131 + 15) % 760, 40, 18);
+      await d.move(100 + i * 150, 50 + i * 120);
+      const png = await d.screenshot({ format: 'png' });
+      assert.ok((await sharp(png.data).raw().toBuffer()).equals(await reference(full)), `round ${i}`);
+    }
+    // Drawing while frames are taken: once the drawing stops, the next frame shows all of it.
+    let drawing = true;
+    const drawer = (async () => {
+      for (let i = 0; drawing; i++) await paint((i * 97) % 1240, (i * 61) % 780, 40, 20);
+    })();
+    for (let i = 0; i < 15; i++) await d.screenshot({ format: 'png' });
+    drawing = false;
+    await drawer;
+    const png = await d.screenshot({ format: 'png' });
+    assert.ok((await sharp(png.data).raw().toBuffer()).equals(await reference(full)), 'a band stayed stale after concurrent drawing');
+  } finally {
+    await painter.close();
   }
 });

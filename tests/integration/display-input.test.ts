@@ -30,7 +30,7 @@ after(async () => {
 });
 
 /** A second client with an override-redirect window at (100,100) 400x300 recording its events. */
-async function recorder(): Promise<{ events: XEvent[]; close(): void }> {
+async function recorder(): Promise<{ events: XEvent[]; sync(): Promise<void>; close(): void }> {
   const events: XEvent[] = [];
   const X = await new Promise<XClient>((resolve, reject) => {
     const c = x11.createClient({ display: `:${h.display}` }, (err) => (err ? reject(err) : resolve(c)));
@@ -48,18 +48,17 @@ async function recorder(): Promise<{ events: XEvent[]; close(): void }> {
   X.on('event', (ev: XEvent) => {
     if (ev.name !== 'Expose') events.push(ev);
   });
-  await new Promise<void>((r) =>
-    X.GetInputFocus(() => {
-      r();
-      return true;
-    }),
-  );
-  return { events, close: () => X.terminate() };
-}
-
-async function settle(): Promise<void> {
-  // The recorder is another client: give its socket a moment after our round trip.
-  await new Promise((r) => setTimeout(r, 100));
+  // A round trip on the recorder's own connection: the server sends a client its events in
+  // order with its replies, so once this answers, every event the input made so far has arrived.
+  const sync = () =>
+    new Promise<void>((r) =>
+      X.GetInputFocus(() => {
+        r();
+        return true;
+      }),
+    );
+  await sync();
+  return { events, sync, close: () => X.terminate() };
 }
 
 test('click, double click, right click and mouse down/up reach the window at the right place', async () => {
@@ -70,7 +69,7 @@ test('click, double click, right click and mouse down/up reach the window at the
     await d.click({ x: 220, y: 170, button: 'right' });
     await d.mouseDown('middle', { x: 230, y: 180 });
     await d.mouseUp('middle');
-    await settle();
+    await rec.sync();
     const presses = rec.events.filter((e) => e.name === 'ButtonPress').map((e) => [e.keycode, e.x, e.y]);
     assert.deepEqual(presses, [
       [1, 100, 50],
@@ -93,7 +92,7 @@ test('scroll sends wheel buttons 4/5/6/7 per click', async () => {
     await d.scroll({ dy: -2 });
     await d.scroll({ dx: 1 });
     await d.scroll({ dx: -1 });
-    await settle();
+    await rec.sync();
     const buttons = rec.events.filter((e) => e.name === 'ButtonPress').map((e) => e.keycode);
     assert.deepEqual(buttons, [5, 5, 5, 4, 4, 7, 6]);
   } finally {
@@ -108,7 +107,7 @@ test('drag presses, moves through intermediate points with the button held, rele
       { x: 150, y: 150 },
       { x: 350, y: 250 },
     ]);
-    await settle();
+    await rec.sync();
     const names = rec.events.map((e) => e.name);
     const press = names.indexOf('ButtonPress'),
       release = names.lastIndexOf('ButtonRelease');
@@ -133,7 +132,7 @@ test('runActions executes canonical and foreign actions and reports per-step res
       { action: 'cursor_position' },
       { action: 'screenshot' },
     ]);
-    await settle();
+    await rec.sync();
     assert.deepEqual(
       results.map((r) => r.type),
       ['click', 'click', 'scroll', 'cursor_position', 'screenshot'],
@@ -157,7 +156,7 @@ test('runActions validates everything before running anything', async () => {
       ]),
       (err: unknown) => isDisplayError(err, 'invalid_action') && /^actions\[1\]\.x: must be an integer within 0\.\.1279/.test((err as Error).message),
     );
-    await settle();
+    await rec.sync();
     assert.equal(rec.events.filter((e) => e.name === 'ButtonPress').length, 0);
   } finally {
     rec.close();
@@ -188,12 +187,12 @@ test('typing ASCII, shifted characters and Unicode into xterm, then ctrl+d', asy
 
 test('keyboard mapping is restored after typing (spare keycodes back to NoSymbol)', async () => {
   await d.restoreKeymap();
-  const before = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const before = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   await d.type('€ ✓ Ω');
-  const during = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const during = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   assert.notDeepEqual(during, before);
   await d.restoreKeymap();
-  const afterMap = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(8, 248, cb));
+  const afterMap = await d.conn.request<number[][]>('GetKeyboardMapping', (cb) => d.conn.x.GetKeyboardMapping(8, 248, cb));
   assert.deepEqual(afterMap, before);
 });
 

@@ -102,6 +102,14 @@ describe('dashboard in Chromium (minimal image)', () => {
       takeover: { holder: string } | null;
     };
     assert.equal(held.takeover?.holder, 'dashboard');
+    // The session view and the list name the holder and the time, and so does the card.
+    const view1 = await d.client.getSession(a.id);
+    assert.equal(view1.takeover?.holder, 'dashboard');
+    assert.ok(Math.abs(Date.parse(view1.takeover!.since) - Date.now()) < 120_000, `since ${view1.takeover?.since}`);
+    const listed = await d.client.listSessions();
+    assert.deepEqual(listed.find((s) => s.id === a.id)?.takeover, view1.takeover);
+    assert.equal(listed.find((s) => s.id === b.id)?.takeover, null);
+    await until('the card shows the holder', async () => /taken over by dashboard since/.test(await p.locator(`.card[data-id="${a.id}"] .meta`).innerText()));
     const blocked = await agentAct(a.id);
     assert.equal(blocked.status, 409);
     assert.equal(((await blocked.json()) as { error: { code: string } }).error.code, 'session_taken_over');
@@ -131,6 +139,8 @@ describe('dashboard in Chromium (minimal image)', () => {
     await p.locator('#release').click();
     await p.locator('#take').waitFor({ state: 'visible' });
     await until('the agent unblocked', async () => (await agentAct(a.id)).status === 200);
+    assert.equal((await d.client.getSession(a.id)).takeover, null);
+    await until('the card no longer shows a holder', async () => !/taken over/.test(await p.locator(`.card[data-id="${a.id}"] .meta`).innerText()));
     assert.deepEqual(errors, []);
     await p.close();
     await d.client.exec(a.id, { shell: 'kill "$(cat /tmp/typer.pid)"' });

@@ -70,6 +70,7 @@ __all__ = [
     "SessionScreen",
     "SessionSpec",
     "SessionState",
+    "SessionUserns",
     "Size",
     "TakeoverView",
     "TerminalText",
@@ -119,6 +120,7 @@ class SessionSpec(TypedDict, total=False):
     cpus: float
     pids: int
     egress: bool
+    userns: bool  # A user namespace of its own: the session's uids 0..65535 are a host uid range no other session holds, and Chromium runs with its own sandbox (docs/security.md). Default: the daemon's DRUMS_USERNS.
     hostPorts: list[int]
     browserFlags: list[str]
     ttlSeconds: int
@@ -220,6 +222,12 @@ class SessionLimits(_SessionLimitsRequired, total=False):
     diskMb: float
 
 
+class SessionUserns(TypedDict):
+    """The session's host uid range (its own user namespace): in-session id k is host id hostUidBase + k. null: the session's ids are the host's."""
+    hostUidBase: int
+    size: int
+
+
 class SessionMemory(TypedDict):
     """The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked)."""
     usageBytes: int
@@ -239,9 +247,11 @@ class _SessionRequired(TypedDict):
     limits: SessionLimits
     labels: dict[str, str]
     timings: dict[str, float]
+    takeover: TakeoverView | None  # Who holds a take-over of this session (POST /v1/sessions/{id}/takeover) and since when; null when nobody does. While it is held, agent input gets 409 `session_taken_over`, and VNC viewers are view-only unless they hold it.
 
 
 class Session(_SessionRequired, total=False):
+    userns: SessionUserns | None  # The session's host uid range (its own user namespace): in-session id k is host id hostUidBase + k. null: the session's ids are the host's.
     memory: SessionMemory  # The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked).
     brokenReason: str
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).

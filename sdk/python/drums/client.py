@@ -150,6 +150,11 @@ class _SessionBase:
     def screen(self) -> tuple[int, int]:
         return self.info["screen"]["width"], self.info["screen"]["height"]
 
+    @property
+    def takeover(self) -> m.TakeoverView | None:
+        """Who held a take-over ({holder, since}) when the session was last read, or None."""
+        return self.info.get("takeover")
+
     def _h(self) -> dict[str, str]:
         return {"x-drums-generation": str(self.generation)}
 
@@ -403,6 +408,15 @@ class Session(_SessionBase):
     def release(self, mode: str = "reset") -> m.ReleaseResult:
         """Gives a session claimed from a pool back: ``reset`` into its pool, or ``destroy``."""
         return self._req("POST", "/release", json={"mode": mode}).json()
+
+    def take_over(self, holder: str | None = None) -> dict[str, Any]:
+        """Takes the session's input over: {id, holder, since, generation}. Agent input then gets
+        409 ``session_taken_over`` until released; a second take-over 409 ``takeover_held``."""
+        return self._req("POST", "/takeover", json={} if holder is None else {"holder": holder}).json()
+
+    def release_takeover(self, takeover_id: str | None = None) -> None:
+        """Ends the take-over (with ``takeover_id``, only if it is the one held)."""
+        self._req("DELETE", "/takeover", params={} if takeover_id is None else {"takeover": takeover_id})
 
     def fork(self, n: int = 1, *, mode: str = "disk") -> list["Session"]:
         """``n`` copies of this session, each a new ``Session`` (destroy them yourself, or use them
@@ -669,6 +683,12 @@ class AsyncSession(_SessionBase):
 
     async def release(self, mode: str = "reset") -> m.ReleaseResult:
         return (await self._req("POST", "/release", json={"mode": mode})).json()
+
+    async def take_over(self, holder: str | None = None) -> dict[str, Any]:
+        return (await self._req("POST", "/takeover", json={} if holder is None else {"holder": holder})).json()
+
+    async def release_takeover(self, takeover_id: str | None = None) -> None:
+        await self._req("DELETE", "/takeover", params={} if takeover_id is None else {"takeover": takeover_id})
 
     async def fork(self, n: int = 1, *, mode: str = "disk") -> list["AsyncSession"]:
         """As ``Session.fork``: ``mode`` is ``"disk"`` or ``"memory"``."""

@@ -130,3 +130,26 @@ def test_act_image_binary_response_matches_json(client):
             screenshot={"format": "jpeg", "quality": 70, "scale": {"width": 320, "height": 240}},
         )
         assert jpg[:2] == b"\xff\xd8" and resp2["screenshot"]["width"] == 320 and resp2["screenshot"]["scaleX"] == 2.0
+
+
+def test_take_over_shows_in_the_session_view_and_blocks_agent_input(client):
+    with client.sessions.create(image="minimal", screen="640x480") as s:
+        assert s.takeover is None
+        t = s.take_over("py-test")
+        assert t["holder"] == "py-test" and t["id"]
+        s.refresh()
+        assert s.takeover == {"holder": "py-test", "since": t["since"]}
+        listed = [x for x in client.sessions.list() if x.id == s.id]
+        assert listed and listed[0].takeover == s.takeover
+        with pytest.raises(DrumsError) as e:
+            s.act({"type": "move", "x": 5, "y": 5})
+        assert e.value.code == "session_taken_over" and e.value.status == 409
+        with pytest.raises(DrumsError) as e:
+            s.take_over("someone-else")
+        assert e.value.code == "takeover_held"
+        with pytest.raises(DrumsError) as e:
+            s.release_takeover("not-the-id")
+        assert e.value.code == "takeover_held"
+        s.release_takeover(t["id"])
+        assert s.refresh().takeover is None
+        s.act({"type": "move", "x": 5, "y": 5})

@@ -2,7 +2,7 @@
 import { Hono } from 'hono';
 import type { RouteContext } from '../context.ts';
 import { streamRoutes } from './stream.ts';
-import { takeoverRoutes } from './takeover.ts';
+import { takeoverRoutes, takeovers } from './takeover.ts';
 import { uiRoutes } from './ui.ts';
 import { upgradeTicket } from './upgrade.ts';
 import { vncService } from './vnc.ts';
@@ -17,17 +17,27 @@ export function frameRoutes(ctx: RouteContext) {
   app.get('/v1/sessions/:id/vnc', (c) => {
     const s = ctx.session(c);
     for (const k of Object.keys(c.req.query()))
-      if (k !== 'generation')
-        throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation`, { details: { field: k.slice(0, 40) } });
+      if (k !== 'generation' && k !== 'takeover')
+        throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation, takeover`, {
+          details: { field: k.slice(0, 40) },
+        });
     ctx.checkGeneration(c, s);
     ctx.usable(s);
+    // Input from this viewer reaches the session only while it holds the take-over (rfb-gate.ts).
+    const reg = takeovers(ctx.mgr);
+    const held = c.req.query('takeover');
+    if (held !== undefined && reg.get(s)?.id !== held)
+      throw new DrumsError('takeover_not_found', `takeover: '${held.slice(0, 32)}' is not the take-over held on session ${s.id}`, {
+        details: { field: 'takeover' },
+      });
     const ticket = upgradeTicket(c);
     if (!ticket)
       throw new DrumsError(
         'upgrade_required',
         'this is a WebSocket endpoint carrying RFB (noVNC); for a VNC viewer use `drums session vnc ID` (docs/dashboard.md)',
       );
-    ticket.accept((ws) => vncService(ctx.mgr).attach(s, ws));
+    const generation = s.generation;
+    ticket.accept((ws) => vncService(ctx.mgr).attach(s, ws, () => held !== undefined && s.generation === generation && reg.get(s)?.id === held));
     return c.body(null, 204);
   });
   return app;

@@ -10,6 +10,7 @@ import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
 import type { Session, SessionManager } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
+import type { ViewExtras } from '../routes/sessions.ts';
 import { checkBody } from '../spec-validate.ts';
 
 export interface Takeover {
@@ -83,6 +84,12 @@ export function takeovers(mgr: SessionManager): Takeovers {
 /** The public view: who holds it, since when (never the id, which is the holder's capability). */
 export function takeoverView(t: Takeover | undefined): { holder: string; since: string } | null {
   return t ? { holder: t.holder, since: t.since } : null;
+}
+
+/** `extras` plus the session's take-over, for every session view (GET /v1/sessions[/:id]). */
+export function takeoverExtras(mgr: SessionManager, extras?: ViewExtras): ViewExtras {
+  const reg = takeovers(mgr);
+  return (s) => ({ ...extras?.(s), takeover: takeoverView(reg.get(s)) });
 }
 
 export function takeoverRoutes(ctx: RouteContext) {

@@ -75,7 +75,7 @@ button{background:#335;color:#fff;border:1px solid #558;border-radius:4px;paddin
       '<span class="id">' + esc(s.id) + '</span> <span class="st-' + esc(s.state) + '">' + esc(s.state) + '</span> gen ' + esc(s.generation) +
       '<br>' + esc(s.image) + (s.pool ? ' · pool ' + esc(typeof s.pool === 'object' ? s.pool.name || '' : s.pool) : '') + (labels ? ' · ' + labels : '') +
       '<br>CPU ' + (u && u.cpuPercent != null ? u.cpuPercent.toFixed(1) + '%' : '–') + ' · mem ' + mb(u && u.memoryBytes) +
-      (u && u.takeover ? '<br><span class="held">taken over by ' + esc(u.takeover.holder) + '</span>' : '');
+      (s.takeover ? '<br><span class="held">taken over by ' + esc(s.takeover.holder) + ' since ' + esc(new Date(s.takeover.since).toLocaleTimeString()) + '</span>' : '');
   }
 
   async function refresh() {

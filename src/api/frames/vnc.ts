@@ -5,6 +5,8 @@
  * a unix socket in the session's X socket directory (no TCP port, nothing in the network
  * namespace); each viewer gets its own connection to it; when the last viewer leaves, x11vnc
  * is stopped (SIGTERM through `runc exec`'s signal forwarding). Unused, it costs nothing.
+ * Viewers are view-only unless they hold the session's take-over (`?takeover=<id>`): the
+ * daemon parses each viewer's RFB and drops its input otherwise (rfb-gate.ts).
  * For standard VNC viewers, `drums session vnc ID` bridges a local TCP port to this socket.
  */
 import { existsSync, rmSync } from 'node:fs';
@@ -15,6 +17,7 @@ import type { WebSocket } from 'ws';
 import { DrumsError } from '../../common/errors.ts';
 import { log } from '../../common/log.ts';
 import type { Session, SessionManager } from '../../session/manager.ts';
+import { RfbGateError, RfbInputGate } from './rfb-gate.ts';
 
 const SOCKET_NAME = 'drums-vnc';
 const START_DEADLINE_MS = 10_000;
@@ -108,8 +111,11 @@ export class VncService {
     log('info', 'vnc stopped', { id });
   }
 
-  /** Attaches one viewer: starts x11vnc if it is the first, stops it when the last leaves. */
-  attach(s: Session, ws: WebSocket): void {
+  /**
+   * Attaches one viewer: starts x11vnc if it is the first, stops it when the last leaves. The
+   * viewer's input passes only while `allowInput()` (it holds the take-over); else view-only.
+   */
+  attach(s: Session, ws: WebSocket, allowInput: () => boolean): void {
     let srv = this._live.get(s.id);
     if (srv && srv.generation !== s.generation) {
       this._stop(s.id, srv);
@@ -134,8 +140,17 @@ export class VncService {
         });
         sock.on('close', () => ws.close(1000, 'vnc connection closed'));
         sock.on('error', () => ws.close(1011, 'vnc connection failed'));
+        const gate = new RfbInputGate(allowInput);
         ws.on('message', (d) => {
-          sock?.write(d as Buffer);
+          try {
+            const pass = gate.feed(d as Buffer);
+            if (pass.length) sock?.write(pass);
+          } catch (e) {
+            if (!(e instanceof RfbGateError)) throw e;
+            log('warn', 'vnc viewer closed: unparsable RFB', { id: s.id, error: e.message });
+            ws.close(1008, `refused: ${e.message}`.slice(0, 120));
+            leave();
+          }
         });
       },
       (e: Error) => {

@@ -16,8 +16,9 @@ function sessionIdOf(path: string): string | undefined {
 /**
  * For every route under /v1/sessions/:id:
  * - an expected generation in the query or the `x-drums-generation` request
- *   header is checked before the route runs (409 stale_generation /
- *   session_resetting), on reset and delete too; reset also takes it from its body;
+ *   header is checked here, once, before the route runs (409 stale_generation /
+ *   session_resetting), on reset and delete too; reset also takes it from its body.
+ *   Routes check only a generation given in their own body (actions);
  * - the response carries the session's current generation in `x-drums-generation`.
  */
 export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {

@@ -2,7 +2,9 @@ import { Hono, type Context } from 'hono';
 import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
 import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions.ts';
-import { validateRegion, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
+import { captureResolved, resolveShot, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
+import type { ResolvedShot } from '../../display/frames.ts';
+import type { ActionsRequest } from '../../protocol/generated/types.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
 import { execStream, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
@@ -53,19 +55,6 @@ function parseScaleQuery(v: string | undefined): { width: number; height: number
   return { width: Number(m[1]), height: Number(m[2]) };
 }
 
-function parseScaleBody(v: unknown, field: string): { width: number; height: number } | undefined {
-  if (v === undefined) return undefined;
-  if (!v || typeof v !== 'object' || Array.isArray(v)) throw bad(field, 'must be an object {width, height}', 'invalid_region');
-  const { width, height } = v as Record<string, unknown>;
-  for (const [k, x] of [
-    ['width', width],
-    ['height', height],
-  ] as const) {
-    if (typeof x !== 'number' || !Number.isInteger(x) || x < 1 || x > 8192) throw bad(`${field}.${k}`, 'must be an integer within 1..8192', 'invalid_region');
-  }
-  return { width: width as number, height: height as number };
-}
-
 function parseBool(v: string | undefined, field: string): boolean | undefined {
   if (v === undefined) return undefined;
   if (['1', 'true', 'yes'].includes(v)) return true;
@@ -77,17 +66,17 @@ function screenOf(s: Session) {
   return { width: s.spec.screen.width, height: s.spec.screen.height };
 }
 
-/** Validates screenshot options fully (region against the screen too) before any capture. */
-function checkShot(s: Session, o: ScreenshotOptions, prefix = ''): ScreenshotOptions {
-  if (o.region) validateRegion(o.region, screenOf(s), `${prefix}region`);
+/** Validates screenshot options fully (region against the screen too) before any capture; the resolved frame. */
+function checkShot(s: Session, o: ScreenshotOptions, prefix = ''): ResolvedShot {
+  const screen = screenOf(s);
+  const shot = resolveShot(o, screen, prefix);
   // Scaling is for fitting a model's input size: never larger than the screen (a raw
   // 8192x8192 frame would be 200 MB).
   const sc = o.scale as { width?: number; height?: number } | undefined;
-  const screen = screenOf(s);
   if (sc && ((sc.width ?? 0) > screen.width || (sc.height ?? 0) > screen.height)) {
     throw bad(`${prefix}scale`, `must not exceed the screen (${screen.width}x${screen.height})`, 'invalid_region');
   }
-  return o;
+  return shot;
 }
 
 function shotJson(r: ScreenshotResult) {
@@ -147,10 +136,13 @@ export function displayRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
   const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container });
-  /** Session, expected generation, readiness: in that order, for every route here. */
+  /**
+   * Session and readiness, for every route here. An expected generation in the query or header
+   * was checked once, by middleware/sessions.ts; one in the body (`fromBody`) is checked here.
+   */
   const ready = (c: Context, fromBody?: unknown): Session => {
     const s = ctx.session(c);
-    ctx.checkGeneration(c, s, fromBody);
+    if (fromBody !== undefined && fromBody !== null) ctx.checkGeneration(c, s, fromBody);
     ctx.usable(s);
     return s;
   };
@@ -164,16 +156,16 @@ export function displayRoutes(ctx: RouteContext) {
 
   app.get('/v1/sessions/:id/screenshot', async (c) => {
     const s = ready(c);
-    const format = parseFormat(c.req.query('format'));
-    const opts = checkShot(s, {
-      format,
+    // Checked once, then captured as resolved.
+    const resolved = checkShot(s, {
+      format: parseFormat(c.req.query('format')),
       quality: parseQuality(c.req.query('quality')),
       region: parseRegionQuery(c.req.query('region')),
       scale: parseScaleQuery(c.req.query('scale')),
       cursor: parseBool(c.req.query('cursor'), 'cursor'),
     });
     const t0 = performance.now();
-    const shot = await guard(() => display.screenshot(s, opts));
+    const shot = await guard(async () => captureResolved((await display.connection(s)).conn, resolved));
     const h: Record<string, string> = {
       'content-type': shot.mimeType,
       // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
@@ -191,45 +183,23 @@ export function displayRoutes(ctx: RouteContext) {
 
   app.post('/v1/sessions/:id/actions', async (c) => {
     const body = await ctx.body(c);
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw bad('body', 'must be a JSON object {actions: [...]}', 'invalid_action');
-    const b = body as Record<string, unknown>;
-    for (const k of Object.keys(b))
-      if (!['actions', 'generation', 'scale', 'screenshot'].includes(k))
-        throw bad(k, 'unknown field; allowed: actions, generation, scale, screenshot', 'invalid_action');
-    const s = ready(c, b.generation);
+    const s = ready(c, (body as { generation?: unknown } | null)?.generation);
     takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
-    if (!Array.isArray(b.actions)) throw bad('actions', 'must be an array', 'invalid_action');
-    if (b.actions.length > 1000) throw bad('actions', 'at most 1000 actions per batch', 'invalid_action');
-    const scale = parseScaleBody(b.scale, 'scale');
-    // The whole batch is normalized (and so validated) once, before anything runs; runCanonical trusts it.
-    const steps = normalizeBatch(b.actions, { screen: screenOf(s), scale });
-    let shotOpts: ScreenshotOptions | undefined;
-    if (b.screenshot !== undefined && b.screenshot !== false) {
-      const so = (b.screenshot === true ? {} : b.screenshot) as Record<string, unknown>;
-      if (!so || typeof so !== 'object' || Array.isArray(so))
-        throw bad('screenshot', 'must be an object {format, quality?, scale?, region?, cursor?}', 'invalid_format');
-      for (const k of Object.keys(so))
-        if (!['format', 'quality', 'scale', 'region', 'cursor'].includes(k)) throw bad(`screenshot.${k}`, 'unknown field', 'invalid_format');
-      if (so.cursor !== undefined && typeof so.cursor !== 'boolean') throw bad('screenshot.cursor', 'must be a boolean', 'invalid_format');
-      shotOpts = checkShot(
-        s,
-        {
-          format: parseFormat(so.format, 'screenshot.format'),
-          quality: parseQuality(so.quality, 'screenshot.quality'),
-          scale: parseScaleBody(so.scale, 'screenshot.scale') ?? scale,
-          region: so.region as Region | undefined,
-          cursor: so.cursor as boolean | undefined,
-        },
-        'screenshot.',
-      );
-    }
-    // Then the spec's schema of the body, for whatever the checks above let through.
-    checkBody('runActions', b);
+    // The body's shape, once: the spec's schema (unknown fields, at most 1000 actions, the
+    // screenshot options; each field's error code from BODY_CODES).
+    checkBody('runActions', body);
+    const b = body as ActionsRequest;
+    // Then what no schema can say, once, before anything runs: every action, in any vocabulary,
+    // against the screen (normalizeBatch; runCanonical trusts its steps), and the screenshot's
+    // region and scale (the resolved frame is captured as is).
+    const steps = normalizeBatch(b.actions, { screen: screenOf(s), scale: b.scale });
+    const so = b.screenshot === true ? {} : b.screenshot || undefined;
+    const shotOpts = so ? checkShot(s, { ...so, scale: so.scale ?? b.scale }, 'screenshot.') : undefined;
     const generation = s.generation;
     const d = await display.connection(s);
     // A client that goes away stops the batch between actions (and cuts a wait short).
     const results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
-    const shot = shotOpts ? await guard(() => d.screenshot(shotOpts)) : undefined;
+    const shot = shotOpts ? await guard(() => captureResolved(d.conn, shotOpts)) : undefined;
     if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
       // Image bytes as the body, the JSON in a header (src/api/frames/binary.ts).
       const meta = asciiJson({ generation, results: results.map(resultJson) });
@@ -311,7 +281,7 @@ export function displayRoutes(ctx: RouteContext) {
     const json = await ctx.body(c);
     const req = parseExec(json);
     checkBody('execInSession', json);
-    ctx.checkGeneration(c, s);
+    // (The expected generation was checked by middleware/sessions.ts.)
     ctx.usable(s);
     const generation = s.generation;
     const enc = new TextEncoder();

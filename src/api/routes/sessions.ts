@@ -8,8 +8,8 @@ import type { Session as SessionView } from '../../protocol/generated/types.ts';
 import { memoryUsage, oomKills } from '../../host/resources.ts';
 import { parseClaim, poolsOf } from '../../session/pools.ts';
 
-/** Fields a feature above the API adds to a session's view (the daemon wires OSWorld's endpoint in). */
-export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld'>>;
+/** Fields a feature adds to a session's view (the daemon wires OSWorld's endpoint in; the app, the take-over). */
+export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld' | 'takeover'>>;
 
 /** The public view of a session (no host paths), in the spec's shape. */
 export function sessionView(s: Session, extras?: ViewExtras): SessionView {
@@ -23,11 +23,13 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
     attempt: s.attempt,
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
+    userns: s.uids ? { hostUidBase: s.uids.base, size: s.uids.size } : null,
     limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
     // What the session's memory cgroup says now: a process killed at the limit shows here, the session lives on.
     memory: { usageBytes: memoryUsage(s.names.cgroup), oomKills: oomKills(s.names.cgroup) },
     labels: s.spec.labels,
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
+    takeover: null,
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
     ...extras?.(s),
   } satisfies SessionView;
@@ -87,7 +89,7 @@ export function sessionRoutes(ctx: RouteContext) {
     const body = await ctx.body(c);
     const req = parseExec(body);
     checkBody('execInSession', body);
-    ctx.checkGeneration(c, s);
+    // (The expected generation was checked by middleware/sessions.ts.)
     ctx.usable(s);
     // A client that goes away kills the command (as the streaming exec does).
     const r = await execInSession({ runtime: mgr.runtime, container: s.names.container }, req, c.req.raw.signal);

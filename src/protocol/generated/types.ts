@@ -28,6 +28,8 @@ export type SessionSpec = {
   cpus?: number;
   pids?: number;
   egress?: boolean;
+  /** A user namespace of its own: the session's uids 0..65535 are a host uid range no other session holds, and Chromium runs with its own sandbox (docs/security.md). Default: the daemon's DRUMS_USERNS. */
+  userns?: boolean;
   hostPorts?: number[];
   browserFlags?: string[];
   ttlSeconds?: number;
@@ -125,6 +127,11 @@ export type Session = {
     egress: boolean;
     hostPorts: number[];
   };
+  /** The session's host uid range (its own user namespace): in-session id k is host id hostUidBase + k. null: the session's ids are the host's. */
+  userns?: {
+    hostUidBase: number;
+    size: number;
+  } | null;
   limits: {
     memoryMb: number;
     diskMb?: number;
@@ -138,6 +145,8 @@ export type Session = {
   };
   labels: Record<string, string>;
   timings: Record<string, number>;
+  /** Who holds a take-over of this session (POST /v1/sessions/{id}/takeover) and since when; null when nobody does. While it is held, agent input gets 409 `session_taken_over`, and VNC viewers are view-only unless they hold it. */
+  takeover: TakeoverView | null;
   brokenReason?: string;
   /** Only for sessions with an OSWorld endpoint (docs/osworld.md). */
   osworld?: OsworldEndpoint;

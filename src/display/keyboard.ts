@@ -1,55 +1,19 @@
 /**
- * Pointer and keyboard input over XTEST FakeInput. Every public call holds the display's input
- * lock (keymap remapping must not interleave) and ends with a round trip, so the server has
+ * Keyboard input over XTEST FakeInput: the keymap cache, spare-keycode binding and held keys of
+ * one connection (Keyboard), and the key entry points. Every entry point holds the connection's
+ * input lock (keymap remapping must not interleave) and ends with a round trip, so the server has
  * processed the events before the promise resolves.
  *
  * Characters and keys that the current keymap lacks are bound for the duration of the call to a
  * spare keycode (a keycode with no keysyms) with ChangeKeyboardMapping, then reset to NoSymbol.
  */
-import type { XDisplay } from './x-display.ts';
+import type { XEvent } from 'x11';
 import { DisplayError } from './errors.ts';
 import { charToKeysyms, isModifierKeysym, keysymFromName, KEYSYM_SHIFT_L, splitChord } from './keysyms.ts';
+import { FAKE, type XConnection } from './x-connection.ts';
 
-export type MouseButton = 'left' | 'middle' | 'right' | 'back' | 'forward' | number;
-
-export interface ClickOptions {
-  x?: number;
-  y?: number;
-  button?: MouseButton;
-  /** 1..3 (default 1). */
-  count?: number;
-  /** Keys held during the click, e.g. ['shift']. */
-  modifiers?: string[];
-}
-
-export interface DragOptions {
-  button?: MouseButton;
-  /** Pixels between intermediate motion events (default 20). */
-  stepPx?: number;
-  /** Pause between motion events (default 0; the round trip after each step already paces them). */
-  stepDelayMs?: number;
-}
-
-export interface ScrollOptions {
-  x?: number;
-  y?: number;
-  /** Wheel clicks; positive = right (button 7), negative = left (button 6). */
-  dx?: number;
-  /** Wheel clicks; positive = down (button 5), negative = up (button 4). */
-  dy?: number;
-  modifiers?: string[];
-}
-
-const KEY_PRESS = 2,
-  KEY_RELEASE = 3,
-  BUTTON_PRESS = 4,
-  BUTTON_RELEASE = 5,
-  MOTION = 6;
-const BUTTONS: Record<string, number> = { left: 1, middle: 2, right: 3, back: 8, forward: 9 };
 /** Round trip every this many typed characters, so a long text does not flood the server queue. */
 const TYPE_SYNC_EVERY = 64;
-/** Gap between the presses of a double or triple click. */
-const MULTI_CLICK_GAP_MS = 15;
 /**
  * Minimum time between the last use of a temporarily bound keycode and rebinding or resetting it.
  * Clients fetch the changed map only when they process the notify, possibly long after we sent it.
@@ -74,157 +38,6 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-export function buttonNumber(button: MouseButton | undefined): number {
-  if (button === undefined) return 1;
-  if (typeof button === 'number' && Number.isInteger(button) && button >= 1 && button <= 255) return button;
-  const n = typeof button === 'string' ? BUTTONS[button.toLowerCase()] : undefined;
-  if (n === undefined)
-    throw new DisplayError('invalid_action', `button: must be left, middle, right, back, forward or 1..255 (got ${JSON.stringify(button)})`, {
-      field: 'button',
-    });
-  return n;
-}
-
-function checkPoint(d: XDisplay, x: number, y: number): void {
-  if (!Number.isInteger(x) || x < 0 || x >= d.width)
-    throw new DisplayError('invalid_action', `x: must be an integer within 0..${d.width - 1}`, { field: 'x', value: x });
-  if (!Number.isInteger(y) || y < 0 || y >= d.height)
-    throw new DisplayError('invalid_action', `y: must be an integer within 0..${d.height - 1}`, { field: 'y', value: y });
-}
-
-function fake(d: XDisplay, type: number, detail: number, x = 0, y = 0): void {
-  d._assertOpen('FakeInput');
-  d._xtest.FakeInput(type, detail, 0, type === MOTION ? d.root : 0, x, y);
-}
-
-function fakeMotion(d: XDisplay, x: number, y: number): void {
-  fake(d, MOTION, 0 /* absolute */, x, y);
-}
-
-function fakeButton(d: XDisplay, button: number, down: boolean): void {
-  fake(d, down ? BUTTON_PRESS : BUTTON_RELEASE, button);
-}
-
-export async function move(d: XDisplay, x: number, y: number): Promise<void> {
-  checkPoint(d, x, y);
-  return d._inputLock.run(async () => {
-    fakeMotion(d, x, y);
-    await d.sync();
-  });
-}
-
-export async function click(d: XDisplay, opts: ClickOptions = {}): Promise<void> {
-  const button = buttonNumber(opts.button);
-  const count = opts.count ?? 1;
-  if (!Number.isInteger(count) || count < 1 || count > 3) throw new DisplayError('invalid_action', 'count: must be 1, 2 or 3', { field: 'count' });
-  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
-  if (opts.x !== undefined) checkPoint(d, opts.x, opts.y!);
-  const mods = resolveKeyList(opts.modifiers ?? [], true);
-  return d._inputLock.run(async () => {
-    if (opts.x !== undefined) fakeMotion(d, opts.x, opts.y!);
-    await d._keyboard.withKeysHeld(mods, async () => {
-      for (let i = 0; i < count; i++) {
-        fakeButton(d, button, true);
-        fakeButton(d, button, false);
-        // Note: presses in the same server millisecond are not counted as a multi-click by
-        // some toolkits (Chromium counts 1,2,2); space them like a fast human double-click.
-        if (i < count - 1) {
-          await d.sync();
-          await sleep(MULTI_CLICK_GAP_MS);
-        }
-      }
-    });
-    d._keyboard.scheduleRestore();
-    await d.sync();
-  });
-}
-
-export async function mouseButton(d: XDisplay, button: MouseButton, down: boolean, at?: { x: number; y: number }): Promise<void> {
-  const b = buttonNumber(button);
-  if (at) checkPoint(d, at.x, at.y);
-  return d._inputLock.run(async () => {
-    if (at) fakeMotion(d, at.x, at.y);
-    fakeButton(d, b, down);
-    await d.sync();
-  });
-}
-
-export async function drag(d: XDisplay, path: Array<{ x: number; y: number }>, opts: DragOptions = {}): Promise<void> {
-  if (!Array.isArray(path) || path.length < 1) throw new DisplayError('invalid_action', 'path: needs at least one point', { field: 'path' });
-  for (const p of path) checkPoint(d, p.x, p.y);
-  const button = buttonNumber(opts.button);
-  const stepPx = Math.max(1, opts.stepPx ?? 20);
-  const delay = opts.stepDelayMs ?? 0;
-  return d._inputLock.run(async () => {
-    let points = path;
-    if (points.length === 1) {
-      // Drag from wherever the pointer is now.
-      const p = await d.request<{ rootX: number; rootY: number }>('QueryPointer', (cb) => d._x.QueryPointer(d.root, cb));
-      points = [{ x: p.rootX, y: p.rootY }, path[0]];
-    }
-    fakeMotion(d, points[0].x, points[0].y);
-    await d.sync();
-    fakeButton(d, button, true);
-    await d.sync();
-    let pressed = true;
-    try {
-      for (let i = 1; i < points.length; i++) {
-        const a = points[i - 1],
-          b = points[i];
-        const steps = Math.min(50, Math.max(2, Math.ceil(Math.hypot(b.x - a.x, b.y - a.y) / stepPx)));
-        for (let s = 1; s <= steps; s++) {
-          fakeMotion(d, Math.round(a.x + ((b.x - a.x) * s) / steps), Math.round(a.y + ((b.y - a.y) * s) / steps));
-          await d.sync();
-          if (delay > 0) await sleep(delay);
-        }
-      }
-      fakeButton(d, button, false);
-      pressed = false;
-      await d.sync();
-    } finally {
-      // Never leave the button pressed on a live display.
-      if (pressed && !d.closed) {
-        try {
-          fakeButton(d, button, false);
-        } catch {
-          /* closed */
-        }
-      }
-    }
-  });
-}
-
-export async function scroll(d: XDisplay, opts: ScrollOptions): Promise<void> {
-  const dx = opts.dx ?? 0,
-    dy = opts.dy ?? 0;
-  for (const [k, v] of [
-    ['dx', dx],
-    ['dy', dy],
-  ] as const) {
-    if (!Number.isInteger(v) || Math.abs(v) > 1000) throw new DisplayError('invalid_action', `${k}: must be an integer within -1000..1000`, { field: k });
-  }
-  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
-  if (opts.x !== undefined) checkPoint(d, opts.x, opts.y!);
-  const mods = resolveKeyList(opts.modifiers ?? [], true);
-  return d._inputLock.run(async () => {
-    if (opts.x !== undefined) fakeMotion(d, opts.x, opts.y!);
-    await d._keyboard.withKeysHeld(mods, async () => {
-      const vb = dy > 0 ? 5 : 4,
-        hb = dx > 0 ? 7 : 6;
-      for (let i = 0; i < Math.abs(dy); i++) {
-        fakeButton(d, vb, true);
-        fakeButton(d, vb, false);
-      }
-      for (let i = 0; i < Math.abs(dx); i++) {
-        fakeButton(d, hb, true);
-        fakeButton(d, hb, false);
-      }
-    });
-    d._keyboard.scheduleRestore();
-    await d.sync();
-  });
-}
-
 /** Key names → keysyms; a name containing `+` (and longer than one char) is split as a chord. */
 export function resolveKeyList(keys: string | string[], allowEmpty = false): number[] {
   const names =
@@ -233,52 +46,46 @@ export function resolveKeyList(keys: string | string[], allowEmpty = false): num
   return names.map((n) => keysymFromName(n));
 }
 
-export async function keyChord(d: XDisplay, keys: string | string[]): Promise<void> {
+export async function keyChord(kb: Keyboard, keys: string | string[]): Promise<void> {
   const syms = resolveKeyList(keys);
-  return d._inputLock.run(async () => {
-    await d._keyboard.ensureFresh();
-    await d._keyboard.withKeysHeld(syms, async () => {});
-    d._keyboard.scheduleRestore();
-    await d.sync();
+  return kb.conn.inputLock.run(async () => {
+    await kb.ensureFresh();
+    await kb.withKeysHeld(syms, async () => {});
+    kb.scheduleRestore();
+    await kb.conn.sync();
   });
 }
 
-export async function keyToggle(d: XDisplay, key: string, down: boolean): Promise<void> {
+export async function keyToggle(kb: Keyboard, key: string, down: boolean): Promise<void> {
   const sym = keysymFromName(key);
-  return d._inputLock.run(async () => {
-    await d._keyboard.ensureFresh();
-    if (down) await d._keyboard.hold(sym);
-    else await d._keyboard.release(sym);
-    d._keyboard.scheduleRestore();
-    await d.sync();
+  return kb.conn.inputLock.run(async () => {
+    await kb.ensureFresh();
+    if (down) await kb.hold(sym);
+    else await kb.release(sym);
+    kb.scheduleRestore();
+    await kb.conn.sync();
   });
 }
 
-export async function typeText(d: XDisplay, text: string): Promise<void> {
+export async function typeText(kb: Keyboard, text: string): Promise<void> {
   if (typeof text !== 'string') throw new DisplayError('invalid_action', 'text: must be a string', { field: 'text' });
   // Validate every character before anything is typed.
   const chars: number[][] = [];
   for (const ch of text.replace(/\r\n/g, '\n')) chars.push(charToKeysyms(ch));
-  return d._inputLock.run(async () => {
-    const kb = d._keyboard;
+  return kb.conn.inputLock.run(async () => {
     await kb.ensureFresh();
     try {
       await kb.prebind(chars);
       let n = 0;
       for (const candidates of chars) {
         await kb.tap(candidates);
-        if (++n % TYPE_SYNC_EVERY === 0) await d.sync();
+        if (++n % TYPE_SYNC_EVERY === 0) await kb.conn.sync();
       }
     } finally {
       kb.scheduleRestore();
     }
-    await d.sync();
+    await kb.conn.sync();
   });
-}
-
-export function wait(ms: number): Promise<void> {
-  if (!Number.isFinite(ms) || ms < 0) return Promise.reject(new DisplayError('invalid_action', 'ms: must be a non-negative number', { field: 'ms' }));
-  return sleep(ms);
 }
 
 interface KeyLoc {
@@ -286,9 +93,9 @@ interface KeyLoc {
   level: number;
 }
 
-/** Keymap cache, spare-keycode binding and held-key state for one display. */
+/** Keymap cache, spare-keycode binding and held-key state for one connection. */
 export class Keyboard {
-  private readonly d: XDisplay;
+  readonly conn: XConnection;
   private perKeycode = 2;
   private lookup = new Map<number, KeyLoc>();
   private spare: number[] = [];
@@ -304,8 +111,11 @@ export class Keyboard {
   private shiftKeycode = 0;
   private restoreTimer: NodeJS.Timeout | null = null;
 
-  constructor(d: XDisplay) {
-    this.d = d;
+  constructor(conn: XConnection) {
+    this.conn = conn;
+    conn.on('xevent', (ev: XEvent) => {
+      if (ev.name === 'MappingNotify') this.onMappingNotify(ev);
+    });
   }
 
   /** Number of spare keycodes available for temporary binding. */
@@ -318,10 +128,10 @@ export class Keyboard {
   }
 
   async load(): Promise<void> {
-    const d = this.d;
-    const min = d._info.min_keycode,
-      max = d._info.max_keycode;
-    const rows = await d.request<number[][]>('GetKeyboardMapping', (cb) => d._x.GetKeyboardMapping(min, max - min + 1, cb));
+    const c = this.conn;
+    const min = c.info.min_keycode,
+      max = c.info.max_keycode;
+    const rows = await c.request<number[][]>('GetKeyboardMapping', (cb) => c.x.GetKeyboardMapping(min, max - min + 1, cb));
     this.perKeycode = rows[0]?.length ?? 2;
     const lookup = new Map<number, KeyLoc>();
     const spare: number[] = [];
@@ -369,7 +179,7 @@ export class Keyboard {
   private async quiet(): Promise<void> {
     let last = 0;
     for (const kc of this.bound.values()) last = Math.max(last, this.lastUse.get(kc) ?? 0);
-    await this.d.sync();
+    await this.conn.sync();
     const wait = last + REBIND_QUIET_MS - performance.now();
     if (wait > 0) await sleep(wait);
   }
@@ -404,8 +214,8 @@ export class Keyboard {
     const row = new Array<number>(this.perKeycode).fill(0);
     row[0] = sym;
     if (row.length > 1) row[1] = sym;
-    this.d._assertOpen('ChangeKeyboardMapping');
-    this.d._x.ChangeKeyboardMapping(kc, this.perKeycode, row);
+    this.conn.assertOpen('ChangeKeyboardMapping');
+    this.conn.x.ChangeKeyboardMapping(kc, this.perKeycode, row);
     this.bound.set(sym, kc);
     this.lastUse.set(kc, performance.now());
     this.boundAt.set(kc, performance.now());
@@ -435,7 +245,7 @@ export class Keyboard {
     const at = this.boundAt.get(keycode);
     if (at === undefined) return;
     if (at + BIND_SETTLE_MS > performance.now()) {
-      await this.d.sync();
+      await this.conn.sync();
       await sleep(Math.max(0, at + BIND_SETTLE_MS - performance.now()));
     }
     // Everything bound up to now has settled too.
@@ -449,7 +259,7 @@ export class Keyboard {
   }
 
   private press(keycode: number, down: boolean): void {
-    fake(this.d, down ? KEY_PRESS : KEY_RELEASE, keycode);
+    this.conn.fakeInput(down ? FAKE.keyPress : FAKE.keyRelease, keycode);
     if (this.lastUse.has(keycode)) this.lastUse.set(keycode, performance.now());
   }
 
@@ -487,7 +297,7 @@ export class Keyboard {
       }
       await fn();
     } finally {
-      if (!this.d.closed) for (const kc of pressed.reverse()) this.press(kc, false);
+      if (!this.conn.closed) for (const kc of pressed.reverse()) this.press(kc, false);
     }
   }
 
@@ -529,7 +339,7 @@ export class Keyboard {
     if (this.bound.size === 0 || this.restoreTimer) return;
     this.restoreTimer = setTimeout(() => {
       this.restoreTimer = null;
-      this.d._inputLock
+      this.conn.inputLock
         .run(() => this.restoreNow())
         .catch(() => {
           /* display gone: nothing to restore */
@@ -541,18 +351,18 @@ export class Keyboard {
   /** Reset temporarily bound keycodes (except held ones) to NoSymbol now (after the quiet time). */
   async restoreNow(): Promise<void> {
     this.cancelRestore();
-    if (this.bound.size === 0 || this.d.closed) return;
+    if (this.bound.size === 0 || this.conn.closed) return;
     const heldCodes = new Set([...this.held.values()].map((h) => h.keycode));
     const toReset = [...this.bound].filter(([, kc]) => !heldCodes.has(kc));
     if (toReset.length === 0) return;
     await this.quiet();
     const zeros = new Array<number>(this.perKeycode).fill(0);
     for (const [sym, kc] of toReset) {
-      this.d._assertOpen('ChangeKeyboardMapping');
-      this.d._x.ChangeKeyboardMapping(kc, this.perKeycode, zeros);
+      this.conn.assertOpen('ChangeKeyboardMapping');
+      this.conn.x.ChangeKeyboardMapping(kc, this.perKeycode, zeros);
       this.bound.delete(sym);
     }
-    await this.d.sync();
+    await this.conn.sync();
   }
 }
 

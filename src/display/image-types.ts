@@ -1,0 +1,42 @@
+/** The shapes of screenshots and cursor images, shared by screenshot.ts (options) and frames.ts (capture). */
+export type ScreenshotFormat = 'png' | 'jpeg' | 'webp' | 'raw';
+
+export interface Region {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+}
+
+export interface ScreenshotOptions {
+  format?: ScreenshotFormat;
+  /** JPEG/WebP quality 1..100 (default 80). */
+  quality?: number;
+  /** Capture only this rectangle (screen coordinates). */
+  region?: Region;
+  /** Resize the output to this size (fill, aspect not kept). One side alone keeps the aspect. */
+  scale?: { width?: number; height?: number };
+  /** Draw the pointer (default true). */
+  cursor?: boolean;
+}
+
+export interface ScreenshotResult {
+  data: Buffer;
+  width: number;
+  height: number;
+  format: ScreenshotFormat;
+  mimeType: string;
+  /** Multiply an x in this image by scaleX (and add region.x) to get a screen x. Only when scaled. */
+  scaleX?: number;
+  scaleY?: number;
+}
+
+export interface CursorImage {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+  xhot: number;
+  yhot: number;
+  cursorImage: Buffer;
+}

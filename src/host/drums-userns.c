@@ -1,0 +1,265 @@
+/*
+ * drums-userns: the three host operations a per-session user namespace needs
+ * that no tool on a Debian 12 host does (util-linux's X-mount.idmap came in
+ * 2.39, runc's idmapped mounts in 1.2) and Node cannot do itself (a
+ * multi-threaded process cannot unshare a user namespace, and Node has no
+ * binding for the mount API). Built by scripts/setup.sh; see docs/security.md.
+ *
+ *   drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN
+ *       A user namespace mapping 0..COUNT-1 to host BASE..BASE+COUNT-1, created
+ *       by host uid BASE (so the kernel's per-user counts of everything inside
+ *       it roll up to BASE, not to root), and a network namespace owned by it.
+ *       Both are pinned by bind mounts on USERNS_PIN and NETNS_PIN (files this
+ *       creates; NETNS_PIN is normally /run/netns/NAME, as `ip netns` keeps them).
+ *   drums-userns idmap USERNS_PIN SOURCE TARGET
+ *       A read-only, nodev, nosuid idmapped bind mount of SOURCE on TARGET
+ *       (an existing directory), mapped through the user namespace at USERNS_PIN.
+ *   drums-userns shift DIR FROM TO COUNT
+ *       Every file under DIR (not following symlinks, not crossing mounts)
+ *       owned by FROM+k (k < COUNT) becomes owned by TO+k; group likewise.
+ *
+ * Exit 0 on success; otherwise a one-line reason on stderr and exit 1, with
+ * nothing left behind by `ns` (pins unmounted and removed).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#ifndef MOUNT_ATTR_RDONLY
+#define MOUNT_ATTR_RDONLY 0x00000001
+#define MOUNT_ATTR_NOSUID 0x00000002
+#define MOUNT_ATTR_NODEV 0x00000004
+#endif
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+
+struct drums_mount_attr {
+  uint64_t attr_set;
+  uint64_t attr_clr;
+  uint64_t propagation;
+  uint64_t userns_fd;
+};
+
+static int fail(const char *what) {
+  fprintf(stderr, "drums-userns: %s: %s\n", what, strerror(errno));
+  return 1;
+}
+
+static int parse_id(const char *s, unsigned long max, unsigned long *out) {
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || !*s || *end || v > max) {
+    fprintf(stderr, "drums-userns: bad number '%s'\n", s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A bind mount of an nsfs file on a new file `pin` (made here, O_EXCL). */
+static int pin_ns(const char *nsfile, const char *pin) {
+  int fd = open(pin, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (fd < 0) return -1;
+  close(fd);
+  if (mount(nsfile, pin, NULL, MS_BIND, NULL) < 0) {
+    int saved = errno;
+    unlink(pin);
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
+static void unpin(const char *pin) {
+  umount2(pin, MNT_DETACH);
+  unlink(pin);
+}
+
+/* `ip netns` keeps its pins under a shared mount of /run/netns (so other mount namespaces see them): do the same. */
+static void prepare_netns_dir(const char *pin) {
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", pin);
+  char *slash = strrchr(dir, '/');
+  if (!slash || strcmp(slash, "/") == 0) return;
+  *slash = 0;
+  if (strcmp(dir, "/run/netns") != 0 && strcmp(dir, "/var/run/netns") != 0) return;
+  mkdir(dir, 0755);
+  if (mount("", dir, "none", MS_SHARED | MS_REC, NULL) == 0) return;
+  if (errno != EINVAL) return;
+  if (mount(dir, dir, "none", MS_BIND | MS_REC, NULL) == 0) mount("", dir, "none", MS_SHARED | MS_REC, NULL);
+}
+
+static int cmd_ns(unsigned long base, unsigned long count, const char *userns_pin, const char *netns_pin) {
+  int ready[2], go[2];
+  if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0) return fail("pipe");
+  pid_t pid = fork();
+  if (pid < 0) return fail("fork");
+  if (pid == 0) {
+    close(ready[0]);
+    close(go[1]);
+    char c = 0;
+    /* The namespace's owner is the session's own host uid: its per-user counts (inotify, nproc...) roll up there. */
+    if (setgroups(0, NULL) < 0 || setresgid(base, base, base) < 0 || setresuid(base, base, base) < 0) _exit(10);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) _exit(11);
+    if (write(ready[1], &c, 1) != 1) _exit(12);
+    /* Wait until the parent has written the maps and pinned both namespaces (it closes `go`). */
+    while (read(go[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char c;
+  ssize_t n;
+  while ((n = read(ready[0], &c, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    fprintf(stderr, "drums-userns: the child could not %s (exit %d)\n", code == 11 ? "unshare a user and network namespace" : "drop to the session's uid", code);
+    return 1;
+  }
+  char path[64], map[96];
+  int rc = 1;
+  int pinned_user = 0, pinned_net = 0;
+  snprintf(map, sizeof map, "0 %lu %lu\n", base, count);
+  snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+  if (write_file(path, map) < 0) {
+    fail("uid_map");
+    goto out;
+  }
+  snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+  if (write_file(path, map) < 0) {
+    fail("gid_map");
+    goto out;
+  }
+  snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+  if (pin_ns(path, userns_pin) < 0) {
+    fail(userns_pin);
+    goto out;
+  }
+  pinned_user = 1;
+  prepare_netns_dir(netns_pin);
+  snprintf(path, sizeof path, "/proc/%d/ns/net", pid);
+  if (pin_ns(path, netns_pin) < 0) {
+    fail(netns_pin);
+    goto out;
+  }
+  pinned_net = 1;
+  rc = 0;
+out:
+  close(go[1]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (rc != 0) {
+    if (pinned_net) unpin(netns_pin);
+    if (pinned_user) unpin(userns_pin);
+  }
+  return rc;
+}
+
+static int cmd_idmap(const char *userns_pin, const char *source, const char *target) {
+  int userns = open(userns_pin, O_RDONLY | O_CLOEXEC);
+  if (userns < 0) return fail(userns_pin);
+  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | O_CLOEXEC);
+  if (tree < 0) return fail("open_tree");
+  struct drums_mount_attr attr = {
+      .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID,
+      .userns_fd = (uint64_t)userns,
+  };
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) return fail("mount_setattr(MOUNT_ATTR_IDMAP)");
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) return fail("move_mount");
+  return 0;
+}
+
+static unsigned long shift_from, shift_to, shift_count;
+static dev_t shift_dev;
+static int shift_errors;
+
+static int shift_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)flag;
+  (void)ftw;
+  if (st->st_dev != shift_dev) return FTW_SKIP_SUBTREE;
+  uid_t uid = st->st_uid;
+  gid_t gid = st->st_gid;
+  int change = 0;
+  if (uid >= shift_from && uid - shift_from < shift_count) uid = uid - shift_from + shift_to, change = 1;
+  if (gid >= shift_from && gid - shift_from < shift_count) gid = gid - shift_from + shift_to, change = 1;
+  if (!change) return FTW_CONTINUE;
+  /* lchown clears set-id bits: put the mode back (not for symlinks, which have none). */
+  if (lchown(path, uid, gid) < 0 || (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) && chmod(path, st->st_mode & 07777) < 0)) {
+    fprintf(stderr, "drums-userns: shift %s: %s\n", path, strerror(errno));
+    shift_errors++;
+  }
+  return FTW_CONTINUE;
+}
+
+static int cmd_shift(const char *dir, unsigned long from, unsigned long to, unsigned long count) {
+  struct stat st;
+  if (lstat(dir, &st) < 0) return fail(dir);
+  shift_from = from, shift_to = to, shift_count = count, shift_dev = st.st_dev;
+  if (nftw(dir, shift_one, 64, FTW_PHYS | FTW_MOUNT | FTW_ACTIONRETVAL) < 0) return fail("nftw");
+  return shift_errors ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  unsigned long a, b, c;
+  const unsigned long max_id = 4294967294UL;
+  if (argc == 6 && strcmp(argv[1], "ns") == 0) {
+    if (parse_id(argv[2], max_id, &a) || parse_id(argv[3], 65536, &b) || b == 0 || a + b > max_id) return 2;
+    return cmd_ns(a, b, argv[4], argv[5]);
+  }
+  if (argc == 5 && strcmp(argv[1], "idmap") == 0) return cmd_idmap(argv[2], argv[3], argv[4]);
+  if (argc == 6 && strcmp(argv[1], "shift") == 0) {
+    if (parse_id(argv[3], max_id, &a) || parse_id(argv[4], max_id, &b) || parse_id(argv[5], 65536, &c) || a + c > max_id || b + c > max_id) return 2;
+    return cmd_shift(argv[2], a, b, c);
+  }
+  fprintf(stderr,
+          "usage: drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN\n"
+          "       drums-userns idmap USERNS_PIN SOURCE TARGET\n"
+          "       drums-userns shift DIR FROM TO COUNT\n");
+  return 2;
+}
