@@ -18,9 +18,10 @@ import { checkpointDir, checkpointSource, criuFor, refusal, restoreSeed } from '
  * token, subnet, hostname, a fresh /etc/machine-id), labelled
  * `drums.fork.source` and `drums.fork.mode=disk`.
  *
- * `memory` (a CRIU checkpoint/restore of the whole session) is not available
- * in this build: it answers 501 memory_fork_unavailable, naming `disk` as the
- * alternative (docs/pools.md says what it needs).
+ * `memory`: a CRIU checkpoint of the running session restored into each copy
+ * (src/session/memfork.ts): processes, windows and memory equal the source's
+ * too. A state CRIU can't dump is 409 memory_fork_refused, a daemon without
+ * CRIU 501 memory_fork_unavailable, both naming `disk` as the alternative.
  */
 export type ForkMode = 'disk' | 'memory';
 export const MAX_FORK = 64;
