@@ -5,7 +5,7 @@ import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { sleep } from './measure.ts';
-import { PAGE } from './runner.ts';
+import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
 
 /**

@@ -43,8 +43,10 @@ function fdpass(): FdPass | null {
 export const DEFAULT_TIMEOUT_MS = 5_000;
 
 export interface XConnectionOpenOptions {
-  /** Deadline for every X request, and for the whole open() (default 5000). */
+  /** Deadline for every X request (default 5000). */
   timeoutMs?: number;
+  /** Deadline for the whole open(), keymap included (default: timeoutMs). */
+  openTimeoutMs?: number;
   /** Try MIT-SHM (default true). false forces core GetImage. */
   shm?: boolean;
 }
@@ -128,14 +130,15 @@ export class XConnection extends EventEmitter {
    */
   static async open(socketPath: string, options: XConnectionOpenOptions & { init?: (c: XConnection) => Promise<void> } = {}): Promise<XConnection> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const openTimeoutMs = options.openTimeoutMs ?? timeoutMs;
     const wantShm = options.shm !== false;
     let stream: (net.Socket & { _fdCapable?: boolean }) | null = null;
     let conn: XConnection | null = null;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(
-        () => reject(new DisplayError('display_timeout', `opening X display at ${socketPath} timed out after ${timeoutMs} ms`, { socketPath })),
-        timeoutMs,
+        () => reject(new DisplayError('display_timeout', `opening X display at ${socketPath} timed out after ${openTimeoutMs} ms`, { socketPath })),
+        openTimeoutMs,
       );
     });
     // Errors that arrive after open() settled must not become unhandled.

@@ -165,7 +165,7 @@ export class PoolManager {
     const template = (d.template ?? {}) as Record<string, unknown>;
     let spec: SessionSpec;
     try {
-      spec = parseSpec(template);
+      spec = parseSpec(template, this.mgr.defaultCpus);
     } catch (e) {
       if (e instanceof DrumsError && e.details?.field)
         throw new ValidationError(`template.${e.details.field}`, errorMessage(e).replace(/^[^:]*: /, ''), 'invalid_pool');

@@ -17,7 +17,11 @@ test('opening a missing socket fails with connect_failed', async () => {
 test('a stopped X server makes requests time out instead of hanging', async () => {
   const h = await startXvfb();
   try {
-    const d = await XDisplay.open(h.socketPath, { timeoutMs: 300 });
+    // A short deadline per request, but a generous one for the open: on a loaded host the open
+    // (keymap included) can take longer than 300 ms, which is not what this test is about.
+    const d = await XDisplay.open(h.socketPath, { timeoutMs: 300, openTimeoutMs: 10_000 });
+    // One frame first, so the one after the stop is a capture, not the set-up of damage tracking.
+    await d.screenshot({ format: 'raw' });
     h.xvfb.kill('SIGSTOP');
     try {
       const t0 = performance.now();

@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
@@ -41,6 +41,8 @@ describe('daemon restart', () => {
   /** Exactly the objects of `n` sessions are on the host. */
   const assertObjects = (n: number) => {
     const r = residue(d.instance, d.stateDir);
+    // A session with its own user namespace (DRUMS_USERNS=1) also holds a uid claim and two mounts (its pin, its idmapped image).
+    const u = r.sessionDirs.filter((id) => existsSync(join(d.stateDir, 'sessions', id, 'userns'))).length;
     assert.deepEqual(
       {
         netns: r.netns.length,
@@ -52,7 +54,7 @@ describe('daemon restart', () => {
         containers: r.containers.length,
         cgroups: new Set(r.cgroups.map((c) => c.split('/').pop())).size,
       },
-      { netns: n, links: n, mounts: 3 * n, loops: n, claims: n, sessionDirs: n, containers: n, cgroups: n },
+      { netns: n, links: n, mounts: 3 * n + 2 * u, loops: n, claims: n + u, sessionDirs: n, containers: n, cgroups: n },
     );
   };
 
