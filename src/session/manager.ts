@@ -31,8 +31,8 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
-import { Admission, diskImagePath, type Capacity } from './admission.ts';
-import { oomKills, swapLimitSupported } from '../host/resources.ts';
+import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
+import { defaultSessionCpus, oomKills, swapLimitSupported } from '../host/resources.ts';
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
@@ -90,6 +90,8 @@ export interface Session {
   _seedUpper?: string;
   /** Private: the host uid base the seed's files are owned by (0: host ids). */
   _seedBase?: number;
+  /** The session disk's loop device (this generation's). */
+  _disk?: { major: number; minor: number };
   /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
   _restore?: RestoreSeed;
 }
@@ -123,6 +125,8 @@ export class SessionManager {
   readonly pool: SubnetPool;
   private readonly _sessions = new Map<string, Session>();
   readonly config: DaemonConfig;
+  /** The CPU quota of a spec that sets none, resolved from the config once. */
+  readonly defaultCpus: number;
   private readonly _opts: { maxSessions: number; startConcurrency: number; failAtStep?: string };
   private _running = 0;
   /** Memory and disk admission (src/session/admission.ts). */
@@ -137,7 +141,8 @@ export class SessionManager {
     const config = (this.config = opts.config ?? loadConfig({}));
     this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
     this.pool = parsePool(config.subnetPool);
-    this.admission = new Admission(inst.stateDir);
+    this.admission = new Admission(inst.stateDir, admissionConfig(config));
+    this.defaultCpus = defaultSessionCpus(config.defaultCpus);
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
@@ -281,7 +286,7 @@ export class SessionManager {
    */
   async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal } = {}): Promise<Session> {
     const { signal } = opts;
-    const spec = parseSpec(body);
+    const spec = parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
     if (spec.userns && !this.config.userns) this._checkUserns();
     // Validate before any side effect.
@@ -444,7 +449,7 @@ export class SessionManager {
         do: async () => {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
-          await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes);
+          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, this.config.diskWriteMbps * 1024 ** 2);
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
@@ -600,6 +605,7 @@ export class SessionManager {
       noSwap: swapLimitSupported(),
       pids: s.spec.pids,
       cpus: s.spec.cpus,
+      ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: this.config.diskWriteMbps * 1024 ** 2 } } : {}),
       shmBytes: 256 * 1024 ** 2,
       tmpBytes: 512 * 1024 ** 2,
     });

@@ -107,6 +107,16 @@ describe('API middleware (app.request, no socket)', () => {
     assert.equal(stale.status, 409);
     assert.equal(stale.json.error.code, 'stale_generation');
     assert.equal(stale.headers.get('x-drums-generation'), '2');
+    // The frame routes (VNC, stream, take-over) rely on the middleware's one check of it.
+    for (const [method, path] of [
+      ['GET', `/v1/sessions/${id}/vnc?generation=1`],
+      ['GET', `/v1/sessions/${id}/stream?generation=1`],
+      ['POST', `/v1/sessions/${id}/takeover?generation=1`],
+    ] as const) {
+      const r2 = await call(method, path, method === 'POST' ? { body: {} } : {});
+      assert.equal(r2.status, 409, `${method} ${path}`);
+      assert.equal(r2.json.error.code, 'stale_generation', `${method} ${path}`);
+    }
     const extra = await call('POST', `/v1/sessions/${id}/reset`, { body: { generation: 2, force: true } });
     assert.equal(extra.status, 400);
     assert.equal(extra.json.error.code, 'invalid_request');
