@@ -109,4 +109,19 @@ describe('fork (memory)', () => {
       await d.client.destroySession(src.id).catch(() => {});
     }
   });
+
+  it('refuses a session with its own user namespace (409 memory_fork_refused, disk offered), freezing nothing', async () => {
+    const src = await d.client.createSession({ image: 'minimal', userns: true });
+    try {
+      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
+      assert.deepEqual([e.status, e.code, (e.details as { alternative?: string } | undefined)?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
+    } finally {
+      await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
 });
