@@ -1,5 +1,10 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import type { Arm, ArmHooks } from './arms.ts';
+import type { Arm, ArmHooks } from './arm.ts';
 import { sleep } from './measure.ts';
 
 /**
@@ -7,8 +12,9 @@ import { sleep } from './measure.ts';
  * instead of Chromium (LibreOffice Calc with a sheet, Writer with a document, Impress with a deck,
  * GIMP with an image, VLC paused on a video, Thunderbird with a profile). "Browser ready" for these
  * arms is "app ready": the app's window shows the file (its title names it). The files are made
- * once per run in a scratch session, with the image's own tools, and written into each session
- * after create and after reset (counted in the latency, like the app start).
+ * once per run: the sheet, document, deck and image on the host with the libraries OSWorld's task
+ * authors use (app-files.py), the video by the image's ffmpeg in a scratch session. They are
+ * written into each session after create and after reset (counted in the latency, like the app start).
  */
 
 interface AppDef {
@@ -62,43 +68,48 @@ const APPS: AppDef[] = [
   },
 ];
 
-/** Runs in a scratch osworld session: the files every app arm opens, made by the apps' own tools. */
-const FIXTURE_SCRIPT = String.raw`set -e
+/** The sheet, document, deck and image: made on the host by the task authors' libraries (openpyxl, python-docx, python-pptx, Pillow, from sdk/python/osworld-deps.txt). */
+const APP_FILES_PY = fileURLToPath(new URL('./app-files.py', import.meta.url));
+const PYTHON = process.env.DRUMS_PYTHON ?? fileURLToPath(new URL('../../.runtime/venv/bin/python', import.meta.url));
+
+/** The video, made in a scratch osworld session by the image's ffmpeg (the host has none). */
+const VIDEO_SCRIPT = String.raw`set -e
 d=$(mktemp -d); cd "$d"
-{ echo 'a,b,sum'; for i in $(seq 1 200); do echo "$i,$((i*7%13)),=A$((i+1))+B$((i+1))"; done; } > bench.csv
-{ echo '<html><body><h1>Drums bench</h1>'; for i in $(seq 1 60); do echo "<p>Paragraph $i: the quick brown fox jumps over the lazy dog, again and again, for the benchmark.</p>"; done; echo '</body></html>'; } > bench.html
-cat > bench.fodp <<'EOF'
-<?xml version="1.0" encoding="UTF-8"?>
-<office:document xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0" xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0" office:version="1.3" office:mimetype="application/vnd.oasis.opendocument.presentation">
-<office:body><office:presentation>
-EOF
-for i in $(seq 1 10); do echo "<draw:page draw:name=\"s$i\"><draw:frame svg:x=\"2cm\" svg:y=\"2cm\" svg:width=\"20cm\" svg:height=\"3cm\"><draw:text-box><text:p>Slide $i</text:p></draw:text-box></draw:frame><draw:frame svg:x=\"2cm\" svg:y=\"6cm\" svg:width=\"20cm\" svg:height=\"8cm\"><draw:text-box><text:p>Point one of slide $i</text:p><text:p>Point two of slide $i</text:p></draw:text-box></draw:frame></draw:page>" >> bench.fodp; done
-echo '</office:presentation></office:body></office:document>' >> bench.fodp
-soffice --headless --convert-to xlsx:"Calc MS Excel 2007 XML" bench.csv >/dev/null 2>&1
-soffice --headless --infilter="HTML (StarWriter)" --convert-to docx:"MS Word 2007 XML" bench.html >/dev/null 2>&1
-soffice --headless --convert-to pptx:"Impress MS PowerPoint 2007 XML" bench.fodp >/dev/null 2>&1
-python3 -c "from PIL import Image, ImageDraw; im = Image.new('RGB', (1280, 800), (40, 90, 160)); ImageDraw.Draw(im).ellipse((300, 150, 980, 650), fill=(230, 180, 40)); im.save('bench.png')"
 ffmpeg -loglevel error -f lavfi -i testsrc=duration=30:size=1280x720:rate=25 -pix_fmt yuv420p -c:v libx264 -preset ultrafast bench.mp4
-for f in bench.xlsx bench.docx bench.pptx bench.png bench.mp4; do test -s "$f"; done
+test -s bench.mp4
 echo "$d"`;
 
 let fixtures: Map<string, Buffer> | undefined;
 
 async function makeFixtures(c: DrumsClient): Promise<Map<string, Buffer>> {
   if (fixtures) return fixtures;
+  const out = new Map<string, Buffer>();
+  const dir = mkdtempSync(join(tmpdir(), 'drums-app-files-'));
+  try {
+    const r = spawnSync(PYTHON, [APP_FILES_PY, dir], { encoding: 'utf8', timeout: 120_000 });
+    if (r.status !== 0)
+      throw new Error(
+        `making the app arms' files with ${PYTHON} failed (its packages come from scripts/osworld-deps.sh, which scripts/up.sh and scripts/test.sh run): ${(r.stderr || String(r.error)).trim().slice(-500)}`,
+      );
+    for (const a of APPS) if (a.file && a.file !== 'bench.mp4') out.set(a.file, readFileSync(join(dir, a.file)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
   const s = await c.createSession({ image: 'osworld', screen: '1280x800' } as never);
   try {
-    const r = await c.exec(s.id, { shell: FIXTURE_SCRIPT, timeoutMs: 300_000 });
-    if (r.exitCode !== 0) throw new Error(`making the app arms' files failed: ${r.stderr.trim().slice(-500)}`);
-    const dir = r.stdout.trim().split('\n').at(-1)!;
-    const out = new Map<string, Buffer>();
-    for (const a of APPS) if (a.file) out.set(a.file, await c.readFile(s.id, `${dir}/${a.file}`));
-    fixtures = out;
-    return out;
+    const r = await c.exec(s.id, { shell: VIDEO_SCRIPT, timeoutMs: 300_000 });
+    if (r.exitCode !== 0) throw new Error(`making the VLC arm's video failed: ${r.stderr.trim().slice(-500)}`);
+    out.set('bench.mp4', await c.readFile(s.id, `${r.stdout.trim().split('\n').at(-1)!}/bench.mp4`));
   } finally {
     await c.destroySession(s.id).catch(() => {});
   }
+  fixtures = out;
+  return out;
 }
+
+const WHY_NO_WINDOW = String.raw`echo "processes:"; ps -eo pid,stat,etime,wchan:24,comm --sort=start_time | tail -n 12
+echo "X top-level windows:"; DISPLAY=:0 xwininfo -root -children 2>&1 | grep -c '^ *0x'
+echo "load: $(cat /proc/loadavg)"`;
 
 async function openApp(c: DrumsClient, s: SessionInfo, a: AppDef): Promise<void> {
   const path = a.file ? `${HOME}/${a.file}` : '';
@@ -112,8 +123,14 @@ async function openApp(c: DrumsClient, s: SessionInfo, a: AppDef): Promise<void>
   for (;;) {
     const v = await c.windows(s.id);
     if (v.windows.some((w) => a.window.test(w.title))) return;
-    if (performance.now() > deadline)
-      throw new Error(`${a.arm}: no window matching ${a.window} in ${s.id} within 180 s (windows: ${v.windows.map((w) => w.title).join('; ')})`);
+    if (performance.now() > deadline) {
+      // What the session was doing, so a miss in a record can be told apart (app gone, app alive without a window, window unmanaged).
+      const why = await c
+        .exec(s.id, { shell: WHY_NO_WINDOW, timeoutMs: 20_000 })
+        .then((x) => x.stdout.trim().slice(-1500))
+        .catch((e: Error) => `(diagnostics failed: ${e.message})`);
+      throw new Error(`${a.arm}: no window matching ${a.window} in ${s.id} within 180 s (windows: ${v.windows.map((w) => w.title).join('; ')}); ${why}`);
+    }
     await sleep(100);
   }
 }

@@ -60,7 +60,7 @@ export function sessionRoutes(ctx: RouteContext) {
     }
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
-    const spec = parseSpec(body);
+    const spec = parseSpec(body, mgr.defaultCpus);
     checkBody('createSession', body ?? {});
     // A spec equal to a pool's template (TTL aside) is served from that pool.
     const pool = pools.match(spec);

@@ -5,6 +5,30 @@ import { printBars, progressLine, withDaemon } from '../util.ts';
 export function registerBench(program: Command): void {
   const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
   bench
+    .command('osworld-run')
+    .description("wall time of OSWorld's runnable set through `drums osworld run` at each --parallel level, with each task's outcome and the load average")
+    .argument('[files...]', 'task files instead of --domains')
+    .option('--tasks-root <dir>', 'OSWorld task files, a directory per domain', '../shared/osworld-tasks')
+    .option('--domains <list>', 'domains', 'os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps')
+    .option('--parallel <list>', 'levels, run one after another', '1,4,8')
+    .option('--level-minutes <n>', 'stop a level after this long and record what it finished', '30')
+    .option('--out <dir>', 'record directory', 'bench/records')
+    .action(async (files: string[], o: { tasksRoot: string; domains: string; parallel: string; levelMinutes: string; out: string }) => {
+      const { runOsworldRunBench } = await import('../../bench/osworld-run-bench.ts');
+      const { record, file } = await runOsworldRunBench({
+        tasksRoot: o.tasksRoot,
+        domains: o.domains.split(','),
+        files,
+        parallel: o.parallel.split(',').map(Number),
+        levelMinutes: Number(o.levelMinutes),
+        outDir: o.out,
+        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      });
+      for (const l of record.levels as { parallel: number; wallSeconds: number; complete: boolean; summary: { ran: number } }[])
+        process.stdout.write(`--parallel ${l.parallel}: ${l.wallSeconds} s, ${l.summary.ran} tasks ran${l.complete ? '' : ' (incomplete)'}\n`);
+      process.stdout.write(`record: ${file}\n`);
+    });
+  bench
     .command('pools')
     .description('warm-pool claims vs creates, disk fork(N) vs N creates, and the idle cost of a pool, in one run')
     .option('--image <name>', 'image', 'default')
@@ -84,7 +108,7 @@ export function registerBench(program: Command): void {
     .option('--quick', 'short phases (CI)')
     .option('--victims <n>', 'sessions driven in a closed loop', '8')
     .option('--seconds <n>', 'length of each phase')
-    .option('--rounds <n>', 'times each abuse runs (ratios pool them)')
+    .option('--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)')
     .option('--out <dir>', 'record directory', 'bench/records')
     .action(async (o: { quick?: boolean; victims: string; seconds?: string; rounds?: string; out: string }) => {
       const { runNoisyBench } = await import('../../bench/noisy-bench.ts');
