@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { DrumsError } from '../../common/errors.ts';
 import { parseSpec } from '../../session/spec.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
@@ -80,6 +81,16 @@ export function sessionRoutes(ctx: RouteContext) {
   });
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
+    // The body: at most an expected generation (one in the query or header was checked by
+    // middleware/sessions.ts), then the spec's schema of it.
+    const body = await ctx.body(c);
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
+    for (const k of Object.keys(body))
+      if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
+    const fromBody = (body as { generation?: unknown }).generation;
+    if (fromBody !== undefined && fromBody !== null) ctx.checkGeneration(c, s, fromBody);
+    checkBody('resetSession', body);
     display.drop(s.id);
     return c.json(ctx.view(await mgr.reset(s.id, { signal: c.req.raw.signal })));
   });
