@@ -60,4 +60,7 @@ fi
 if (( $(sysctl -n fs.inotify.max_user_instances) < 8192 )); then
   sysctl -qw fs.inotify.max_user_instances=8192
 fi
+# CRIU >= 4.1 for memory fork (docs/pools.md): a trixie tools rootfs, built like an image (content-addressed, cached).
+step "tools rootfs: criu-tools"
+"$root/bin/drums" image build criu-tools >/dev/null
 step "host ready ($(.runtime/node/bin/node --version), $(runc --version | head -1))"

@@ -18,6 +18,7 @@ import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
+import { CpuGuard } from './host/cpu-guard.ts';
 import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
@@ -69,6 +70,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const mgr = new SessionManager(inst, { config });
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
+  // Sessions that keep the CPU busy get a low weight, so interactive neighbours go first.
+  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, s.names.cgroup])));
+  cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
@@ -106,6 +110,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     (stopping ??= (async () => {
       server.close();
       closeUpgrades();
+      cpuGuard.stop();
       await poolsOf(mgr).stop();
       osworld.closeAll();
       display.closeAll();

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import type { Arm, ArmHooks } from './arms.ts';
+import type { Arm, ArmHooks } from './arm.ts';
 import { sleep } from './measure.ts';
 
 /**

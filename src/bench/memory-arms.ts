@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
-import type { ArmCtx, ArmHooks } from './arms.ts';
+import type { ArmCtx, ArmHooks } from './arm.ts';
 import { addZramSwap, changedKnobs, readKnob, removeZramSwap, restoreHostKnobs, setKnob, zramStat, type ZramSwap } from './host-knobs.ts';
 import { cgroupCpuNs, cgroupDir, procCpuNs, sessionPids, sleep } from './measure.ts';
 

@@ -5,7 +5,7 @@ import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { procCpuNs, sleep } from './measure.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
-import { PAGE } from './runner.ts';
+import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
 
 /**
@@ -13,12 +13,15 @@ import { quantile, summary } from './stats.ts';
  * (one client each: a click, then a PNG screenshot = one step) while one
  * abuser session, in turn, runs a CPU hog, a memory hog against its limit, a
  * fork bomb, a disk fill to its quota, and a flood of API calls on its own id
- * (from a separate process). Quiet phases (no abuse) sit between the abuse
- * phases, so every ratio compares neighbours measured minutes apart in one run:
- * ratio = victim p50 (p99) over an abuse's phases (pooled over `rounds`) / the
- * same over the quiet phases next to them. quietVsQuiet (alternate quiet
- * phases against each other) is the run's noise floor.
- * Bar: each ratio ≤ 1.2, and 0 errors in the victims.
+ * (from a separate process). Quiet phases (no abuse) sit between all abuse
+ * phases (quiet, cpu, quiet, memory, quiet, ...), and each abuse runs `rounds`
+ * times. The host is shared and its load drifts by minutes, so each abuse
+ * phase is compared only with the two quiet phases next to it: its ratio =
+ * victim p50 (p99) in the phase / the same over those two quiet phases. The
+ * record gives, per abuse, the median of its per-round ratios with their
+ * spread (min, max), and the pooled ratio; quietVsQuiet (every quiet phase
+ * against its two quiet neighbours) is the run's noise floor.
+ * Bar: each median ratio ≤ 1.2, and 0 errors in the victims.
  *
  * The host is shared: the record says how much CPU went to processes other
  * than this bench's (daemon, sessions, harness, flood) in each phase.
@@ -28,7 +31,7 @@ export interface NoisyOptions {
   outDir: string;
   victims: number;
   seconds: number;
-  /** Each abuse runs this many times (quiet phases between all of them); ratios pool the rounds. */
+  /** Each abuse runs this many times (quiet phases between all of them); the record gives the median ratio over the rounds. */
   rounds: number;
   progress?: (m: string) => void;
 }
@@ -50,6 +53,30 @@ function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string
     case 'disk':
       return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do dd if=/dev/zero of=/home/user/fill bs=1M count=100000 2>/dev/null; rm -f /home/user/fill; n=$((n+1)); done; echo fills=$n`;
   }
+}
+
+/** Whether the CPU guard has this session demoted now (cpu.idle or a weight below the default). */
+function isDemoted(instance: string, id: string): boolean {
+  for (const [dir, weight, normal] of [
+    [`/sys/fs/cgroup/cpu/drums-${instance}/${id}`, 'cpu.shares', 1024],
+    [`/sys/fs/cgroup/drums-${instance}/${id}`, 'cpu.weight', 100],
+  ] as const) {
+    try {
+      if (readFileSync(join(dir, 'cpu.idle'), 'utf8').trim() === '1') return true;
+    } catch {}
+    try {
+      return Number(readFileSync(join(dir, weight), 'utf8')) < normal;
+    } catch {}
+  }
+  return false;
+}
+
+const load1 = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+
+/** Median, min and max of some ratios, rounded. */
+function spread(xs: number[]) {
+  const r = (x: number) => Math.round(x * 1000) / 1000;
+  return { median: r(quantile(xs, 0.5)), min: r(Math.min(...xs)), max: r(Math.max(...xs)), n: xs.length };
 }
 
 /** CPU busy time of the whole host (ns), from /proc/stat. */
@@ -128,6 +155,10 @@ interface PhaseResult {
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
   ownCpuCores: number;
+  /** The host's 1-minute load average at the phase's start and end. */
+  loadavg: [number, number];
+  /** Share of the phase the CPU guard had the abuser demoted, and each victim on average. */
+  demoted: { abuser: number; victimsMean: number };
   abuser?: Record<string, unknown>;
 }
 
@@ -176,6 +207,14 @@ export async function runNoisyBench(o: NoisyOptions) {
       const lat: number[] = [];
       const errorSamples: string[] = [];
       let errors = 0;
+      const load0 = load1();
+      // How often the CPU guard had the abuser and the victims demoted during the phase.
+      const demo = { samples: 0, abuser: 0, victims: 0 };
+      const watch = setInterval(() => {
+        demo.samples++;
+        if (isDemoted(d.instance, abuserId)) demo.abuser++;
+        for (const v of victims) if (isDemoted(d.instance, v.id)) demo.victims++;
+      }, 500);
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
@@ -197,6 +236,7 @@ export async function runNoisyBench(o: NoisyOptions) {
           }
         }),
       );
+      clearInterval(watch);
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
@@ -212,6 +252,11 @@ export async function runNoisyBench(o: NoisyOptions) {
         stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
         othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
         ownCpuCores: own / 1e9 / elapsed,
+        loadavg: [load0, load1()],
+        demoted: {
+          abuser: demo.samples ? Math.round((demo.abuser / demo.samples) * 100) / 100 : 0,
+          victimsMean: demo.samples ? Math.round((demo.victims / demo.samples / victims.length) * 1000) / 1000 : 0,
+        },
         ...(abuserResult
           ? {
               abuser: {
@@ -231,34 +276,48 @@ export async function runNoisyBench(o: NoisyOptions) {
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
   }
-  const ratios: Record<string, { p50: number; p99: number; stepsPerSec: number }> = {};
+  /** Phase i against the quiet phases next to it: [p50 ratio, p99 ratio]. */
+  const against = (i: number): [number, number] => {
+    const near = [i - 1, i + 1].filter((j) => phases[j]?.phase === 'quiet' && j !== i).flatMap((j) => raw[j]!);
+    return [quantile(raw[i]!, 0.5) / quantile(near, 0.5), quantile(raw[i]!, 0.99) / quantile(near, 0.99)];
+  };
+  const neighbours = (i: number) => [i - 1, i + 1].filter((j) => phases[j]?.phase === 'quiet');
+  const ratios: Record<string, { p50: ReturnType<typeof spread>; p99: ReturnType<typeof spread>; pooled: { p50: number; p99: number; stepsPerSec: number } }> =
+    {};
   const bars: Record<string, { value: number; bar: string; pass: boolean }> = {};
-  // Per abuse: its steps pooled over the rounds, against the steps of the quiet phases next to them.
   for (const a of ABUSES) {
     const idx = phases.map((p, i) => (p.phase === a ? i : -1)).filter((i) => i >= 0);
     if (!idx.length) continue;
+    const per = idx.map(against);
+    // Pooled over the rounds as well (steps of all its phases against all their quiet neighbours), for reference.
     const abused = idx.flatMap((i) => raw[i]!);
-    const quietIdx = [...new Set(idx.flatMap((i) => [i - 1, i + 1]))].filter((i) => phases[i]?.phase === 'quiet');
+    const quietIdx = [...new Set(idx.flatMap(neighbours))];
     const quiet = quietIdx.flatMap((i) => raw[i]!);
     const secs = (ix: number[]) => ix.reduce((t, i) => t + phases[i]!.seconds, 0);
     const r = {
-      p50: quantile(abused, 0.5) / quantile(quiet, 0.5),
-      p99: quantile(abused, 0.99) / quantile(quiet, 0.99),
-      stepsPerSec: abused.length / secs(idx) / (quiet.length / secs(quietIdx)),
+      p50: spread(per.map((x) => x[0])),
+      p99: spread(per.map((x) => x[1])),
+      pooled: {
+        p50: quantile(abused, 0.5) / quantile(quiet, 0.5),
+        p99: quantile(abused, 0.99) / quantile(quiet, 0.99),
+        stepsPerSec: abused.length / secs(idx) / (quiet.length / secs(quietIdx)),
+      },
     };
     ratios[a] = r;
-    bars[`${a}P50Ratio`] = { value: Math.round(r.p50 * 1000) / 1000, bar: '<= 1.2', pass: r.p50 <= 1.2 };
-    bars[`${a}P99Ratio`] = { value: Math.round(r.p99 * 1000) / 1000, bar: '<= 1.2', pass: r.p99 <= 1.2 };
+    bars[`${a}P50Ratio`] = { value: r.p50.median, bar: '<= 1.2', pass: r.p50.median <= 1.2 };
+    bars[`${a}P99Ratio`] = { value: r.p99.median, bar: '<= 1.2', pass: r.p99.median <= 1.2 };
   }
-  // The noise floor: the same ratio between quiet phases alone (first half of them vs second half).
+  // The noise floor: every quiet phase (but the first and last) against its two quiet neighbours, two phases away.
   const quietIdxAll = phases.map((p, i) => (p.phase === 'quiet' ? i : -1)).filter((i) => i >= 0);
-  const qa = quietIdxAll.filter((_, k) => k % 2 === 0).flatMap((i) => raw[i]!),
-    qb = quietIdxAll.filter((_, k) => k % 2 === 1).flatMap((i) => raw[i]!);
-  const quietVsQuiet = qa.length && qb.length ? { p50: quantile(qa, 0.5) / quantile(qb, 0.5), p99: quantile(qa, 0.99) / quantile(qb, 0.99) } : null;
+  const floor = quietIdxAll.slice(1, -1).map((i) => {
+    const near = [i - 2, i + 2].filter((j) => phases[j]?.phase === 'quiet').flatMap((j) => raw[j]!);
+    return [quantile(raw[i]!, 0.5) / quantile(near, 0.5), quantile(raw[i]!, 0.99) / quantile(near, 0.99)] as const;
+  });
+  const quietVsQuiet = floor.length ? { p50: spread(floor.map((x) => x[0])), p99: spread(floor.map((x) => x[1])) } : null;
   const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
   const record = {
-    schemaVersion: 1,
+    schemaVersion: 2,
     kind: 'noisy-neighbour',
     started,
     quick: o.quick,
@@ -279,6 +338,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       quietVsQuiet,
       note: 'othersCpuCores: CPU the rest of the (shared) host used during each phase, in cores; this bench itself used ownCpuCores.',
       othersCpuCoresByPhase: phases.map((p) => [p.phase, Math.round(p.othersCpuCores * 100) / 100]),
+      loadavgByPhase: phases.map((p) => [p.phase, ...p.loadavg]),
     },
     notMeasured: ['user-namespace cost (create, reset, memory per session): no user namespace per session yet (docs/security.md)'],
   };

@@ -89,7 +89,8 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
   const d = await startPrivateDaemon();
   const c = d.client;
   const inst = `drums-${d.instance}`;
-  const template = { image: o.image, ...(o.url ? { url: o.url } : {}) };
+  // Chromium without its zygote, so the memory fork arm can checkpoint it (docs/pools.md); every arm uses the same template.
+  const template = { image: o.image, ...(o.url ? { url: o.url, browserFlags: ['--no-zygote'] } : {}) };
   const made: string[] = [];
   try {
     // 1. Idle cost of a full pool, then claims (each a hit: the pool is refilled between claims) against creates.
@@ -149,6 +150,24 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
       const firstMs = r.timings.snapshotMs + Math.min(...r.copies.map((x) => x.timings.createMs ?? Infinity));
       const mem = r.copies.map((x) => memoryBytes(`${inst}/${x.id}`)).filter((m): m is number => m !== null);
       for (const x of r.copies) await destroy(c, x.id);
+      o.progress?.(`memory fork ${n}`);
+      const tm = performance.now();
+      let memFork: Record<string, unknown>;
+      try {
+        const rm = await c.forkSession(src.id, { count: n, mode: 'memory' });
+        const allMemMs = performance.now() - tm;
+        const memM = rm.copies.map((x) => memoryBytes(`${inst}/${x.id}`)).filter((m): m is number => m !== null);
+        for (const x of rm.copies) await destroy(c, x.id);
+        memFork = {
+          firstReadyMs: round(rm.timings.snapshotMs + Math.min(...rm.copies.map((x) => x.timings.createMs ?? Infinity))),
+          allReadyMs: round(allMemMs),
+          snapshotMs: rm.timings.snapshotMs,
+          sourcePausedMs: rm.timings.pausedMs,
+          memoryMiBPerCopy: memM.length ? round(memM.reduce((a, b) => a + b, 0) / memM.length / 2 ** 20) : null,
+        };
+      } catch (e) {
+        memFork = { error: (e as Error).message };
+      }
       o.progress?.(`${n} fresh creates`);
       const tc = performance.now();
       let firstCreate = Infinity;
@@ -174,8 +193,10 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
           sourcePausedMs: r.timings.pausedMs,
           memoryMiBPerCopy: avg(mem),
         },
+        memoryFork: memFork,
         fresh: { firstReadyMs: round(firstCreate), allReadyMs: round(allCreate), memoryMiBPerSession: avg(memFresh) },
         allReadyRatio: round(allMs / allCreate, 3),
+        memoryAllReadyRatio: typeof memFork.allReadyMs === 'number' ? round(memFork.allReadyMs / allCreate, 3) : null,
       });
     }
     await destroy(c, src.id);

@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join, resolve } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
-import type { Arm, ArmCtx, ArmHooks, ArmOptions } from './arms.ts';
+import type { Arm, ArmCtx, ArmHooks, ArmOptions } from './arm.ts';
 import { sessionPids } from './measure.ts';
 
 /**

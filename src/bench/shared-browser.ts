@@ -7,7 +7,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { joinSockets } from '../common/tcp.ts';
 import { startXvfb, stopChild, type XvfbHandle } from '../testing/xvfb.ts';
-import type { ArmCtx, ArmHooks } from './arms.ts';
+import type { ArmCtx, ArmHooks } from './arm.ts';
 
 /**
  * The shared-browser arm: one Chromium on the host serves every session, each

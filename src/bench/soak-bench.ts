@@ -1,10 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
-import { PAGE } from './runner.ts';
+import { sleep } from './measure.ts';
+import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
 
 /**
@@ -15,7 +16,11 @@ import { quantile, summary } from './stats.ts';
  * (the screenshot segments), files) are sampled as the run goes. Bars: 0
  * errors; RSS and fds at the end within 10% of their value at step 1000
  * (counted over all sessions); nothing of the instance left after the daemon
- * stops.
+ * stops. The bars compare quiescent checkpoints (at step 1000, each quarter,
+ * and the end: every client held at a step boundary, one screenshot of each
+ * session, 3 s of calm), with the fds by kind and the daemon's own account
+ * (V8 heap, Buffers); the fd bar leaves out the clients' keep-alive TCP
+ * connections to the API port.
  */
 export interface SoakOptions {
   quick: boolean;
@@ -55,6 +60,45 @@ export function rssByKind(pid: number): Record<string, number> {
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
 const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
 
+/**
+ * The daemon's fds that are TCP connections on its API port (the clients' keep-alive pool,
+ * whose size follows the clients' concurrency, not the daemon's state).
+ */
+export function httpSockets(pid: number, port: number): number {
+  const inodes = new Set<string>();
+  for (const f of ['tcp', 'tcp6'])
+    try {
+      for (const line of readFileSync(`/proc/${pid}/net/${f}`, 'utf8').split('\n').slice(1)) {
+        const col = line.trim().split(/\s+/);
+        if (col.length > 9 && Number.parseInt(col[1]!.split(':')[1]!, 16) === port) inodes.add(col[9]!);
+      }
+    } catch {}
+  let n = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`))
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m && inodes.has(m[1]!)) n++;
+    } catch {}
+  return n;
+}
+
+/** The daemon's open fds by kind (socket, pipe, anon_inode:<what>, file, dev, ...), from /proc/PID/fd. */
+export function fdsByKind(pid: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    let kind: string;
+    try {
+      const t = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      const m = /^(socket|pipe|anon_inode:\[?[\w-]+)/.exec(t);
+      kind = m ? m[1]!.replace('[', '') : t.startsWith('/dev/') ? 'dev' : t.startsWith('/') ? 'file' : 'other';
+    } catch {
+      continue; // closed while we looked
+    }
+    out[kind] = (out[kind] ?? 0) + 1;
+  }
+  return out;
+}
+
 /** Host objects of an instance still present (after its daemon stopped). */
 function residue(instance: string, stateDir: string): Record<string, string[]> {
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
@@ -79,6 +123,7 @@ export async function runSoakBench(o: SoakOptions) {
   const d = await startPrivateDaemon();
   const pid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
+  const port = Number(new URL(c.url).port);
   const sessions: SessionInfo[] = [];
   const samples: { step: number; t: number; rssMiB: number; fds: number; byKind?: Record<string, number> }[] = [];
   const lat: number[] = [];
@@ -97,6 +142,68 @@ export async function runSoakBench(o: SoakOptions) {
       ...(samples.length % 5 === 0 ? { byKind: rssByKind(pid) } : {}),
     });
   };
+  // Quiescent checkpoints: once the step count passes a mark, every client stops at its next
+  // step boundary; with nothing in flight (no step, no reset) and 3 s of calm, the daemon is
+  // measured; then all go on. The end is one too. Point samples taken mid-run see whatever
+  // resets and steps are in flight (each holds pipes, sockets, buffers); only these compare like with like.
+  const total0 = o.sessions * o.steps;
+  const first = Math.min(1000, Math.floor(total0 / 4));
+  const marks = [first, ...[0.25, 0.5, 0.75].map((q) => Math.round(total0 * q)).filter((m) => m > first)];
+  const checkpoints: {
+    step: number;
+    t: number;
+    rssMiB: number;
+    fds: number;
+    fdsByKind: Record<string, number>;
+    httpSockets: number;
+    byKind: Record<string, number>;
+    daemon: Record<string, number>;
+  }[] = [];
+  let stopped = 0;
+  let measuring = false;
+  let release: (() => void) | undefined;
+  let held: Promise<void> | undefined;
+  const checkpoint = async () => {
+    // The same state at every checkpoint: each display holds the SHM segment its first
+    // screenshot after a reset makes (released by the next reset), so one screenshot of each.
+    await Promise.all(sessions.map((x) => c.screenshot(x.id, 'png')));
+    await sleep(3000);
+    const text = await (await c.request('GET', '/metrics')).text();
+    const own = (k: string) =>
+      Math.round((Number(new RegExp(`drums_daemon_memory_bytes\\{kind="${k}"\\} (\\d+)`).exec(text)?.[1] ?? NaN) / 1024 ** 2) * 10) / 10;
+    checkpoints.push({
+      step: total,
+      t: Math.round(performance.now() - t0),
+      rssMiB: Math.round(rssMiB(pid) * 10) / 10,
+      fds: fdCount(pid),
+      fdsByKind: fdsByKind(pid),
+      httpSockets: httpSockets(pid, port),
+      byKind: rssByKind(pid),
+      daemon: { heapUsedMiB: own('heapUsed'), heapTotalMiB: own('heapTotal'), externalMiB: own('external'), arrayBuffersMiB: own('arrayBuffers') },
+    });
+    o.progress?.(`checkpoint at step ${total}: ${JSON.stringify(checkpoints.at(-1))}`);
+  };
+  const wakeIfAllStopped = (active: () => number) => {
+    if (!held || measuring || stopped < active()) return;
+    measuring = true;
+    const r = release!;
+    void checkpoint().finally(() => {
+      measuring = false;
+      marks.shift();
+      stopped = 0;
+      held = undefined;
+      r();
+    });
+  };
+  const barrier = (active: () => number) => {
+    held ??= new Promise<void>((r) => {
+      release = r;
+    });
+    const wait = held;
+    stopped++;
+    wakeIfAllStopped(active);
+    return wait;
+  };
   try {
     o.progress?.(`creating ${o.sessions} Chromium sessions`);
     const made = await Promise.allSettled(Array.from({ length: o.sessions }, () => c.createSession({ image: 'default', url: PAGE })));
@@ -104,9 +211,11 @@ export async function runSoakBench(o: SoakOptions) {
     const failed = made.find((m) => m.status === 'rejected');
     if (failed) throw (failed as PromiseRejectedResult).reason;
     sample();
+    let active = sessions.length;
     await Promise.all(
       sessions.map(async (s, k) => {
         for (let i = 1; i <= o.steps; i++) {
+          if (marks.length && total >= marks[0]!) await barrier(() => active);
           const t = performance.now();
           try {
             await c.act(s.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
@@ -132,9 +241,12 @@ export async function runSoakBench(o: SoakOptions) {
             }
           }
         }
+        active--;
+        wakeIfAllStopped(() => active);
       }),
     );
     sample();
+    await checkpoint();
   } finally {
     for (const s of sessions) await c.destroySession(s.id).catch((e) => errors.push(`destroy ${s.id}: ${String(e)}`));
   }
@@ -143,13 +255,17 @@ export async function runSoakBench(o: SoakOptions) {
     stateDir = d.stateDir;
   await d.stop();
   const left = Object.fromEntries(Object.entries(residue(instance, stateDir)).filter(([, v]) => v.length));
+  // The bars compare the first quiescent checkpoint (step 1000) with the last (the end).
   const at = (step: number) => samples.find((s) => s.step >= step) ?? samples[0]!;
-  const from = at(Math.min(1000, Math.floor((o.sessions * o.steps) / 4)));
-  const end = samples.at(-1)!;
+  const from = checkpoints[0]!;
+  const end = checkpoints.at(-1)!;
   const rssGrowth = end.rssMiB / from.rssMiB - 1;
-  const fdGrowth = end.fds / from.fds - 1;
+  // The clients' keep-alive connections are theirs, not the daemon's state: the fd bar leaves them out.
+  const fdGrowth = (end.fds - end.httpSockets) / (from.fds - from.httpSockets) - 1;
+  const pointFrom = at(Math.min(1000, Math.floor(total0 / 4))),
+    pointEnd = samples.at(-1)!;
   const record = {
-    schemaVersion: 1,
+    schemaVersion: 2,
     kind: 'soak',
     started,
     quick: o.quick,
@@ -169,8 +285,14 @@ export async function runSoakBench(o: SoakOptions) {
     errors: errors.length,
     errorSamples: errors.filter(Boolean).slice(0, 20),
     samples,
-    from: { step: from.step, rssMiB: from.rssMiB, fds: from.fds },
-    end: { step: end.step, rssMiB: end.rssMiB, fds: end.fds },
+    checkpoints,
+    from: { step: from.step, rssMiB: from.rssMiB, fds: from.fds, httpSockets: from.httpSockets },
+    end: { step: end.step, rssMiB: end.rssMiB, fds: end.fds, httpSockets: end.httpSockets },
+    /** The same growth between point samples taken mid-run (in-flight work included), for reference. */
+    unquiesced: {
+      rssGrowth: Math.round((pointEnd.rssMiB / pointFrom.rssMiB - 1) * 1000) / 1000,
+      fdGrowth: Math.round((pointEnd.fds / pointFrom.fds - 1) * 1000) / 1000,
+    },
     afterDestroy,
     residue: left,
     bars: {

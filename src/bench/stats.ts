@@ -43,3 +43,9 @@ export function bootstrap(n: number, stat: (idx: number[]) => number, iterations
   }
   return [quantile(vals, 0.025), quantile(vals, 0.975)];
 }
+
+/** The arithmetic mean (NaN for no values). */
+export const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
+
+/** Rounded to two decimals, for records. */
+export const r1 = (x: number) => Math.round(x * 100) / 100;

@@ -46,6 +46,11 @@ export interface DaemonConfig {
   poolsFile: string | undefined;
   poolRefillConcurrency: number | undefined;
   defaultCpus: number | undefined;
+  memoryReserveMb: number | undefined;
+  sessionMemoryMb: number;
+  diskReserveMb: number;
+  diskOvercommit: number;
+  diskWriteMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   benchHooks: boolean;
@@ -154,7 +159,7 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   rateBurst: { env: 'DRUMS_RATE_BURST', doc: 'API burst per token', default: undefined, defaultDoc: '2 × `DRUMS_RATE_LIMIT`', parse: number(1) },
   fairSlots: {
     env: 'DRUMS_FAIR_SLOTS',
-    doc: 'observe/act requests served at once, over all sessions; the rest wait round robin per session',
+    doc: 'observe/act requests served at once, over all sessions; the rest wait per session, least-served session first',
     default: undefined,
     defaultDoc: 'max(4, 2 × cores)',
     parse: int(1),
@@ -252,6 +257,37 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: "a session's CPU quota in cores when its spec sets none (0: no quota)",
     default: undefined,
     defaultDoc: "half the host's cores, at least 1",
+    parse: number(0),
+  },
+  memoryReserveMb: {
+    env: 'DRUMS_MEMORY_RESERVE_MB',
+    doc: 'memory admission: MiB of MemAvailable kept free; creates beyond it get 503 insufficient_memory',
+    default: undefined,
+    defaultDoc: '5% of RAM, at least 1024',
+    parse: number(0),
+  },
+  sessionMemoryMb: {
+    env: 'DRUMS_SESSION_MEMORY_MB',
+    doc: "memory admission: a session's expected footprint in MiB (at most its memoryMb)",
+    default: 256,
+    parse: number(0),
+  },
+  diskReserveMb: {
+    env: 'DRUMS_DISK_RESERVE_MB',
+    doc: 'disk admission: MiB of the state filesystem kept free; creates beyond it get 503 insufficient_disk',
+    default: 2048,
+    parse: number(0),
+  },
+  diskOvercommit: {
+    env: 'DRUMS_DISK_OVERCOMMIT',
+    doc: "disk admission: factor on every session's unwritten quota (1: no overcommit)",
+    default: 1,
+    parse: number(0),
+  },
+  diskWriteMbps: {
+    env: 'DRUMS_DISK_WRITE_MBPS',
+    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
+    default: 100,
     parse: number(0),
   },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },

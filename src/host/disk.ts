@@ -1,6 +1,7 @@
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, rmSync, statSync, statfsSync } from 'node:fs';
 import { run } from '../common/exec.ts';
 import { HostError } from '../common/errors.ts';
+import { type BlockDevice, deviceNumbers, throttleLoop, unthrottleLoop } from './disk-throttle.ts';
 import { mountsUnder } from './overlay.ts';
 
 /**
@@ -29,8 +30,11 @@ const MKFS_OPTS = [
   'lazy_itable_init=1,nodiscard',
 ];
 
-/** Makes (or remakes, emptying it) the session disk and mounts it at `mountpoint`. */
-export async function makeSessionDisk(image: string, mountpoint: string, bytes: number): Promise<void> {
+/**
+ * Makes (or remakes, emptying it) the session disk and mounts it at `mountpoint`; returns its
+ * loop device. With `writeBytesPerSecond`, writes to it are limited (src/host/disk-throttle.ts).
+ */
+export async function makeSessionDisk(image: string, mountpoint: string, bytes: number, writeBytesPerSecond = 0): Promise<BlockDevice> {
   await unmountSessionDisk(image, mountpoint);
   const fd = openSync(image, 'w', 0o600);
   try {
@@ -44,11 +48,22 @@ export async function makeSessionDisk(image: string, mountpoint: string, bytes: 
   // then mounted and at once detached: a busy loop device detaches itself (autoclear) when
   // unmounted, so no loop device outlives its mount, even when the daemon is killed.
   const dev = await attachLoop(image);
+  const numbers = deviceNumbers(dev);
   try {
     await run(['mount', '-t', 'ext4', '-o', 'discard,nosuid,nodev', dev, mountpoint]);
   } finally {
     await run(['losetup', '-d', dev], { okCodes: [0, 1] });
   }
+  throttleLoop(numbers, writeBytesPerSecond);
+  return numbers;
+}
+
+/** Lifts the write limit of the loop devices on `file` (before an unmount: its flush need not crawl, and the next user gets none). */
+async function unthrottleLoopsOf(file: string): Promise<void> {
+  for (const dev of await loopsBackedBy(file))
+    try {
+      unthrottleLoop(deviceNumbers(dev));
+    } catch {}
 }
 
 /** `losetup --find` races with every other process on the host that attaches one: retry. */
@@ -64,6 +79,7 @@ async function attachLoop(image: string): Promise<string> {
 
 /** Unmounts the session disk (freeing its loop device) and deletes the image. Idempotent. */
 export async function unmountSessionDisk(image: string, mountpoint: string): Promise<void> {
+  await unthrottleLoopsOf(image);
   if (mountsUnder(mountpoint).includes(mountpoint)) {
     const r = await run(['umount', mountpoint], { okCodes: [0, 32] });
     if (r.code !== 0) await run(['umount', '-l', mountpoint], { okCodes: [0, 32] });
@@ -91,7 +107,12 @@ export async function loopsBackedBy(file: string): Promise<string[]> {
 /** Detaches loop devices left on `file` (or under it): the backstop for a mount that was lost. */
 export async function detachLoops(file: string): Promise<string[]> {
   const loops = await loopsBackedBy(file);
-  for (const dev of loops) await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+  for (const dev of loops) {
+    try {
+      unthrottleLoop(deviceNumbers(dev));
+    } catch {}
+    await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+  }
   return loops;
 }
 

@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, openSync, closeSync } from 'node:fs';
-import type { Readable } from 'node:stream';
+import { existsSync, readFileSync } from 'node:fs';
 import { run } from '../common/exec.ts';
 import { DrumsError, HostError } from '../common/errors.ts';
 
@@ -45,8 +44,6 @@ export function detectRuntime(wanted?: string): RuntimeInfo {
 
 export interface StartResult {
   pid: number;
-  /** Emits 'end' when every process of the container has exited. */
-  liveness: Readable;
 }
 
 export interface ContainerState {
@@ -69,36 +66,90 @@ export class OciRuntime {
 
   /**
    * `run -d`: the runtime exits once the container has started. The container's
-   * stdio goes to a log file, and fd 3 is a socket whose other end we keep:
-   * it reaches EOF exactly when the last process in the session is gone.
+   * init gets /dev/null as stdio and the runtime logs to `logFile` (the session's
+   * own processes log inside it, guest/session-init). No host file or socket stays
+   * open in the session, so CRIU can checkpoint it (src/host/criu.ts); its
+   * liveness is its init's PID and start time, polled by the manager.
    */
   async start(id: string, bundle: string, logFile: string): Promise<StartResult> {
-    const logFd = openSync(logFile, 'a', 0o600);
-    let child: ChildProcess;
-    try {
-      const argv = this.argv('run', '-d', '--preserve-fds', '1', '--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id);
-      child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', logFd, logFd, 'pipe'] });
-    } finally {
-      closeSync(logFd);
-    }
-    const liveness = child.stdio[3] as Readable;
-    liveness.resume();
-    const code: number = await new Promise((resolve, reject) => {
+    const argv = [this.info.path, '--root', this.root, '--log', logFile, 'run', '-d', '--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id];
+    return this._detached(argv, bundle, logFile, 'run');
+  }
+
+  /**
+   * `restore -d` of a checkpoint (made by `checkpoint`) into the container `id` of `bundle`:
+   * the restored processes get the log file as stdio, like `start`'s. `criuArgs` are runc's
+   * restore flags (e.g. --tcp-established); `criu` is the criu binary runc drives.
+   */
+  async restore(
+    id: string,
+    bundle: string,
+    logFile: string,
+    o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number },
+  ): Promise<StartResult> {
+    const argv = [
+      this.info.path,
+      '--root',
+      this.root,
+      '--log',
+      logFile,
+      '--criu',
+      o.criu,
+      'restore',
+      '-d',
+      '--image-path',
+      o.imagePath,
+      '--work-path',
+      o.workPath,
+      ...o.flags,
+    ];
+    argv.push('--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id);
+    return this._detached(argv, bundle, logFile, 'restore', o.timeoutMs ?? 120_000);
+  }
+
+  /**
+   * `checkpoint` of a running (or paused) container into `imagePath`, leaving it running
+   * (`--leave-running`); `flags` are runc's checkpoint flags.
+   */
+  async checkpoint(id: string, o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number }): Promise<void> {
+    const argv = [
+      this.info.path,
+      '--root',
+      this.root,
+      '--criu',
+      o.criu,
+      'checkpoint',
+      '--leave-running',
+      '--image-path',
+      o.imagePath,
+      '--work-path',
+      o.workPath,
+      ...o.flags,
+      id,
+    ];
+    await run(argv, { timeoutMs: o.timeoutMs ?? 120_000, env: { ...process.env, DRUMS_CRIU_DUMP: '1' } });
+  }
+
+  private async _detached(argv: string[], bundle: string, logFile: string, what: string, timeoutMs?: number): Promise<StartResult> {
+    // All three /dev/null: runc hands its stdio to the container's init. Its own errors go to --log.
+    const child: ChildProcess = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore', detached: timeoutMs !== undefined });
+    // A stuck restore (CRIU waits on its restored tasks) is killed with its whole process group.
+    const timer = timeoutMs ? setTimeout(() => child.pid && killGroup(child.pid), timeoutMs) : undefined;
+    const code: number = (await new Promise((resolve, reject) => {
       child.on('error', reject);
       child.on('exit', (c) => resolve(c ?? 1));
-    });
+    }).finally(() => clearTimeout(timer))) as number;
     if (code !== 0) {
-      liveness.destroy();
       let tail = '';
       try {
         tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n');
       } catch {}
-      throw new HostError(`${this.info.name} run`, `exit ${code}: ${tail}`, { container: id });
+      throw new HostError(`${this.info.name} ${what}`, `exit ${code}: ${tail}`, { container: argv[argv.length - 1] });
     }
     // The pid file saves a `state` round trip.
     const pid = Number(readFileSync(`${bundle}/init.pid`, 'utf8').trim());
-    if (!(pid > 0)) throw new HostError(`${this.info.name} run`, `no init pid for container ${id}`);
-    return { pid, liveness };
+    if (!(pid > 0)) throw new HostError(`${this.info.name} ${what}`, `no init pid for container ${argv[argv.length - 1]}`);
+    return { pid };
   }
 
   async state(id: string): Promise<ContainerState | undefined> {
@@ -130,4 +181,10 @@ export class OciRuntime {
     const argv = this.argv(...a);
     return spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
   }
+}
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {}
 }

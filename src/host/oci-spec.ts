@@ -41,6 +41,8 @@ export interface SpecInput {
   pids: number;
   /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
   cpus: number;
+  /** The session disk's loop device and its write limit in bytes/s (0: none); see disk-throttle.ts. */
+  disk?: { major: number; minor: number; writeBytesPerSecond: number };
   shmBytes: number;
   tmpBytes: number;
 }
@@ -101,6 +103,9 @@ export function buildSpec(i: SpecInput) {
         memory: i.noSwap ? { limit: i.memoryBytes, swap: i.memoryBytes } : { limit: i.memoryBytes },
         pids: { limit: i.pids },
         cpu: i.cpus > 0 ? { quota: Math.round(i.cpus * period), period, shares: 1024 } : { shares: 1024 },
+        ...(i.disk && i.disk.writeBytesPerSecond > 0
+          ? { blockIO: { throttleWriteBpsDevice: [{ major: i.disk.major, minor: i.disk.minor, rate: Math.round(i.disk.writeBytesPerSecond) }] } }
+          : {}),
       },
       sysctl: {
         'net.ipv6.conf.all.disable_ipv6': '1',

@@ -92,11 +92,9 @@ export function swapLimitSupported(): boolean {
   return cgroupMode() === 'v2' || existsSync('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes');
 }
 
-/** The host's cores, and the default CPU quota of a session: half of them, at least one core. */
-export function defaultSessionCpus(env: NodeJS.ProcessEnv = process.env): number {
-  const v = Number(env.DRUMS_DEFAULT_CPUS);
-  if (env.DRUMS_DEFAULT_CPUS !== undefined && Number.isFinite(v) && v >= 0) return v;
-  return Math.max(1, cpus().length / 2);
+/** The default CPU quota of a session: the configured one (DRUMS_DEFAULT_CPUS; 0 = none), else half the host's cores, at least one core. */
+export function defaultSessionCpus(configured?: number): number {
+  return configured ?? Math.max(1, cpus().length / 2);
 }
 
 /** OOM kills inside one session's memory cgroup (`/drums-<inst>/<id>`), 0 if unknown. */

@@ -1,6 +1,7 @@
 import { cpus as hostCpus } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { DaemonConfig } from '../common/config.ts';
 import { DrumsError } from '../common/errors.ts';
 import { allocatedBytes, diskSpace } from '../host/disk.ts';
 import { DEFAULTS, type SessionSpec } from './spec.ts';
@@ -51,20 +52,14 @@ export interface Capacity {
 
 const MiB = 1024 ** 2;
 
-export function admissionConfig(env: NodeJS.ProcessEnv = process.env): AdmissionConfig {
-  const total = meminfo().MemTotal;
-  const num = (name: string, dflt: number) => {
-    const v = env[name];
-    if (v === undefined || v === '') return dflt;
-    const n = Number(v);
-    if (!Number.isFinite(n) || n < 0) throw new DrumsError('invalid_config', `${name} must be a non-negative number, got '${v}'`);
-    return n;
-  };
+/** Admission's figures in bytes, from the daemon's config (the memory reserve's default depends on the host's RAM). */
+export function admissionConfig(cfg: Pick<DaemonConfig, 'memoryReserveMb' | 'sessionMemoryMb' | 'diskReserveMb' | 'diskOvercommit'>): AdmissionConfig {
+  const reserveMb = cfg.memoryReserveMb ?? Math.max(1024, Math.round((meminfo().MemTotal! * 0.05) / MiB));
   return {
-    memoryReserveBytes: num('DRUMS_MEMORY_RESERVE_MB', Math.max(1024, Math.round((total * 0.05) / MiB))) * MiB,
-    sessionMemoryBytes: num('DRUMS_SESSION_MEMORY_MB', 256) * MiB,
-    diskReserveBytes: num('DRUMS_DISK_RESERVE_MB', 2048) * MiB,
-    diskOvercommit: num('DRUMS_DISK_OVERCOMMIT', 1),
+    memoryReserveBytes: reserveMb * MiB,
+    sessionMemoryBytes: cfg.sessionMemoryMb * MiB,
+    diskReserveBytes: cfg.diskReserveMb * MiB,
+    diskOvercommit: cfg.diskOvercommit,
   };
 }
 
@@ -81,7 +76,7 @@ export function meminfo(): Record<string, number> {
 export class Admission {
   readonly cfg: AdmissionConfig;
   readonly stateDir: string;
-  constructor(stateDir: string, cfg: AdmissionConfig = admissionConfig()) {
+  constructor(stateDir: string, cfg: AdmissionConfig) {
     this.stateDir = stateDir;
     this.cfg = cfg;
   }
@@ -120,15 +115,20 @@ export class Admission {
     return { memory, disk: diskCap, cpu: { cores: hostCpus().length }, moreSessions: Math.min(memory.moreSessions, diskCap.moreSessions) };
   }
 
-  /** Throws (before anything is made) unless the host can take a session with this spec now. */
-  check(spec: SessionSpec, sessions: AdmittedSession[]): void {
-    const cap = this.capacity(sessions, spec);
+  /** Throws 422 `limit_exceeds_host` if a limit of the spec is more than the host has at all (a pool template is checked so at PUT). */
+  fitsHost(spec: SessionSpec, cap: Capacity = this.capacity([], spec)): void {
     const tooBig = (field: string, what: string) => new DrumsError('limit_exceeds_host', `${field}: ${what}; ask for less`, { details: { field } });
     if (spec.memoryBytes > cap.memory.totalBytes)
       throw tooBig('memoryMb', `${spec.memoryBytes / MiB} MiB is more than the host's ${Math.floor(cap.memory.totalBytes / MiB)} MiB of RAM`);
     if (spec.diskBytes > cap.disk.totalBytes)
       throw tooBig('diskMb', `${spec.diskBytes / MiB} MiB is more than the state filesystem's ${Math.floor(cap.disk.totalBytes / MiB)} MiB`);
     if (spec.cpus > cap.cpu.cores) throw tooBig('cpus', `${spec.cpus} is more than the host's ${cap.cpu.cores} cores`);
+  }
+
+  /** Throws (before anything is made) unless the host can take a session with this spec now. */
+  check(spec: SessionSpec, sessions: AdmittedSession[]): void {
+    const cap = this.capacity(sessions, spec);
+    this.fitsHost(spec, cap);
     if (cap.memory.moreSessions < 1) {
       throw new DrumsError(
         'insufficient_memory',

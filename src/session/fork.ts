@@ -6,6 +6,7 @@ import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from './manager.ts';
 import type { SessionSpec } from './spec.ts';
+import { checkpointDir, checkpointSource, criuFor, refusal, restoreSeed } from './memfork.ts';
 
 /**
  * fork(N) of a live session.
@@ -17,9 +18,10 @@ import type { SessionSpec } from './spec.ts';
  * token, subnet, hostname, a fresh /etc/machine-id), labelled
  * `drums.fork.source` and `drums.fork.mode=disk`.
  *
- * `memory` (a CRIU checkpoint/restore of the whole session) is not available
- * in this build: it answers 501 memory_fork_unavailable, naming `disk` as the
- * alternative (docs/pools.md says what it needs).
+ * `memory`: a CRIU checkpoint of the running session restored into each copy
+ * (src/session/memfork.ts): processes, windows and memory equal the source's
+ * too. A state CRIU can't dump is 409 memory_fork_refused, a daemon without
+ * CRIU 501 memory_fork_unavailable, both naming `disk` as the alternative.
  */
 export type ForkMode = 'disk' | 'memory';
 export const MAX_FORK = 64;
@@ -67,6 +69,37 @@ function bodyOf(spec: SessionSpec, labels: Record<string, string>): Record<strin
   };
 }
 
+/**
+ * Makes `count` copies with `create` (given each copy's labels), all or nothing: when one fails,
+ * the ones made are destroyed and the fork is 500 fork_failed.
+ */
+async function makeCopies(
+  mgr: SessionManager,
+  src: Session,
+  count: number,
+  mode: ForkMode,
+  create: (labels: Record<string, string>) => Promise<Session>,
+): Promise<Session[]> {
+  const labels: Record<string, string> = { ...src.spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': mode };
+  delete labels['drums.pool'];
+  // Test hook (DRUMS_TEST_HOOKS=1): the source's label drums.test.forkFailStep makes the last copy fail at that step.
+  const failStep = mgr.config.testHooks ? labels['drums.test.forkFailStep'] : undefined;
+  const labelsOf = (i: number) => (failStep && i === count - 1 ? { ...labels, 'drums.test.failStep': failStep } : labels);
+  const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => create(labelsOf(i))));
+  const copies: Session[] = [];
+  for (const r of results) if (r.status === 'fulfilled') copies.push(r.value);
+  const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
+  if (failed) {
+    for (const c of copies) await mgr.destroy(c.id, 'fork_failed').catch(() => {});
+    const cause = failed.reason;
+    throw new DrumsError('fork_failed', `${mode} fork of ${src.id} failed, no copy is left and the source runs on: ${errorMessage(cause)}`, {
+      cause,
+      details: { mode, ...(cause instanceof DrumsError ? { causeCode: cause.code, ...cause.details } : {}) },
+    });
+  }
+  return copies;
+}
+
 /** True while a session is being forked (a second fork of it is 409 session_forking). */
 export function isForking(id: string): boolean {
   return forking.has(id);
@@ -81,13 +114,6 @@ export async function forkSession(
   src: Session,
   req: { count: number; mode: ForkMode },
 ): Promise<{ copies: Session[]; mode: ForkMode; snapshotMs: number; pausedMs: number }> {
-  if (req.mode === 'memory') {
-    throw new DrumsError(
-      'memory_fork_unavailable',
-      'a memory fork (CRIU checkpoint/restore of the running session) is not available on this daemon; fork with {"mode": "disk"} (files copied, apps restarted)',
-      { details: { alternative: 'disk' } },
-    );
-  }
   if (forking.has(src.id)) throw new DrumsError('session_forking', `session ${src.id} is already being forked; wait for that fork to finish`);
   if (src.state === 'resetting') throw new DrumsError('session_resetting', `session ${src.id} is resetting; fork it when it is ready`);
   if (src.state !== 'ready')
@@ -102,6 +128,28 @@ export async function forkSession(
       `a fork of ${req.count} needs ${req.count} free sessions; this daemon has ${free} of ${mgr.maxSessions} (DRUMS_MAX_SESSIONS)`,
       { details: { free, count: req.count } },
     );
+  if (req.mode === 'memory') {
+    const why = refusal(src);
+    if (why)
+      throw new DrumsError('memory_fork_refused', `session ${src.id} can't be memory-forked: ${why}; fork it with {"mode": "disk"}`, {
+        details: { alternative: 'disk' },
+      });
+    const criu = await criuFor(mgr);
+    forking.add(src.id);
+    const dir = checkpointDir(src);
+    try {
+      const t0 = performance.now();
+      const { pausedMs } = await checkpointSource(mgr, src, criu, dir);
+      const snapshotMs = performance.now() - t0;
+      const copies = await makeCopies(mgr, src, req.count, 'memory', (labels) =>
+        mgr.create(bodyOf(src.spec, labels), { seedUpper: join(dir, 'upper'), restore: restoreSeed(mgr, src, criu, dir) }),
+      );
+      return { copies, mode: 'memory', snapshotMs, pausedMs };
+    } finally {
+      forking.delete(src.id);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
   forking.add(src.id);
   const snap = join(src.dir, `fork-${randomBytes(4).toString('hex')}`);
   const copies: Session[] = [];
@@ -122,25 +170,11 @@ export async function forkSession(
     }
     for (const f of IDENTITY_FILES) rmSync(join(snap, 'upper', f), { force: true });
     const snapshotMs = performance.now() - t0;
-    const labels: Record<string, string> = { ...src.spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': 'disk' };
-    delete labels['drums.pool'];
-    // Test hook (DRUMS_TEST_HOOKS=1): the source's label drums.test.forkFailStep makes the last copy fail at that step.
-    const failStep = mgr.config.testHooks ? labels['drums.test.forkFailStep'] : undefined;
-    const labelsOf = (i: number) => (failStep && i === req.count - 1 ? { ...labels, 'drums.test.failStep': failStep } : labels);
-    const results = await Promise.allSettled(
-      Array.from({ length: req.count }, (_, i) => mgr.create(bodyOf(src.spec, labelsOf(i)), { seedUpper: join(snap, 'upper'), seedBase: src.uids?.base ?? 0 })),
+    copies.push(
+      ...(await makeCopies(mgr, src, req.count, 'disk', (labels) =>
+        mgr.create(bodyOf(src.spec, labels), { seedUpper: join(snap, 'upper'), seedBase: src.uids?.base ?? 0 }),
+      )),
     );
-    for (const r of results) if (r.status === 'fulfilled') copies.push(r.value);
-    const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
-    if (failed) {
-      for (const c of copies) await mgr.destroy(c.id, 'fork_failed').catch(() => {});
-      copies.length = 0;
-      const cause = failed.reason;
-      throw new DrumsError('fork_failed', `fork of ${src.id} failed, no copy is left and the source runs on: ${errorMessage(cause)}`, {
-        cause,
-        details: { ...(cause instanceof DrumsError ? { causeCode: cause.code, ...cause.details } : {}) },
-      });
-    }
     return { copies, mode: 'disk', snapshotMs, pausedMs };
   } finally {
     forking.delete(src.id);

@@ -1,8 +1,22 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chownSync, chmodSync, copyFileSync, renameSync, mkdirSync, rmSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import {
+  chownSync,
+  chmodSync,
+  closeSync,
+  constants,
+  copyFileSync,
+  fstatSync,
+  openSync,
+  readSync,
+  renameSync,
+  mkdirSync,
+  rmSync,
+  writeFileSync,
+  existsSync,
+  readFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Readable } from 'node:stream';
 import { type DaemonConfig, loadConfig } from '../common/config.ts';
 import { CancelledError, ConflictError, DrumsError, NotFoundError, SessionCreateError, StepError, type StepRecord, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
@@ -17,8 +31,8 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
-import { Admission, diskImagePath, type Capacity } from './admission.ts';
-import { oomKills, swapLimitSupported } from '../host/resources.ts';
+import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
+import { defaultSessionCpus, oomKills, swapLimitSupported } from '../host/resources.ts';
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
@@ -36,6 +50,8 @@ const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.me
 const TERMINATION_MEMORY_MS = 15 * 60_000;
 /** Each session's own tmpfs for /run/drums and /tmp/.X11-unix (sockets, status): small, so no session can fill a shared one. */
 const SESSION_RT_BYTES = 16 * 1024 ** 2;
+/** How often each session's init is checked for life. */
+const LIVENESS_POLL_MS = 500;
 const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
 
 export interface Attempt {
@@ -61,20 +77,31 @@ export interface Session {
   busSocket: string;
   imageDir: string;
   initPid?: number;
-  /** The init's PID and start time: an adopted session's liveness is polled on it. */
+  /** The init's PID and start time: the session's liveness is polled on it (no host fd reaches a session: it stays checkpointable). */
   init?: ProcIdentity;
-  /** Adopted from a previous daemon of this instance (no liveness socket: polled). */
+  /** Adopted from a previous daemon of this instance. */
   adopted?: boolean;
   timings: Record<string, number>;
   brokenReason?: string;
-  /** Private: liveness socket and status watcher of the current generation. */
-  _liveness?: Readable;
+  /** Private: status watcher of the current generation. */
   _watcher?: StatusWatcher;
   _ttlTimer?: NodeJS.Timeout;
   /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
   _seedUpper?: string;
   /** Private: the host uid base the seed's files are owned by (0: host ids). */
   _seedBase?: number;
+  /** The session disk's loop device (this generation's). */
+  _disk?: { major: number; minor: number };
+  /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
+  _restore?: RestoreSeed;
+}
+
+/** How a memory-forked copy's first generation comes from a checkpoint (src/session/memfork.ts). */
+export interface RestoreSeed {
+  /** After the copy's upper layer is seeded: its run and X11 directories, identity fix-ups. */
+  seed(s: Session): Promise<void>;
+  /** Instead of the runtime's start: the restore of the checkpoint into the copy's bundle. */
+  start(s: Session, bundle: string, logFile: string): Promise<{ pid: number }>;
 }
 
 export interface ManagerOptions {
@@ -98,6 +125,8 @@ export class SessionManager {
   readonly pool: SubnetPool;
   private readonly _sessions = new Map<string, Session>();
   readonly config: DaemonConfig;
+  /** The CPU quota of a spec that sets none, resolved from the config once. */
+  readonly defaultCpus: number;
   private readonly _opts: { maxSessions: number; startConcurrency: number; failAtStep?: string };
   private _running = 0;
   /** Memory and disk admission (src/session/admission.ts). */
@@ -112,7 +141,8 @@ export class SessionManager {
     const config = (this.config = opts.config ?? loadConfig({}));
     this.runtime = new OciRuntime(detectRuntime(inst.runtime), inst.runcRoot);
     this.pool = parsePool(config.subnetPool);
-    this.admission = new Admission(inst.stateDir);
+    this.admission = new Admission(inst.stateDir, admissionConfig(config));
+    this.defaultCpus = defaultSessionCpus(config.defaultCpus);
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
@@ -143,10 +173,11 @@ export class SessionManager {
       this._recordTermination(id, `swept at daemon start: ${why}`);
     }
     if (plan.adopt.length) log('info', 'sessions adopted', { ids: plan.adopt.map((r) => r.id) });
-    // Liveness of adopted sessions: their init's PID and start time (no socket survives a daemon).
+    // Liveness of every session: its init's PID and start time (the init is the PID namespace's
+    // init: when it is gone, so is every process of the session).
     this._poller = setInterval(() => {
-      for (const s of this._sessions.values()) if (!s._liveness && s.init && s.state === 'ready' && !isAlive(s.init)) this._onSessionExit(s, s.generation);
-    }, 1000);
+      for (const s of this._sessions.values()) if (s.init && s.state === 'ready' && !isAlive(s.init)) this._onSessionExit(s, s.generation);
+    }, LIVENESS_POLL_MS);
     this._poller.unref();
   }
 
@@ -253,9 +284,9 @@ export class SessionManager {
    * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
    * stops the create between steps and in the readiness wait, and undoes what was done.
    */
-  async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; signal?: AbortSignal } = {}): Promise<Session> {
+  async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal } = {}): Promise<Session> {
     const { signal } = opts;
-    const spec = parseSpec(body);
+    const spec = parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
     if (spec.userns && !this.config.userns) this._checkUserns();
     // Validate before any side effect.
@@ -299,6 +330,7 @@ export class SessionManager {
       timings: {},
       _seedUpper: opts.seedUpper,
       _seedBase: opts.seedBase,
+      _restore: opts.restore,
     };
     this._sessions.set(id, s);
     const t0 = performance.now();
@@ -417,7 +449,7 @@ export class SessionManager {
         do: async () => {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
-          await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes);
+          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, this.config.diskWriteMbps * 1024 ** 2);
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
@@ -430,6 +462,7 @@ export class SessionManager {
             await shiftOwnership(join(s.dir, 'disk', 'upper'), s._seedBase ?? 0, s.uids?.base ?? 0);
           }
           s._seedUpper = undefined;
+          await s._restore?.seed(s);
           // Relative layer paths: the session can read its root's mount options.
           await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'disk/upper', 'disk/work', rootfs);
         },
@@ -447,14 +480,14 @@ export class SessionManager {
           const watcher = new StatusWatcher(join(s.runDir, 'status'));
           s._watcher = watcher;
           const t = performance.now();
-          const started = await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
+          const restore = s._restore;
+          s._restore = undefined;
+          const started = restore
+            ? await restore.start(s, join(s.dir, 'bundle'), sessionLog(s))
+            : await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
           s.initPid = started.pid;
           s.init = identify(started.pid);
           s.timings.runtimeStartMs = performance.now() - t;
-          const generation = s.generation;
-          s._liveness = started.liveness;
-          started.liveness.on('end', () => this._onSessionExit(s, generation));
-          started.liveness.on('error', () => this._onSessionExit(s, generation));
         },
         undo: () => this.runtime.destroy(s.names.container),
       },
@@ -473,10 +506,10 @@ export class SessionManager {
             }
           } catch (e) {
             // The session's own log says why (Xvfb, D-Bus and Chromium write there).
-            let tail = '';
-            try {
-              tail = readFileSync(sessionLog(s), 'utf8').trim().split('\n').slice(-6).join(' | ');
-            } catch {}
+            const tail = [sessionLog(s), join(s.runDir, 'log')]
+              .flatMap((f) => readTail(f))
+              .slice(-6)
+              .join(' | ');
             throw new Error(`${errorMessage(e)}${tail ? `; session log: ${tail}` : ''}`);
           }
         },
@@ -572,6 +605,7 @@ export class SessionManager {
       noSwap: swapLimitSupported(),
       pids: s.spec.pids,
       cpus: s.spec.cpus,
+      ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: this.config.diskWriteMbps * 1024 ** 2 } } : {}),
       shmBytes: 256 * 1024 ** 2,
       tmpBytes: 512 * 1024 ** 2,
     });
@@ -586,9 +620,6 @@ export class SessionManager {
   private _closeGeneration(s: Session): void {
     s._watcher?.close();
     s._watcher = undefined;
-    s._liveness?.removeAllListeners();
-    s._liveness?.destroy();
-    s._liveness = undefined;
   }
 
   private _onSessionExit(s: Session, generation: number): void {
@@ -749,6 +780,22 @@ export class SessionManager {
   /** Capabilities used for a root-in-session exec. */
   static rootCaps(): string[] {
     return ROOT_CAPS;
+  }
+}
+
+/** The last lines of a log file, never through a symlink (the session's processes write /run/drums/log). */
+function readTail(path: string, lines = 6): string[] {
+  let fd: number | undefined;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    const size = fstatSync(fd).size;
+    const buf = Buffer.alloc(Math.min(size, 16 * 1024));
+    readSync(fd, buf, 0, buf.length, Math.max(0, size - buf.length));
+    return buf.toString('utf8').trim().split('\n').slice(-lines).filter(Boolean);
+  } catch {
+    return [];
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

@@ -165,7 +165,7 @@ export class PoolManager {
     const template = (d.template ?? {}) as Record<string, unknown>;
     let spec: SessionSpec;
     try {
-      spec = parseSpec(template);
+      spec = parseSpec(template, this.mgr.defaultCpus);
     } catch (e) {
       if (e instanceof DrumsError && e.details?.field)
         throw new ValidationError(`template.${e.details.field}`, errorMessage(e).replace(/^[^:]*: /, ''), 'invalid_pool');
@@ -182,6 +182,14 @@ export class PoolManager {
       throw new DrumsError('image_not_built', `template.image: image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, {
         details: { field: 'template.image' },
       });
+    }
+    // A template the host could never hold is refused now, not by every refill.
+    try {
+      this.mgr.admission.fitsHost(spec);
+    } catch (e) {
+      if (e instanceof DrumsError && typeof e.details?.field === 'string')
+        throw new DrumsError(e.code, `template.${errorMessage(e)}`, { details: { field: `template.${e.details.field}` } });
+      throw e;
     }
     const old = this._pools.get(name);
     const pool: Pool = old ?? { name, template, spec, size: d.size, idle: [], creating: 0, claims: 0, hits: 0, misses: 0, failures: 0, version: 1, source };

@@ -27,8 +27,6 @@ export const DEFAULTS = {
   screen: { width: 1280, height: 800, depth: 24 },
   memoryBytes: 2 * 1024 ** 3,
   diskBytes: 512 * 1024 ** 2,
-  /** A CPU quota by default (half the host's cores, at least 1; DRUMS_DEFAULT_CPUS): a busy session cannot take the whole host. */
-  cpus: defaultSessionCpus(),
   pids: 1024,
 };
 
@@ -67,7 +65,12 @@ export function parseScreen(v: unknown, field = 'screen'): SessionSpec['screen']
 const URL_SCHEMES = ['http:', 'https:', 'about:', 'data:', 'file:', 'chrome:'];
 const FLAG_RE = /^--[a-z0-9][a-z0-9-]*(=[A-Za-z0-9_.,:/=+-]*)?$/;
 
-export function parseSpec(body: unknown): SessionSpec {
+/**
+ * `defaultCpus`: the CPU quota of a spec that sets none. The daemon passes the one
+ * resolved from its config (`SessionManager.defaultCpus`, DRUMS_DEFAULT_CPUS);
+ * without it, half the host's cores, at least 1: a busy session cannot take the whole host.
+ */
+export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpus()): SessionSpec {
   if (body === undefined || body === null) body = {};
   if (typeof body !== 'object' || Array.isArray(body)) throw bad('body', 'must be a JSON object');
   const b = body as Record<string, unknown>;
@@ -91,7 +94,7 @@ export function parseSpec(body: unknown): SessionSpec {
   const screen = b.screen === undefined ? { ...DEFAULTS.screen } : parseScreen(b.screen);
   const memoryBytes = b.memoryMb === undefined ? DEFAULTS.memoryBytes : int(b.memoryMb, 'memoryMb', 128, 65536) * 1024 ** 2;
   const diskBytes = b.diskMb === undefined ? DEFAULTS.diskBytes : int(b.diskMb, 'diskMb', 64, 1024 * 1024) * 1024 ** 2;
-  let cpus = DEFAULTS.cpus;
+  let cpus = defaultCpus;
   if (b.cpus !== undefined) {
     if (typeof b.cpus !== 'number' || !(b.cpus >= 0.05 && b.cpus <= 256)) throw bad('cpus', `must be a number within 0.05..256, got ${JSON.stringify(b.cpus)}`);
     cpus = b.cpus;

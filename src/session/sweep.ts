@@ -8,6 +8,7 @@ import { deleteTable, tableExists } from '../host/nftables.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { detachLoops } from '../host/disk.ts';
+import { clearFreeLoopThrottles } from '../host/disk-throttle.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { removeDaemonCgroup } from '../host/resources.ts';
@@ -141,6 +142,10 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
           report.loops.push(...(await detachLoops(join(inst.sessionsDir, d))));
         });
     }
+  // Write limits (v1 root rules) left on loop devices that the unmounts above freed.
+  await attempt('loop write limits', async () => {
+    clearFreeLoopThrottles();
+  });
   // 4. Network namespaces and veths named with this instance.
   for (const ns of (await listNetns(prefix)).filter((n) => !keptNames.has(n))) {
     await attempt(`netns ${ns}`, async () => {

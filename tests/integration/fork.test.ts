@@ -76,7 +76,6 @@ describe('fork (disk)', () => {
         [() => d.client.forkSession(src.id, { count: 65 }), 400, 'invalid_fork'],
         [() => d.client.forkSession(src.id, { count: 1, extra: 1 } as never), 400, 'invalid_fork'],
         [() => d.client.forkSession(src.id, { count: 6 }), 429, 'pool_exhausted'],
-        [() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }), 501, 'memory_fork_unavailable'],
         [() => d.client.forkSession('s0000000000', { count: 1 }), 404, 'session_not_found'],
       ];
       for (const [p, status, code] of cases) {

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
@@ -83,10 +83,33 @@ describe('session disk quota and admission', () => {
       [{ image: 'minimal', diskMb: 1024 * 1024 }, 422, 'limit_exceeds_host'],
       [{ image: 'minimal', memoryMb: 65536 }, 422, 'limit_exceeds_host'],
       [{ image: 'minimal', cpus: 256 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', memoryMb: -512 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', memoryMb: 1e12 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', memoryMb: 1.5e3 + 0.5 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', cpus: 0 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', cpus: -1 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', cpus: '2' }, 400, 'invalid_spec'],
+      [{ image: 'minimal', pids: -5 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', pids: 2 ** 40 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskMb: 2 ** 53 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', ttlSeconds: -1 }, 400, 'invalid_spec'],
     ];
     for (const [body, status, code] of cases) {
       await assert.rejects(d.client.createSession(body), (e: DrumsApiError) => e.status === status && e.code === code, JSON.stringify(body));
     }
+    // A pool template is held to the same limits at PUT, so no refill ever tries it.
+    for (const [template, status, code] of [
+      [{ image: 'minimal', memoryMb: 65536 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', cpus: 256 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', diskMb: -1 }, 400, 'invalid_pool'],
+    ] as const) {
+      await assert.rejects(
+        d.client.putPool('bad-limits', { size: 1, template }),
+        (e: DrumsApiError) => e.status === status && e.code === code && /template\./.test(e.message),
+        JSON.stringify(template),
+      );
+    }
+    assert.deepEqual(await d.client.listPools(), []);
     assert.deepEqual(await d.client.listSessions(), []);
     const left = residue(d.instance, d.stateDir);
     assert.deepEqual([left.netns, left.mounts, left.sessionDirs, left.claims], [[], [], [], []]);
@@ -106,6 +129,33 @@ describe('admission refuses creates the host cannot take', () => {
       } finally {
         await dd.finish();
       }
+    }
+  });
+});
+
+describe('session disk write bandwidth', () => {
+  it('DRUMS_DISK_WRITE_MBPS limits what a session writes to its disk, and the limit goes with the session', async () => {
+    const dd = await startDaemon({ DRUMS_DISK_WRITE_MBPS: '8' });
+    const v1 = existsSync('/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device');
+    const rootRules = () => (v1 ? readFileSync('/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device', 'utf8') : '');
+    let dev = '';
+    try {
+      const s = await dd.client.createSession({ image: 'minimal' });
+      // The session's disk: the loop device on its image, as major:minor.
+      const loops = loopsUnder(join(dd.stateDir, 'sessions', s.id));
+      assert.equal(loops.length, 1, JSON.stringify(loops));
+      dev = execFileSync('stat', ['-c', '%Hr:%Lr', loops[0]!], { encoding: 'utf8' }).trim();
+      const limit = String(8 * MiB);
+      if (v1) assert.match(rootRules(), new RegExp(`^${dev} ${limit}$`, 'm'), "the flusher's writes (root blkio cgroup) are limited");
+      // 40 MiB written and flushed at 8 MiB/s takes at least 4 s (a loaded host only makes it slower).
+      const t = performance.now();
+      const w = await dd.client.exec(s.id, { shell: 'dd if=/dev/zero of=/home/user/w bs=1M count=40 conv=fsync 2>&1 | tail -1', timeoutMs: 120_000 });
+      const took = (performance.now() - t) / 1000;
+      assert.ok(took >= 4, `40 MiB took ${took.toFixed(2)} s: ${w.stdout}`);
+      await dd.client.destroySession(s.id);
+      assert.doesNotMatch(rootRules(), new RegExp(`^${dev} `, 'm'), 'the rule is gone with the session');
+    } finally {
+      await dd.finish();
     }
   });
 });

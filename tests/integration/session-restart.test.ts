@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
@@ -41,6 +41,8 @@ describe('daemon restart', () => {
   /** Exactly the objects of `n` sessions are on the host. */
   const assertObjects = (n: number) => {
     const r = residue(d.instance, d.stateDir);
+    // A session with its own user namespace (DRUMS_USERNS=1) also holds a uid claim and two mounts (its pin, its idmapped image).
+    const u = r.sessionDirs.filter((id) => existsSync(join(d.stateDir, 'sessions', id, 'userns'))).length;
     assert.deepEqual(
       {
         netns: r.netns.length,
@@ -52,7 +54,7 @@ describe('daemon restart', () => {
         containers: r.containers.length,
         cgroups: new Set(r.cgroups.map((c) => c.split('/').pop())).size,
       },
-      { netns: n, links: n, mounts: 3 * n, loops: n, claims: n, sessionDirs: n, containers: n, cgroups: n },
+      { netns: n, links: n, mounts: 3 * n + 2 * u, loops: n, claims: n + u, sessionDirs: n, containers: n, cgroups: n },
     );
   };
 
@@ -110,18 +112,25 @@ describe('daemon restart', () => {
     });
   }
 
-  it('a corrupt record: that session is swept and reported, the others are adopted', async () => {
-    const c = await d.client.createSession({ image: 'minimal' });
-    const keep = (await d.client.listSessions()).filter((s) => s.id !== c.id).map((s) => s.id);
+  it('corrupt records (truncated, or JSON of the wrong shape): those sessions are swept and reported, the others are adopted', async () => {
+    const trunc = await d.client.createSession({ image: 'minimal' });
+    const shape = await d.client.createSession({ image: 'minimal' });
+    const kept = await d.client.createSession({ image: 'minimal' });
+    const keep = (await d.client.listSessions()).filter((s) => s.id !== trunc.id && s.id !== shape.id).map((s) => s.id);
+    assert.ok(keep.includes(kept.id));
     await killDaemon(d);
-    writeFileSync(join(d.stateDir, 'sessions', c.id, 'session.json'), '{"id": "trunc');
+    writeFileSync(join(d.stateDir, 'sessions', trunc.id, 'session.json'), '{"id": "trunc');
+    writeFileSync(join(d.stateDir, 'sessions', shape.id, 'session.json'), JSON.stringify({ id: shape.id, phase: 7, generation: 'x', names: 'all' }));
     await restart();
     assert.deepEqual(
       (await d.client.listSessions()).map((s) => s.id),
       keep,
     );
+    // The adopted one still works with its old token.
+    assert.equal((await d.client.exec(kept.id, { argv: ['echo', 'ok'] })).stdout.trim(), 'ok');
     const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
-    assert.match(t.terminations.find((x) => x.id === c.id)?.reason ?? '', /unreadable record/);
+    assert.match(t.terminations.find((x) => x.id === trunc.id)?.reason ?? '', /unreadable record/);
+    assert.match(t.terminations.find((x) => x.id === shape.id)?.reason ?? '', /lacks fields/);
     assertObjects(keep.length);
   });
 

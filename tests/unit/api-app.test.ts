@@ -107,6 +107,27 @@ describe('API middleware (app.request, no socket)', () => {
     assert.equal(stale.status, 409);
     assert.equal(stale.json.error.code, 'stale_generation');
     assert.equal(stale.headers.get('x-drums-generation'), '2');
+    // The frame routes (VNC, stream, take-over) rely on the middleware's one check of it.
+    for (const [method, path] of [
+      ['GET', `/v1/sessions/${id}/vnc?generation=1`],
+      ['GET', `/v1/sessions/${id}/stream?generation=1`],
+      ['POST', `/v1/sessions/${id}/takeover?generation=1`],
+    ] as const) {
+      const r2 = await call(method, path, method === 'POST' ? { body: {} } : {});
+      assert.equal(r2.status, 409, `${method} ${path}`);
+      assert.equal(r2.json.error.code, 'stale_generation', `${method} ${path}`);
+    }
+    // The reset route checks a generation in its body, and the body's shape.
+    const staleReset = await call('POST', `/v1/sessions/${id}/reset`, { body: { generation: 1 } });
+    assert.equal(staleReset.status, 409);
+    assert.equal(staleReset.json.error.code, 'stale_generation');
+    assert.equal(staleReset.headers.get('x-drums-generation'), '2');
+    const notObject = await call('POST', `/v1/sessions/${id}/reset`, { body: [2] });
+    assert.equal(notObject.status, 400);
+    assert.equal(notObject.json.error.details.field, 'body');
+    const badGen = await call('POST', `/v1/sessions/${id}/reset`, { body: { generation: 'two' } });
+    assert.equal(badGen.status, 400);
+    assert.equal(badGen.json.error.details.field, 'generation');
     const extra = await call('POST', `/v1/sessions/${id}/reset`, { body: { generation: 2, force: true } });
     assert.equal(extra.status, 400);
     assert.equal(extra.json.error.code, 'invalid_request');

@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { FairScheduler } from '../../src/api/middleware/fair.ts';
+import { Hono } from 'hono';
+import { FairScheduler, fairShare } from '../../src/api/middleware/fair.ts';
 
 describe('fair share between sessions', () => {
   it('a flood on one session waits in its own queue: others are served in turn', async () => {
@@ -41,5 +42,52 @@ describe('fair share between sessions', () => {
     assert.equal(peak, 3);
     release();
     await Promise.all(jobs);
+  });
+
+  it('a flood over many connections gets one slot at a time while others are active, so closed-loop clients keep their pace', async () => {
+    const sched = new FairScheduler({ slots: 4, maxQueue: 100 });
+    const order: string[] = [];
+    let floodRunning = 0,
+      floodStarts = 0,
+      floodPeakAfterFirst = 0,
+      othersActive = 0;
+    const tick = () => new Promise((r) => setImmediate(r));
+    const flood = Array.from({ length: 40 }, () =>
+      sched.run('flood', async () => {
+        floodRunning++;
+        if (++floodStarts > 4 && othersActive) floodPeakAfterFirst = Math.max(floodPeakAfterFirst, floodRunning);
+        order.push('f');
+        await tick();
+        floodRunning--;
+      }),
+    );
+    // Three clients in a closed loop, 6 requests each, one at a time.
+    const client = async (who: string) => {
+      othersActive++;
+      for (let i = 0; i < 6; i++)
+        await sched.run(who, async () => {
+          order.push(who);
+          await tick();
+          if (i === 5) othersActive--; // before its slot is handed on
+        });
+    };
+    await Promise.all([...flood, client('a'), client('b'), client('c')]);
+    // The flood started alone with every slot; after its first 4, it ran one at a time.
+    assert.equal(order.slice(0, 4).join(''), 'ffff');
+    assert.equal(floodPeakAfterFirst, 1, order.join(''));
+    // The clients' 18 requests are served within the first 4 + 18 × 2 starts (the flood gets about one in four).
+    const lastClient = Math.max(...['a', 'b', 'c'].map((w) => order.lastIndexOf(w)));
+    assert.ok(lastClient < 4 + 18 * 2, order.join(''));
+    assert.equal(order.filter((x) => x === 'f').length, 40);
+  });
+
+  it('a malformed escape in the session id reaches the route (no URIError, no 500)', async () => {
+    const app = new Hono();
+    app.use('/v1/sessions/:id/*', fairShare({ slots: 2, maxQueue: 4 }));
+    app.post('/v1/sessions/:id/actions', (c) => c.json({ error: { code: 'session_not_found' } }, 404));
+    for (const id of ['%ff', '%', '%00', 'a%2Fb']) {
+      const r = await app.request(`/v1/sessions/${id}/actions`, { method: 'POST' });
+      assert.equal(r.status, 404, id);
+    }
   });
 });

@@ -164,11 +164,11 @@ class Pool(_PoolRequired, total=False):
 
 class ForkRequest(TypedDict, total=False):
     count: int
-    mode: Literal["disk", "memory"]  # `disk`: the writable layer copied, apps restarted; `memory`: not available on this daemon (501).
+    mode: Literal["disk", "memory"]  # `disk`: the writable layer copied, apps restarted; `memory`: a CRIU checkpoint of the running session restored into each copy.
 
 
 class ForkResultTimings(TypedDict):
-    snapshotMs: float  # Freezing and copying the source's writable layer.
+    snapshotMs: float  # Freezing and copying the source's writable layer (memory: and its checkpoint).
     pausedMs: float  # How long the source was frozen.
     totalMs: float  # Until every copy was ready.
 

@@ -420,7 +420,9 @@ class Session(_SessionBase):
 
     def fork(self, n: int = 1, *, mode: str = "disk") -> list["Session"]:
         """``n`` copies of this session, each a new ``Session`` (destroy them yourself, or use them
-        as context managers). ``mode="disk"``: files copied, apps restarted (docs/pools.md)."""
+        as context managers). ``mode="disk"``: files copied, apps restarted; ``mode="memory"``: the
+        running session checkpointed and restored into each copy (processes, windows, memory), or
+        ``Conflict`` with code ``memory_fork_refused`` where CRIU can't dump it (docs/pools.md)."""
         r = self._req("POST", "/fork", json={"count": n, "mode": mode}).json()
         return [Session(self._c, info) for info in r["copies"]]
 
@@ -689,6 +691,7 @@ class AsyncSession(_SessionBase):
         await self._req("DELETE", "/takeover", params={} if takeover_id is None else {"takeover": takeover_id})
 
     async def fork(self, n: int = 1, *, mode: str = "disk") -> list["AsyncSession"]:
+        """As ``Session.fork``: ``mode`` is ``"disk"`` or ``"memory"``."""
         r = (await self._req("POST", "/fork", json={"count": n, "mode": mode})).json()
         return [AsyncSession(self._c, info) for info in r["copies"]]
 

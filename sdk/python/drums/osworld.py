@@ -445,6 +445,27 @@ def _refuse(res: dict, t0: float, msg: str) -> dict:
     return res
 
 
+def cache_preflight(task: dict, cache: str, allow_internet: bool) -> tuple[Optional[str], list[str]]:
+    """Whether the shared asset cache can serve the task: (why it is refused, or None; warnings).
+    Used by plain runs and by groups (drums.osworld_group) alike."""
+    from . import osworld_assets as assets
+
+    st = assets.check_task(cache, task)
+    if st["bad"]:
+        return f"bad file(s) in the asset cache {cache}: " + "; ".join(st["bad"]), []
+    if st["missing"] and not allow_internet:
+        return (
+            f"needs {len(st['missing'])} file(s) that are not in the asset cache {cache}: "
+            + ", ".join(st["missing"])
+            + " (run `drums osworld assets fetch` for this task on a host with internet, or pass --allow-internet)"
+        ), []
+    if st["fonts"] not in (None, "ok"):
+        return None, [
+            f"OSWorld's font pack is not installed (not cached: {assets.FONTS_URL}); slides may render with other fonts"
+        ]
+    return None, []
+
+
 def run_task(
     src: str,
     task: Any,
@@ -482,21 +503,10 @@ def run_task(
             f"needs the internet ({why}); this host has no egress, so the task was not started (pass --allow-internet on a host that has it)",
         )
     cache = asset_cache or assets.default_cache_dir()
-    st = assets.check_task(cache, task)
-    if st["bad"]:
-        return _refuse(res, t0, f"bad file(s) in the asset cache {cache}: " + "; ".join(st["bad"]))
-    if st["missing"] and not allow_internet:
-        return _refuse(
-            res,
-            t0,
-            f"needs {len(st['missing'])} file(s) that are not in the asset cache {cache}: "
-            + ", ".join(st["missing"])
-            + " (run `drums osworld assets fetch` for this task on a host with internet, or pass --allow-internet)",
-        )
-    if st["fonts"] not in (None, "ok"):
-        res["warnings"].append(
-            f"OSWorld's font pack is not installed (not cached: {assets.FONTS_URL}); slides may render with other fonts"
-        )
+    refused, warnings = cache_preflight(task, cache, allow_internet)
+    if refused:
+        return _refuse(res, t0, refused)
+    res["warnings"] += warnings
     env = None
     base = tempfile.mkdtemp(prefix="task-", dir=cache_root)  # this task's private copy of its cache files
     try:
@@ -611,7 +621,19 @@ def run_main(argv: list[str]) -> int:
                 if a.group > 0:
                     from .osworld_group import run_group
 
-                    futs[ex.submit(run_group, src, t, orc, a.pause, a.allow_internet, cache_root, a.group)] = src
+                    futs[
+                        ex.submit(
+                            run_group,
+                            src,
+                            t,
+                            orc,
+                            a.pause,
+                            a.allow_internet,
+                            cache_root,
+                            a.group,
+                            asset_cache=asset_cache,
+                        )
+                    ] = src
                 else:
                     futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache)] = src
             for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from .osworld import adopt_next, needs_internet
+from .osworld import adopt_next, cache_preflight, needs_internet
 
 #: Setup steps that start or arrange apps (replayed in a disk-forked copy).
 REPLAY_IN_COPY = {"launch", "open", "activate_window", "sleep", "chrome_open_tabs", "close_window"}
@@ -86,8 +86,15 @@ def run_group(
     cache_root: str,
     n: int,
     mode: str = "disk",
+    asset_cache: Optional[str] = None,
 ) -> dict:
+    """One task's group. Its files come from the shared asset cache as in a plain run
+    (``drums.osworld.run_task``): refused at once when the cache cannot serve them, else copied
+    into a private directory per member (the forks' evaluators read ``cloud_file`` expectations
+    from there), never written back."""
     from desktop_env.desktop_env import DesktopEnv
+
+    from . import osworld_assets as assets
 
     t0 = time.monotonic()
     tid = task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src)
@@ -100,6 +107,7 @@ def run_group(
         "error": None,
         "session": None,
         "reset_s": None,
+        "warnings": [],
         "seconds": None,
         "group": {"size": n, "setups": 0, "forks": 0, "fork_s": None, "members": []},
     }
@@ -113,18 +121,22 @@ def run_group(
         )
         res["seconds"] = round(time.monotonic() - t0, 2)
         return res
+    cache = asset_cache or assets.default_cache_dir()
+    refused, res["warnings"] = cache_preflight(task, cache, allow_internet)
+    if refused:
+        res["error"] = refused
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        return res
     env = None
     copies: list[dict] = []
     try:
-        env = DesktopEnv(
-            provider_name="drums",
-            action_space="pyautogui",
-            require_a11y_tree=False,
-            cache_dir=os.path.join(cache_root, tid, "setup"),
-        )
+        setup_dir = os.path.join(cache_root, tid, "setup")
+        font_name = assets.materialize(cache, task, setup_dir)
+        run = dict(task, config=assets.font_steps(font_name) + list(task.get("config") or [])) if font_name else task
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=setup_dir)
         res["session"] = env.provider.session["id"] if env.provider.session else None
         t1 = time.monotonic()
-        env.reset(task_config=task)
+        env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
         res["group"]["setups"] = 1
@@ -134,14 +146,15 @@ def run_group(
             copies = env.provider.fork(n - 1, mode)
             res["group"]["fork_s"] = round(time.monotonic() - t2, 2)
             res["group"]["forks"] = len(copies)
+        fork_dirs = [os.path.join(cache_root, tid, f"fork{i}") for i in range(len(copies))]
+        for d in fork_dirs:  # the fonts are in the copied disk already
+            assets.materialize(cache, task, d, fonts=False)
         members = [
             {"origin": "setup", "session": res["session"], "score": None, "error": None, "ready_s": res["reset_s"]}
         ]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(copies))) as ex:
             futs = [
-                ex.submit(
-                    _member, copy.deepcopy(task), c, oracle, pause, os.path.join(cache_root, tid, f"fork{i}"), mode
-                )
+                ex.submit(_member, copy.deepcopy(task), c, oracle, pause, fork_dirs[i], mode)
                 for i, c in enumerate(copies)
             ]
             try:

@@ -19,8 +19,22 @@ def test_fork_copies_files_with_fresh_identity(client):
                 assert c.exec(["hostname"])["stdout"].strip() == c.id
             with pytest.raises(errors.InvalidFork):
                 src.fork(0)
-            with pytest.raises(errors.MemoryForkUnavailable):
-                src.fork(1, mode="memory")
+        finally:
+            for c in copies:
+                c.destroy()
+
+
+def test_memory_fork_carries_processes_and_tmpfs(client):
+    with client.sessions.create(image="minimal") as src:
+        src.exec(["sh", "-c", "echo in-memory-fs > /tmp/t; nohup sleep 600 >/dev/null 2>&1 & echo $! > /tmp/pid"])
+        pid = src.exec(["cat", "/tmp/pid"])["stdout"].strip()
+        copies = src.fork(1, mode="memory")
+        try:
+            (c,) = copies
+            assert c.info["labels"]["drums.fork.mode"] == "memory"
+            assert c.exec(["cat", "/tmp/t"])["stdout"] == "in-memory-fs\n"
+            assert c.exec(["cat", f"/proc/{pid}/comm"])["stdout"] == "sleep\n"
+            assert c.exec(["hostname"])["stdout"].strip() == c.id
         finally:
             for c in copies:
                 c.destroy()

@@ -389,3 +389,29 @@ def test_font_pack_from_the_cache_is_installed_for_impress_tasks(daemon, tmp_pat
         assert x["score"] == 1.0 and x["warnings"] == [], x
     finally:
         store.close()
+
+
+def test_group_runs_use_the_cache(daemon, shared, tmp_path):
+    """`--group N` reads the shared cache as plain runs do: the set-up member's setup and every
+    member's evaluator (PERMS' postconfig downloads eval.sh) are served from per-member copies; a
+    half-filled cache is refused at once; nothing is written into the shared cache."""
+    before = digest(shared)
+    orc = tmp_path / "oracle.json"
+    orc.write_text(json.dumps({PERMS: ORACLE[PERMS]}))
+    out = tmp_path / "g.json"
+    r = cli(
+        ["run", str(TASKS / f"{PERMS}.json"), str(TASKS / f"{HALF}.json"), "--group", "2", "--oracle", str(orc)]
+        + ["--out", str(out)],
+        daemon,
+        shared,
+    )
+    assert r.returncode == 0, r.stderr
+    res = {x["task"]: x for x in json.loads(out.read_text())["results"]["tasks"]}
+    g = res[PERMS]
+    assert g["setup_ok"] and g["error"] is None, g
+    assert [m["origin"] for m in g["group"]["members"]] == ["setup", "fork"], g
+    for m in g["group"]["members"]:
+        assert m["score"] == 1.0, m
+    h = res[HALF]
+    assert h["score"] is None and "not in the asset cache" in h["error"] and h["seconds"] < 5, h
+    assert digest(shared) == before

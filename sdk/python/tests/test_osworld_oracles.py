@@ -1,17 +1,25 @@
 """Oracles score 1.0 through the real evaluator: per domain, real OSWorld tasks (from
 ../shared/osworld-tasks, never copied into the repo) driven through env.step by the actions in
-tests/fixtures/osworld/oracles.py. (The os domain's are run by tests/integration/osworld-tasks.test.ts
+tests/fixtures/osworld/oracles.py. The input files of cache tasks are made here, with the libraries
+the tasks' authors would use (openpyxl, python-docx, tarfile), served from a loopback stand-in for
+OSWorld's file store and fetched into the run's cache with `drums osworld assets fetch --mirror`.
+(The os domain's are run by tests/integration/osworld-tasks.test.ts
 from oracle-os.json, and its cache tasks' by test_osworld_cache_run.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
+from drums import osworld_assets as assets
+
+from osworld_store import Store
 
 ROOT = Path(__file__).resolve().parents[3]
 DRUMS = ROOT / "bin" / "drums"
@@ -22,7 +30,7 @@ _spec.loader.exec_module(oracles)
 
 
 def test_json_fixtures_match_the_module():
-    for domain in ("os", "chrome", "gimp", "libreoffice_impress", "vlc"):
+    for domain in oracles.ORACLES:
         assert (
             json.loads((ROOT / f"tests/fixtures/osworld/oracle-{domain}.json").read_text()) == oracles.ORACLES[domain]
         ), (
@@ -30,11 +38,75 @@ def test_json_fixtures_match_the_module():
         )
 
 
+def make_file(path: str) -> bytes:
+    """An input file for a cache task, by its name in the guest, as the task's author would make it."""
+    if path.endswith(".xlsx"):
+        import openpyxl
+
+        wb = openpyxl.Workbook()
+        ws = wb.active
+        ws.append(["Order ID", "Jan", "Feb", "Mar", "Chart"])
+        for i in range(1, 6):
+            ws.append([f"A{100 + i}", 10 * i, 12 * i + 3, 7 * i + 5, None])
+        b = io.BytesIO()
+        wb.save(b)
+        return b.getvalue()
+    if path.endswith(".docx"):
+        import docx
+
+        d = docx.Document()
+        d.add_paragraph("Constitution of the Example Club")  # the heading, left-aligned
+        for n in range(1, 4):
+            d.add_paragraph(f"Article {n}. The members of the club agree to the rules of article {n}.")
+        b = io.BytesIO()
+        d.save(b)
+        return b.getvalue()
+    if path.endswith("thunderbird-profile-blank.tar.gz"):
+        b = io.BytesIO()
+        with tarfile.open(fileobj=b, mode="w:gz") as t:
+            for name, text in {
+                ".thunderbird/profiles.ini": "[Profile0]\nName=default\nIsRelative=1\nPath=drums.default\nDefault=1\n\n"
+                "[General]\nStartWithLastProfile=1\nVersion=2\n",
+                ".thunderbird/drums.default/prefs.js": 'user_pref("mail.shell.checkDefaultClient", false);\n',
+            }.items():
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                t.addfile(info, io.BytesIO(data))
+        return b.getvalue()
+    raise AssertionError(f"no maker for the cache file {path}")
+
+
+def fill_cache(cache: Path, store_dir: Path, task_files: list[Path]) -> None:
+    """The task files' downloads made here, served by a loopback store, fetched into ``cache``."""
+    need = {tf: assets.task_assets(json.loads(tf.read_text()), fonts=False) for tf in task_files}
+    need = {tf: a for tf, a in need.items() if a}
+    if not need:
+        return
+    store = Store(str(store_dir))
+    try:
+        for files in need.values():
+            for a in files:
+                store.put(a.url, make_file(a.rel))
+        r = subprocess.run(
+            [str(DRUMS), "osworld", "assets", "fetch", *map(str, need), "--cache", str(cache)]
+            + ["--mirror", store.url],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("domain", sorted(d for d in oracles.ORACLES if d != "os"))
 def test_domain_oracles_score_1(daemon, tmp_path, domain):
     if not (TASKS / domain).is_dir():
         pytest.skip(f"no OSWorld task data at {TASKS / domain} (set DRUMS_OSWORLD_TASKS)")
     orc = oracles.ORACLES[domain]
+    files = [TASKS / domain / f"{t}.json" for t in orc]
+    fill_cache(tmp_path / "cache", tmp_path / "store", files)
     (tmp_path / "oracle.json").write_text(json.dumps(orc))
     out = tmp_path / "r.json"
     env = {
@@ -48,7 +120,7 @@ def test_domain_oracles_score_1(daemon, tmp_path, domain):
             str(DRUMS),
             "osworld",
             "run",
-            *[str(TASKS / domain / f"{t}.json") for t in orc],
+            *map(str, files),
             "--parallel",
             "2",
             "--oracle",

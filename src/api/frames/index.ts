@@ -21,7 +21,7 @@ export function frameRoutes(ctx: RouteContext) {
         throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation, takeover`, {
           details: { field: k.slice(0, 40) },
         });
-    ctx.checkGeneration(c, s);
+    // An expected generation was checked by the sessions middleware.
     ctx.usable(s);
     // Input from this viewer reaches the session only while it holds the take-over (rfb-gate.ts).
     const reg = takeovers(ctx.mgr);

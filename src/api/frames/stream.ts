@@ -205,7 +205,6 @@ export function streamRoutes(ctx: RouteContext) {
   app.get('/v1/sessions/:id/stream', (c: Context) => {
     const s = ctx.session(c);
     const o = parseStreamQuery(c.req.query(), s.spec.screen);
-    ctx.checkGeneration(c, s);
     ctx.usable(s);
     if (o.takeover !== undefined && takeovers(ctx.mgr).get(s)?.id !== o.takeover) {
       throw new DrumsError('takeover_not_found', `takeover: '${o.takeover.slice(0, 32)}' is not the take-over held on session ${s.id}`, {

@@ -3,7 +3,6 @@ import { createHash } from 'node:crypto';
 import { DrumsError } from '../../common/errors.ts';
 import type { SessionManager } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
-import { checkBody } from '../spec-validate.ts';
 
 const ID_RE = /^s[0-9a-f]{10}$/;
 const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/.*)?$/;
@@ -17,8 +16,8 @@ function sessionIdOf(path: string): string | undefined {
  * For every route under /v1/sessions/:id:
  * - an expected generation in the query or the `x-drums-generation` request
  *   header is checked here, once, before the route runs (409 stale_generation /
- *   session_resetting), on reset and delete too; reset also takes it from its body.
- *   Routes check only a generation given in their own body (actions);
+ *   session_resetting), on reset and delete too. Routes check only a generation
+ *   given in their own body (actions, reset);
  * - the response carries the session's current generation in `x-drums-generation`.
  */
 export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
@@ -26,20 +25,8 @@ export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
     const id = sessionIdOf(c.req.path);
     const s = id ? ctx.mgr.list().find((x) => x.id === id) : undefined;
     if (s) {
-      let fromBody: unknown;
-      let resetBody: unknown;
-      if (c.req.method === 'POST' && c.req.path.endsWith('/reset')) {
-        const body = (resetBody = await ctx.body(c));
-        if (!body || typeof body !== 'object' || Array.isArray(body))
-          throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
-        for (const k of Object.keys(body))
-          if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
-        fromBody = (body as { generation?: unknown }).generation;
-      }
       try {
-        ctx.checkGeneration(c, s, fromBody);
-        // Then the spec's schema of the reset body.
-        if (resetBody !== undefined) checkBody('resetSession', resetBody);
+        ctx.checkGeneration(c, s);
       } catch (e) {
         c.header('x-drums-generation', String(s.generation));
         throw e;

@@ -6,7 +6,7 @@ import { captureResolved, resolveShot, type Region, type ScreenshotOptions, type
 import type { ResolvedShot } from '../../display/frames.ts';
 import type { ActionsRequest } from '../../protocol/generated/types.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
-import { execStream, parseExec } from '../../session/exec.ts';
+import { execInSession, execStream, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import { deleteFile, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
 import type { RouteContext } from '../context.ts';
@@ -16,8 +16,7 @@ import { checkBody } from '../spec-validate.ts';
 
 /**
  * Observe and act: screenshots, action batches, the accessibility tree,
- * windows, streaming exec and session files. Mounted before the session
- * routes: the exec handler here only takes `?stream=1` and passes the rest on.
+ * windows, exec (buffered, or streamed with `?stream=1`) and session files.
  */
 
 const FORMATS = ['png', 'jpeg', 'webp', 'raw'] as const;
@@ -273,16 +272,20 @@ export function displayRoutes(ctx: RouteContext) {
     });
   }
 
-  // Streaming exec (NDJSON). Without ?stream=1 the buffered handler in sessions.ts answers.
-  app.post('/v1/sessions/:id/exec', async (c, next) => {
+  // Exec: one JSON answer, or with ?stream=1 NDJSON lines as the command writes them.
+  // A client that goes away kills the command either way.
+  app.post('/v1/sessions/:id/exec', async (c) => {
     const stream = parseBool(c.req.query('stream'), 'stream');
-    if (!stream) return next();
     const s = ctx.session(c);
     const json = await ctx.body(c);
     const req = parseExec(json);
     checkBody('execInSession', json);
     // (The expected generation was checked by middleware/sessions.ts.)
     ctx.usable(s);
+    if (!stream) {
+      const r = await execInSession(target(s), req, c.req.raw.signal);
+      return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
+    }
     const generation = s.generation;
     const enc = new TextEncoder();
     const abort = new AbortController();

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { execInSession, parseExec } from '../../session/exec.ts';
+import { DrumsError } from '../../common/errors.ts';
 import { parseSpec } from '../../session/spec.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../context.ts';
@@ -35,7 +35,7 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
   } satisfies SessionView;
 }
 
-/** Session lifecycle, exec and the simple screenshot. */
+/** Session lifecycle and the simple screenshot (exec is in display.ts). */
 export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display } = ctx;
   const app = new Hono();
@@ -60,7 +60,7 @@ export function sessionRoutes(ctx: RouteContext) {
     }
     // The hand-written validator (today's codes and messages), then the spec's schema
     // (a JSON null is no body: the default session). create() parses the spec again.
-    const spec = parseSpec(body);
+    const spec = parseSpec(body, mgr.defaultCpus);
     checkBody('createSession', body ?? {});
     // A spec equal to a pool's template (TTL aside) is served from that pool.
     const pool = pools.match(spec);
@@ -81,19 +81,18 @@ export function sessionRoutes(ctx: RouteContext) {
   });
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
+    // The body: at most an expected generation (one in the query or header was checked by
+    // middleware/sessions.ts), then the spec's schema of it.
+    const body = await ctx.body(c);
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
+    for (const k of Object.keys(body))
+      if (k !== 'generation') throw new DrumsError('invalid_request', `${k}: unknown field; allowed: generation`, { details: { field: k } });
+    const fromBody = (body as { generation?: unknown }).generation;
+    if (fromBody !== undefined && fromBody !== null) ctx.checkGeneration(c, s, fromBody);
+    checkBody('resetSession', body);
     display.drop(s.id);
     return c.json(ctx.view(await mgr.reset(s.id, { signal: c.req.raw.signal })));
-  });
-  app.post('/v1/sessions/:id/exec', async (c) => {
-    const s = ctx.session(c);
-    const body = await ctx.body(c);
-    const req = parseExec(body);
-    checkBody('execInSession', body);
-    // (The expected generation was checked by middleware/sessions.ts.)
-    ctx.usable(s);
-    // A client that goes away kills the command (as the streaming exec does).
-    const r = await execInSession({ runtime: mgr.runtime, container: s.names.container }, req, c.req.raw.signal);
-    return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
   });
   return app;
 }

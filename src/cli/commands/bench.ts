@@ -108,7 +108,7 @@ export function registerBench(program: Command): void {
     .option('--quick', 'short phases (CI)')
     .option('--victims <n>', 'sessions driven in a closed loop', '8')
     .option('--seconds <n>', 'length of each phase')
-    .option('--rounds <n>', 'times each abuse runs (ratios pool them)')
+    .option('--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)')
     .option('--out <dir>', 'record directory', 'bench/records')
     .action(async (o: { quick?: boolean; victims: string; seconds?: string; rounds?: string; out: string }) => {
       const { runNoisyBench } = await import('../../bench/noisy-bench.ts');

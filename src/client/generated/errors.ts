@@ -61,6 +61,8 @@ export class TakeoverHeldError extends DrumsApiError {}
 export class SessionNotPooledError extends DrumsApiError {}
 /** 409: The session is already being forked; wait for that fork. */
 export class SessionForkingError extends DrumsApiError {}
+/** 409: CRIU cannot checkpoint this session's state (details.criu says why); fork it with mode disk (details.alternative). */
+export class MemoryForkRefusedError extends DrumsApiError {}
 /** 409: The image exists as a recipe but is not built. */
 export class ImageNotBuiltError extends DrumsApiError {}
 /** 409: The Idempotency-Key was used with a different request body. */
@@ -93,7 +95,7 @@ export class SessionResetFailedError extends DrumsApiError {}
 export class SessionDestroyIncompleteError extends DrumsApiError {}
 /** 500: A fork failed midway; no copy is left and the source runs on. */
 export class ForkFailedError extends DrumsApiError {}
-/** 501: Memory fork (CRIU) is not available on this daemon; fork with mode disk. */
+/** 501: Memory fork (CRIU >= 4.1 from the criu-tools image) is not available on this daemon; fork with mode disk. */
 export class MemoryForkUnavailableError extends DrumsApiError {}
 /** 503: The X connection closed. */
 export class DisplayClosedError extends DrumsApiError {}
@@ -172,6 +174,7 @@ export const ERROR_CLASSES = {
   takeover_held: TakeoverHeldError,
   session_not_pooled: SessionNotPooledError,
   session_forking: SessionForkingError,
+  memory_fork_refused: MemoryForkRefusedError,
   image_not_built: ImageNotBuiltError,
   idempotency_conflict: IdempotencyConflictError,
   session_expired: SessionExpiredError,

@@ -1,0 +1,189 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, copyFileSync, lchownSync, lstatSync, mkdirSync, readdirSync, readlinkSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { DrumsError, errorMessage } from '../common/errors.ts';
+import { run } from '../common/exec.ts';
+import { log } from '../common/log.ts';
+import { type Criu, criuLogTail, installCriu } from '../host/criu.ts';
+import { findImage } from '../image/index.ts';
+import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
+import type { RestoreSeed, Session, SessionManager } from './manager.ts';
+
+/**
+ * Memory fork: a CRIU checkpoint of the whole running session (processes, windows,
+ * page state, memory, tmpfs contents) restored into N fresh sessions.
+ *
+ * 1. The source is frozen (`runc pause`). While it is, its writable layer, its
+ *    /run/drums and its /tmp/.X11-unix are copied, and runc checkpoints it with
+ *    `--leave-running` into a directory in the source's own session directory
+ *    (so a dead daemon's leftovers go with the session). Then it runs on.
+ * 2. Each copy is an ordinary create (own id, attempt token, subnet and veth,
+ *    cgroup, disk, record) whose upper layer and runtime directories start from
+ *    the copies, and whose container is `runc restore`d from the checkpoint
+ *    instead of booted: the restored processes join the copy's netns, cgroup and
+ *    mounts (runc maps the bind mounts and the netns to the copy's).
+ * 3. Identity: the copy's /etc/machine-id is new (a file), its hostname is set in
+ *    its restored UTS namespace, Chromium's SingletonLock names the new host.
+ *    What lives in memory is the source's: a process's RNG state, D-Bus's cached
+ *    machine id, DRUMS_SESSION_ID in the processes' environment, Chromium's
+ *    per-profile ids (docs/pools.md).
+ * 4. The checkpoint is removed.
+ */
+
+/** The tools image whose CRIU the daemon runs (images/criu-tools.json). */
+export const CRIU_IMAGE = 'criu-tools';
+/** The CRIU flags of every dump and restore (runc's flags): Chromium's LevelDB holds fcntl locks. */
+const CRIU_FLAGS = ['--file-locks'];
+
+const criuOf = new WeakMap<SessionManager, Promise<Criu>>();
+
+/** The daemon's CRIU (installed once per manager from the built tools image), or 501 memory_fork_unavailable. */
+export async function criuFor(mgr: SessionManager): Promise<Criu> {
+  let p = criuOf.get(mgr);
+  if (!p) {
+    p = (async () => {
+      const img = findImage(CRIU_IMAGE, { imagesDir: mgr.inst.imagesDir });
+      if (!img) throw new Error(`the tools image '${CRIU_IMAGE}' is not built; run 'drums image build ${CRIU_IMAGE}' (scripts/setup.sh does)`);
+      return installCriu(img.rootfs, join(mgr.inst.stateDir, 'criu'), DESKTOP_UID, DESKTOP_GID);
+    })();
+    criuOf.set(mgr, p);
+    p.catch(() => criuOf.delete(mgr));
+  }
+  try {
+    return await p;
+  } catch (e) {
+    throw new DrumsError(
+      'memory_fork_unavailable',
+      `a memory fork needs CRIU >= 4.1, which this daemon cannot run: ${errorMessage(e)}; fork with {"mode": "disk"} (files copied, apps restarted)`,
+      {
+        details: { alternative: 'disk' },
+      },
+    );
+  }
+}
+
+/** Why a ready session can't be memory-forked at all, if it can't (checked before anything is frozen). */
+export function refusal(src: Session): string | undefined {
+  // A copy would need the source's processes moved to its own uid range, which CRIU can't do.
+  if (src.uids || src.spec.userns)
+    return 'the session runs in its own user namespace (spec userns), which a memory fork does not restore into another uid range';
+  return undefined;
+}
+
+/**
+ * Freezes the source, copies its files and checkpoints it into `dir`; the source runs on.
+ * Throws 409 memory_fork_refused (with CRIU's reason) when CRIU can't dump its state.
+ */
+export async function checkpointSource(mgr: SessionManager, src: Session, criu: Criu, dir: string): Promise<{ pausedMs: number }> {
+  const rt = [mgr.runtime.info.path, '--root', mgr.runtime.root];
+  mkdirSync(dir, { mode: 0o700 });
+  for (const d of ['images', 'work', 'run', 'x11']) mkdirSync(join(dir, d), { mode: 0o700 });
+  const tp = performance.now();
+  await run([...rt, 'pause', src.names.container]);
+  let pausedMs = 0;
+  try {
+    // Open files must have the size they had at the dump (CRIU checks): copy while frozen.
+    await run(['cp', '-a', '--reflink=auto', `${join(src.dir, 'disk', 'upper')}/.`, join(dir, 'upper')], { timeoutMs: 300_000 });
+    copyTree(src.runDir, join(dir, 'run'));
+    copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
+    try {
+      await mgr.runtime.checkpoint(src.names.container, { criu: criu.path, imagePath: join(dir, 'images'), workPath: join(dir, 'work'), flags: CRIU_FLAGS });
+    } catch (e) {
+      const why = criuLogTail(join(dir, 'work'), 'dump.log') || errorMessage(e);
+      // Chromium's zygote greets the browser with a message carrying SCM_CREDENTIALS that the
+      // browser reads only when it first needs the zygote; CRIU can't dump a queued control message.
+      const hint = /Control messages in queue/.test(why)
+        ? ' (a Chromium started with its zygote; create the source with browserFlags ["--no-zygote"] to memory-fork it)'
+        : '';
+      throw new DrumsError(
+        'memory_fork_refused',
+        `CRIU could not checkpoint session ${src.id}${hint}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
+        {
+          details: { alternative: 'disk', criu: why },
+        },
+      );
+    }
+  } finally {
+    pausedMs = performance.now() - tp;
+    await run([...rt, 'resume', src.names.container]).catch((e) =>
+      log('warn', 'memory fork: resume of the source failed', { id: src.id, error: errorMessage(e) }),
+    );
+  }
+  // The copies' identity files are their own (written by the create before the seed).
+  for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) rmSync(join(dir, 'upper', f), { force: true });
+  return { pausedMs };
+}
+
+/** The restore seed of one copy from the checkpoint in `dir` of `src`. */
+export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: string): RestoreSeed {
+  return {
+    async seed(s: Session) {
+      copyTree(join(dir, 'run'), s.runDir);
+      copyTree(join(dir, 'x11'), join(mgr.inst.rtDir, s.id, 'x11'));
+      // Chromium's profile lock names its host: a launcher in the copy must find its own host there.
+      const lock = join(s.dir, 'disk', 'upper', DESKTOP_HOME.slice(1), '.config/chromium/SingletonLock');
+      try {
+        const target = readlinkSync(lock);
+        if (target.startsWith(`${src.id}-`)) {
+          unlinkSync(lock);
+          symlinkSync(`${s.id}-${target.slice(src.id.length + 1)}`, lock);
+          chownLink(lock);
+        }
+      } catch {}
+    },
+    async start(s: Session, bundle: string, logFile: string) {
+      const work = join(dir, `work-${s.id}`);
+      mkdirSync(work, { mode: 0o700 });
+      let started: { pid: number };
+      try {
+        started = await mgr.runtime.restore(s.names.container, bundle, logFile, {
+          criu: criu.path,
+          imagePath: join(dir, 'images'),
+          workPath: work,
+          flags: CRIU_FLAGS,
+        });
+      } catch (e) {
+        const why = criuLogTail(work, 'restore.log') || errorMessage(e);
+        throw new Error(`CRIU restore failed: ${why}`);
+      }
+      // The restored UTS namespace still has the source's hostname.
+      await run(['nsenter', `--uts=/proc/${started.pid}/ns/uts`, 'hostname', s.id]);
+      return started;
+    },
+  };
+}
+
+function chownLink(p: string): void {
+  try {
+    lchownSync(p, DESKTOP_UID, DESKTOP_GID);
+  } catch {}
+}
+
+/** Copies a small directory tree (runtime dirs): files, dirs and symlinks with modes and owners; sockets are left out (CRIU binds them anew). */
+export function copyTree(from: string, to: string): void {
+  mkdirSync(to, { recursive: true });
+  for (const name of readdirSync(from)) {
+    const a = join(from, name);
+    const b = join(to, name);
+    const st = lstatSync(a);
+    if (st.isDirectory()) {
+      copyTree(a, b);
+    } else if (st.isFile()) {
+      copyFileSync(a, b);
+    } else if (st.isSymbolicLink()) {
+      rmSync(b, { force: true });
+      symlinkSync(readlinkSync(a), b);
+      continue;
+    } else continue;
+    chmodSync(b, st.mode & 0o7777);
+    chownSync(b, st.uid, st.gid);
+  }
+  const st = lstatSync(from);
+  chmodSync(to, st.mode & 0o7777);
+  chownSync(to, st.uid, st.gid);
+}
+
+/** A fresh checkpoint directory's path in the source's session directory (removed by the caller; swept with the session). */
+export function checkpointDir(src: Session): string {
+  return join(src.dir, `ckpt-${randomBytes(4).toString('hex')}`);
+}

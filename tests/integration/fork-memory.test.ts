@@ -1,0 +1,127 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { DrumsApiError } from '../../src/client/client.ts';
+import { startDaemon, type TestDaemon } from '../helpers.ts';
+
+async function apiError(p: () => Promise<unknown>): Promise<DrumsApiError> {
+  try {
+    await p();
+  } catch (e) {
+    if (e instanceof DrumsApiError) return e;
+    throw e;
+  }
+  throw new Error('expected an API error');
+}
+
+// Memory fork (CRIU 4.x from the criu-tools image, which scripts/setup.sh builds): each copy is
+// restored from a checkpoint of the running source, so processes, memory, tmpfs files and the
+// screen equal the source's; the identity is the copy's own.
+describe('fork (memory)', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await startDaemon({ DRUMS_TEST_HOOKS: '1', DRUMS_MAX_SESSIONS: '4' });
+  });
+  after(async () => {
+    await d.finish();
+  });
+
+  // Chromium without its zygote: the zygote's unread hello (SCM_CREDENTIALS) can't be dumped.
+  const spec = { image: 'default', url: 'about:blank', browserFlags: ['--no-zygote'], labels: { task: 'm1' } };
+
+  it('restores N copies with the source processes, memory and files, each with its own identity; the source runs on', async () => {
+    const src = await d.client.createSession(spec);
+    const made: string[] = [src.id];
+    try {
+      // State only a memory fork carries: a process (its PID and its memory: a variable of a
+      // running shell) and a file on a tmpfs; and a file on disk.
+      await d.client.exec(src.id, { shell: 'echo tmp-7 > /tmp/t && echo disk-9 > /home/user/f' });
+      await d.client.exec(src.id, { shell: 'nohup sh -c "v=mem-$$; while :; do echo \\$v > /tmp/live; sleep 0.2; done" >/dev/null 2>&1 & echo $! > /tmp/pid' });
+      const deadline = Date.now() + 20_000;
+      let live = '';
+      while (!live && Date.now() < deadline) live = (await d.client.exec(src.id, { shell: 'cat /tmp/live 2>/dev/null' })).stdout;
+      assert.match(live, /^mem-\d+\n$/);
+      const pid = (await d.client.exec(src.id, { argv: ['cat', '/tmp/pid'] })).stdout.trim();
+      const srcIdent = (await d.client.exec(src.id, { shell: 'cat /etc/machine-id; hostname' })).stdout;
+
+      const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
+      made.push(...r.copies.map((c) => c.id));
+      assert.equal(r.mode, 'memory');
+      assert.equal(r.copies.length, 2);
+      assert.ok(r.timings.pausedMs > 0 && r.timings.totalMs >= r.timings.snapshotMs);
+      const addrs = new Set([src.network.address]);
+      const idents = new Set([srcIdent]);
+      for (const c of r.copies) {
+        assert.equal(c.state, 'ready');
+        assert.deepEqual(c.labels, { ...spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': 'memory' });
+        addrs.add(c.network.address);
+        // The same process, with the same PID and the same memory, still running.
+        const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/cmdline | tr '\\0' ' '; rm -f /tmp/live; sleep 1; cat /tmp/live` });
+        assert.match(p.stdout, /^sh -c .*\n?mem-\d+\n$/s, p.stdout + p.stderr);
+        assert.ok(p.stdout.endsWith(live), `copy ${c.id} process memory: ${p.stdout} vs ${live}`);
+        assert.equal((await d.client.exec(c.id, { argv: ['cat', '/tmp/t', '/home/user/f'] })).stdout, 'tmp-7\ndisk-9\n');
+        // Chromium and the X server came through: the same windows.
+        assert.ok((await d.client.exec(c.id, { shell: 'pgrep -c chromium' })).stdout.trim() !== '0');
+        const wins = (await d.client.windows(c.id)).windows;
+        assert.ok(
+          wins.some((w) => /about:blank|Chromium/i.test(w.title ?? '')),
+          JSON.stringify(wins),
+        );
+        const ident = (await d.client.exec(c.id, { shell: 'cat /etc/machine-id; hostname' })).stdout;
+        assert.match(ident, new RegExp(`^[0-9a-f]{32}\\n${c.id}\\n$`));
+        idents.add(ident);
+      }
+      assert.equal(addrs.size, 3);
+      assert.equal(idents.size, 3);
+      // Copies are independent of the source and of each other.
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      await d.client.exec(r.copies[0]!.id, { shell: 'echo changed > /tmp/t' });
+      assert.equal((await d.client.exec(src.id, { argv: ['cat', '/tmp/t'] })).stdout, 'tmp-7\n');
+      assert.equal((await d.client.exec(r.copies[1]!.id, { argv: ['cat', '/tmp/t'] })).stdout, 'tmp-7\n');
+      // The checkpoint (disk) is gone from the source's directory.
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
+      );
+    } finally {
+      for (const id of made) await d.client.destroySession(id).catch(() => {});
+    }
+  });
+
+  it('a memory fork whose copy fails midway leaves no copy, no checkpoint, and the source untouched', async () => {
+    const src = await d.client.createSession({ ...spec, labels: { 'drums.test.forkFailStep': 'ready' } });
+    try {
+      await d.client.exec(src.id, { shell: 'echo keep > /tmp/k' });
+      const e = await apiError(() => d.client.forkSession(src.id, { count: 2, mode: 'memory' }));
+      assert.deepEqual([e.status, e.code], [500, 'fork_failed'], e.message);
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.equal((await d.client.exec(src.id, { argv: ['cat', '/tmp/k'] })).stdout, 'keep\n');
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
+      );
+    } finally {
+      await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
+
+  it('refuses a session with its own user namespace (409 memory_fork_refused, disk offered), freezing nothing', async () => {
+    const src = await d.client.createSession({ image: 'minimal', userns: true });
+    try {
+      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
+      assert.deepEqual([e.status, e.code, (e.details as { alternative?: string } | undefined)?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
+    } finally {
+      await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
+});
