@@ -44,6 +44,8 @@ describe('fork (memory)', () => {
       assert.match(live, /^mem-\d+\n$/);
       const pid = (await d.client.exec(src.id, { argv: ['cat', '/tmp/pid'] })).stdout.trim();
       const srcIdent = (await d.client.exec(src.id, { shell: 'cat /etc/machine-id; hostname' })).stdout;
+      // A session that was looked at (a screenshot maps the daemon's MIT-SHM segment into its X server) forks too.
+      await d.client.screenshot(src.id);
 
       const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
       made.push(...r.copies.map((c) => c.id));
