@@ -170,6 +170,14 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
     async start(s: Session, bundle: string, logFile: string) {
       const work = join(dir, `work-${s.id}`);
       mkdirSync(work, { mode: 0o700 });
+      // runc applies the spec's sysctls (IPv6 off) when it creates a container, not when it
+      // restores one: set the network ones in the copy's network namespace first.
+      const cfg = JSON.parse(readFileSync(join(bundle, 'config.json'), 'utf8')) as {
+        linux?: { sysctl?: Record<string, string>; namespaces?: { type: string; path?: string }[] };
+      };
+      const netns = cfg.linux?.namespaces?.find((n) => n.type === 'network')?.path;
+      for (const [k, v] of Object.entries(cfg.linux?.sysctl ?? {}))
+        if (netns && k.startsWith('net.')) await run(['nsenter', `--net=${netns}`, 'tee', `/proc/sys/${k.replaceAll('.', '/')}`], { input: v });
       let started: { pid: number };
       try {
         started = await mgr.runtime.restore(s.names.container, bundle, logFile, {
