@@ -44,6 +44,8 @@ describe('fork (memory)', () => {
       assert.match(live, /^mem-\d+\n$/);
       const pid = (await d.client.exec(src.id, { argv: ['cat', '/tmp/pid'] })).stdout.trim();
       const srcIdent = (await d.client.exec(src.id, { shell: 'cat /etc/machine-id; hostname' })).stdout;
+      // A session that was looked at (a screenshot maps the daemon's MIT-SHM segment into its X server) forks too.
+      await d.client.screenshot(src.id);
 
       const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
       made.push(...r.copies.map((c) => c.id));
@@ -56,6 +58,8 @@ describe('fork (memory)', () => {
         assert.equal(c.state, 'ready');
         assert.deepEqual(c.labels, { ...spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': 'memory' });
         addrs.add(c.network.address);
+        // The spec's sysctls hold in a restored copy too (runc sets them only at create).
+        assert.equal((await d.client.exec(c.id, { argv: ['cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6'] })).stdout.trim(), '1');
         // The same process, with the same PID and the same memory, still running.
         const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/cmdline | tr '\\0' ' '; rm -f /tmp/live; sleep 1; cat /tmp/live` });
         assert.match(p.stdout, /^sh -c .*\n?mem-\d+\n$/s, p.stdout + p.stderr);
