@@ -78,8 +78,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
   await mgr.announceAdopted();
-  // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE; they start filling in the background.
+  // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE, then those saved from the API (pools.json); they start filling in the background.
   poolsOf(mgr).loadConfig();
+  poolsOf(mgr).loadSaved();
   const port = config.port;
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {

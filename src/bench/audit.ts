@@ -221,13 +221,18 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   const tag = randomBytes(3).toString('hex');
   const hostMarker = `/root/drums-audit-marker-${tag}`;
   writeFileSync(hostMarker, 'host secret\n');
-  const hostAny = await hostListener('0.0.0.0');
-  const hostLo = await hostListener('127.0.0.1');
-  const targetPort = 20000 + Math.floor(Math.random() * 20000);
-  const targets = startTargets(tag.slice(0, 4), targetPort);
   const sessions: SessionInfo[] = [];
   const blast: unknown[] = [];
+  // Everything made from here on is undone in `finally`, even when a later set-up step throws
+  // (an open listener left behind would keep the caller's process alive forever).
+  let hostAny: Awaited<ReturnType<typeof hostListener>> | undefined;
+  let hostLo: Awaited<ReturnType<typeof hostListener>> | undefined;
+  let targets: ReturnType<typeof startTargets> | undefined;
   try {
+    hostAny = await hostListener('0.0.0.0');
+    hostLo = await hostListener('127.0.0.1');
+    const targetPort = 20000 + Math.floor(Math.random() * 20000);
+    targets = startTargets(tag.slice(0, 4), targetPort);
     let a: SessionInfo, b: SessionInfo;
     if (arm === 'fork') {
       // A and B are two disk-forked copies of one source (which stays alive as a third sibling).
@@ -396,9 +401,9 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
     }
   } finally {
     for (const s of sessions) await c.destroySession(s.id).catch(() => {});
-    targets.cleanup();
-    hostAny.close();
-    hostLo.close();
+    targets?.cleanup();
+    hostAny?.close();
+    hostLo?.close();
     rmSync(hostMarker, { force: true });
   }
   return { probes, blast };

@@ -1,10 +1,24 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, copyFileSync, lchownSync, lstatSync, mkdirSync, readdirSync, readlinkSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  lchownSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
 import { type Criu, criuLogTail, installCriu } from '../host/criu.ts';
+import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { RestoreSeed, Session, SessionManager } from './manager.ts';
@@ -74,8 +88,30 @@ export function refusal(src: Session): string | undefined {
  * Freezes the source, copies its files and checkpoints it into `dir`; the source runs on.
  * Throws 409 memory_fork_refused (with CRIU's reason) when CRIU can't dump its state.
  */
+/** Processes of the session that still map a MIT-SHM segment of the daemon's X connection (a host file CRIU can't dump). */
+function hostShmMappers(src: Session): number[] {
+  const dir = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', src.names.cgroup) : join('/sys/fs/cgroup/memory', src.names.cgroup);
+  let pids: string[];
+  try {
+    pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
+  } catch {
+    return [];
+  }
+  return pids
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/maps`, 'utf8').includes('/node-x11-shm-');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
 export async function checkpointSource(mgr: SessionManager, src: Session, criu: Criu, dir: string): Promise<{ pausedMs: number }> {
   const rt = [mgr.runtime.info.path, '--root', mgr.runtime.root];
+  // The X server unmaps the daemon's screenshot segment when it sees that connection closed (the fork route drops it).
+  for (const end = Date.now() + 10_000; hostShmMappers(src).length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
   mkdirSync(dir, { mode: 0o700 });
   for (const d of ['images', 'work', 'run', 'x11']) mkdirSync(join(dir, d), { mode: 0o700 });
   const tp = performance.now();
@@ -134,6 +170,14 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
     async start(s: Session, bundle: string, logFile: string) {
       const work = join(dir, `work-${s.id}`);
       mkdirSync(work, { mode: 0o700 });
+      // runc applies the spec's sysctls (IPv6 off) when it creates a container, not when it
+      // restores one: set the network ones in the copy's network namespace first.
+      const cfg = JSON.parse(readFileSync(join(bundle, 'config.json'), 'utf8')) as {
+        linux?: { sysctl?: Record<string, string>; namespaces?: { type: string; path?: string }[] };
+      };
+      const netns = cfg.linux?.namespaces?.find((n) => n.type === 'network')?.path;
+      for (const [k, v] of Object.entries(cfg.linux?.sysctl ?? {}))
+        if (netns && k.startsWith('net.')) await run(['nsenter', `--net=${netns}`, 'tee', `/proc/sys/${k.replaceAll('.', '/')}`], { input: v });
       let started: { pid: number };
       try {
         started = await mgr.runtime.restore(s.names.container, bundle, logFile, {

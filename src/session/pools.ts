@@ -4,6 +4,7 @@ import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
 import type { Session, SessionManager } from './manager.ts';
+import { type PoolDefs, poolStorePath, readPoolStore, writePoolStore } from './pool-store.ts';
 import { parseSpec, type SessionSpec } from './spec.ts';
 
 /**
@@ -105,6 +106,8 @@ export class PoolManager {
   private readonly _made = new Map<string, { pool: string; version: number }>();
   private readonly _inflight = new Set<Promise<unknown>>();
   private _stopped = false;
+  /** Where the API-made pools are saved (set by loadSaved(); unset, nothing is saved). */
+  private _storePath?: string;
   private readonly mgr: SessionManager;
   /** How many refill creates may run at once, over all pools (a share of the create admission). */
   readonly refillConcurrency: number;
@@ -149,6 +152,39 @@ export class PoolManager {
           throw new DrumsError('invalid_config', `${where}: pool '${name}': ${errorMessage(e)}`);
         }
       }
+    }
+  }
+
+  /**
+   * The pools saved by an earlier daemon of this instance (made or changed through the API), loaded
+   * after the config's: a saved pool wins over a config pool of the same name (the API change came
+   * later). A corrupt file, or a saved pool that no longer passes (say its image was removed), is
+   * reported in the log and skipped; the daemon starts without it. From now on every API change is saved.
+   */
+  loadSaved(stateDir: string = this.mgr.inst.stateDir): void {
+    const path = poolStorePath(stateDir);
+    const { defs, corrupt } = readPoolStore(path);
+    if (corrupt) log('warn', 'saved pools file is unreadable; starting without it (moved aside)', { file: path, movedTo: `${path}.corrupt`, error: corrupt });
+    for (const [name, def] of Object.entries(defs)) {
+      try {
+        if (this._pools.has(name)) log('warn', 'a saved pool replaces the config pool of the same name', { pool: name });
+        this.put(name, def, 'api');
+      } catch (e) {
+        log('warn', 'saved pool skipped', { pool: name, file: path, error: errorMessage(e) });
+      }
+    }
+    this._storePath = path;
+  }
+
+  /** Writes the API-made pools to the state dir (after each API change, once loadSaved() ran). */
+  private _save(): void {
+    if (!this._storePath) return;
+    const defs: PoolDefs = {};
+    for (const p of this._pools.values()) if (p.source === 'api') defs[p.name] = { size: p.size, template: p.template };
+    try {
+      writePoolStore(this._storePath, defs);
+    } catch (e) {
+      log('error', 'could not save pools; API changes will not survive a restart', { file: this._storePath, error: errorMessage(e) });
     }
   }
 
@@ -201,6 +237,7 @@ export class PoolManager {
     Object.assign(pool, { template, spec, size: d.size, source, failures: 0, lastError: undefined });
     clearTimeout(pool.retryTimer);
     this._pools.set(name, pool);
+    if (source === 'api') this._save();
     this._trim(pool);
     this._refill();
     return { view: this._view(pool), created: !old };
@@ -210,6 +247,7 @@ export class PoolManager {
   remove(name: string): void {
     const pool = this._get(name);
     this._pools.delete(name);
+    if (pool.source === 'api') this._save();
     clearTimeout(pool.retryTimer);
     for (const id of pool.idle.splice(0)) this._discard(id);
   }

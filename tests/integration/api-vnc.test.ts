@@ -65,7 +65,7 @@ describe('on-demand VNC (minimal image)', () => {
   let d: TestDaemon;
   let s: SessionInfo;
   const running = async () => (await d.client.exec(s.id, { shell: 'pgrep -x x11vnc >/dev/null && echo yes || echo no' })).stdout.trim() === 'yes';
-  const until = async (what: string, fn: () => Promise<boolean>, ms = 20_000) => {
+  const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
     const end = Date.now() + ms;
     while (!(await fn())) {
       if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);

@@ -30,6 +30,23 @@ describe('fork (memory)', () => {
   // Chromium without its zygote: the zygote's unread hello (SCM_CREDENTIALS) can't be dumped.
   const spec = { image: 'default', url: 'about:blank', browserFlags: ['--no-zygote'], labels: { task: 'm1' } };
 
+  // Let the browser finish starting: a dump taken while Chromium still opens its short-lived
+  // sockets can be refused by CRIU (SO_PASSCRED on a socket that is going away), a refusal (409)
+  // that none of these tests is about. Settled = a mapped window and the same browser processes
+  // twice in a row, 1 s apart.
+  const settle = async (id: string) => {
+    const settleBy = Date.now() + 60_000;
+    let prev = '';
+    for (;;) {
+      const procs = (await d.client.exec(id, { shell: "pgrep -d ' ' chrom || true" })).stdout;
+      const win = (await d.client.windows(id)).windows.length > 0;
+      if (win && procs === prev) return;
+      assert.ok(Date.now() < settleBy, 'the source did not settle in 60 s');
+      prev = procs;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  };
+
   it('restores N copies with the source processes, memory and files, each with its own identity; the source runs on', async () => {
     const src = await d.client.createSession(spec);
     const made: string[] = [src.id];
@@ -44,6 +61,9 @@ describe('fork (memory)', () => {
       assert.match(live, /^mem-\d+\n$/);
       const pid = (await d.client.exec(src.id, { argv: ['cat', '/tmp/pid'] })).stdout.trim();
       const srcIdent = (await d.client.exec(src.id, { shell: 'cat /etc/machine-id; hostname' })).stdout;
+      // A session that was looked at (a screenshot maps the daemon's MIT-SHM segment into its X server) forks too.
+      await d.client.screenshot(src.id);
+      await settle(src.id);
 
       const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
       made.push(...r.copies.map((c) => c.id));
@@ -56,6 +76,8 @@ describe('fork (memory)', () => {
         assert.equal(c.state, 'ready');
         assert.deepEqual(c.labels, { ...spec.labels, 'drums.fork.source': src.id, 'drums.fork.mode': 'memory' });
         addrs.add(c.network.address);
+        // The spec's sysctls hold in a restored copy too (runc sets them only at create).
+        assert.equal((await d.client.exec(c.id, { argv: ['cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6'] })).stdout.trim(), '1');
         // The same process, with the same PID and the same memory, still running.
         const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/cmdline | tr '\\0' ' '; rm -f /tmp/live; sleep 1; cat /tmp/live` });
         assert.match(p.stdout, /^sh -c .*\n?mem-\d+\n$/s, p.stdout + p.stderr);
@@ -93,6 +115,7 @@ describe('fork (memory)', () => {
     const src = await d.client.createSession({ ...spec, labels: { 'drums.test.forkFailStep': 'ready' } });
     try {
       await d.client.exec(src.id, { shell: 'echo keep > /tmp/k' });
+      await settle(src.id);
       const e = await apiError(() => d.client.forkSession(src.id, { count: 2, mode: 'memory' }));
       assert.deepEqual([e.status, e.code], [500, 'fork_failed'], e.message);
       assert.deepEqual(

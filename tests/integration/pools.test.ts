@@ -1,5 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DrumsApiError } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
@@ -200,5 +202,77 @@ describe('warm pools', () => {
       (v) => v.ready === 1,
     );
     await d.client.deletePool('drain');
+  });
+});
+
+// Pools made or changed through the API are saved in the state dir and come back after a restart.
+describe('warm pools across a daemon restart', () => {
+  const config = JSON.stringify({ cfg: { size: 0, template: { image: 'minimal', labels: { from: 'config' } } } });
+  let d: TestDaemon;
+  let env: NodeJS.ProcessEnv;
+  const restart = async () => {
+    await d.stop();
+    d = await startDaemon(env);
+  };
+  before(async () => {
+    d = await startDaemon({ DRUMS_POOLS: config });
+    env = { DRUMS_POOLS: config, DRUMS_STATE_DIR: d.stateDir, DRUMS_INSTANCE: d.instance, DRUMS_TOKEN: d.token };
+  });
+  after(async () => {
+    await d.finish();
+  });
+
+  const byName = async () => Object.fromEntries((await d.client.listPools()).map((p) => [p.name, p]));
+
+  it('PUT and DELETE persist; a saved pool wins over the config pool of its name and refills', async () => {
+    await d.client.putPool('kept', { size: 1, template: { image: 'minimal', labels: { k: 'v' } } });
+    await d.client.putPool('cfg', { size: 0, template: { image: 'minimal', labels: { from: 'api' } } });
+    await d.client.putPool('gone', { size: 0, template: { image: 'minimal' } });
+    await d.client.deletePool('gone');
+    assert.deepEqual(Object.keys(JSON.parse(readFileSync(join(d.stateDir, 'pools.json'), 'utf8'))).sort(), ['cfg', 'kept']);
+    await restart();
+    const pools = await byName();
+    assert.deepEqual(Object.keys(pools).sort(), ['cfg', 'kept']);
+    assert.equal(pools.kept!.source, 'api');
+    assert.equal(pools.kept!.size, 1);
+    assert.deepEqual(pools.kept!.template, { image: 'minimal', labels: { k: 'v' } });
+    assert.equal(pools.cfg!.source, 'api');
+    assert.deepEqual(pools.cfg!.template.labels, { from: 'api' });
+    await until(
+      'restored pool kept to refill',
+      () => d.client.getPool('kept'),
+      (v) => v.ready === 1,
+    );
+    const s = await d.client.claimSession({ pool: 'kept', onEmpty: 'fail' });
+    try {
+      assert.equal(s.poolHit, true);
+      assert.equal(s.labels.k, 'v');
+    } finally {
+      await d.client.destroySession(s.id);
+    }
+    // Deleting a restored pool is saved too; the config's pool of a name comes back once the API's is gone.
+    await d.client.deletePool('kept');
+    await d.client.deletePool('cfg');
+    await restart();
+    const after = await byName();
+    assert.deepEqual(Object.keys(after), ['cfg']);
+    assert.equal(after.cfg!.source, 'config');
+    assert.deepEqual(after.cfg!.template.labels, { from: 'config' });
+  });
+
+  it('a corrupt pools file is moved aside and the daemon starts with the config pools', async () => {
+    await d.stop();
+    const file = join(d.stateDir, 'pools.json');
+    writeFileSync(file, '{"kept": {"size": 1, ');
+    d = await startDaemon(env);
+    assert.deepEqual(
+      (await d.client.listPools()).map((p) => [p.name, p.source]),
+      [['cfg', 'config']],
+    );
+    assert.equal(existsSync(file), false);
+    assert.equal(readFileSync(`${file}.corrupt`, 'utf8'), '{"kept": {"size": 1, ');
+    // The next API change writes a good file again.
+    await d.client.putPool('again', { size: 0, template: { image: 'minimal' } });
+    assert.deepEqual(Object.keys(JSON.parse(readFileSync(file, 'utf8'))), ['again']);
   });
 });

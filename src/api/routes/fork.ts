@@ -14,6 +14,10 @@ export function forkRoutes(ctx: RouteContext) {
     const req = parseFork(body);
     checkBody('forkSession', body);
     const t0 = performance.now();
+    // The daemon's X connection shares a memory segment with the session's X server (MIT-SHM) and
+    // its AT-SPI connection is a socket to the host: CRIU can't dump either. Drop them (they reopen
+    // on the next use); checkpointSource waits until the X server has let go of the segment.
+    if (req.mode === 'memory') ctx.display.drop(s.id);
     const r = await forkSession(ctx.mgr, s, req);
     return c.json(
       {

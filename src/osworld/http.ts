@@ -1,0 +1,105 @@
+// The guest server's plumbing: the context every route gets, the reply shapes,
+// Flask-shaped error pages, body parsing, and writing a reply to the socket.
+
+import type { ChildProcess } from 'node:child_process';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { DisplayService } from '../session/display-service.ts';
+import type { Session, SessionManager } from '../session/manager.ts';
+
+export interface GuestContext {
+  mgr: SessionManager;
+  display: DisplayService;
+  /** The session, or undefined once it is gone. */
+  session(): Session | undefined;
+}
+
+export class HttpError extends Error {
+  status: number;
+  body: unknown;
+  constructor(status: number, body: unknown) {
+    super(typeof body === 'string' ? body : JSON.stringify(body));
+    this.status = status;
+    this.body = body;
+  }
+}
+
+export interface Req {
+  raw: IncomingMessage;
+  body: Buffer;
+  /** Aborted when the client goes away before the response. */
+  signal: AbortSignal;
+}
+
+export type Reply = { status: number; body: unknown; type?: string; headers?: Record<string, string> };
+export type Handler = (ctx: GuestContext, s: Session, req: Req, rec: RecordingState) => Promise<Reply>;
+
+export const json = (status: number, body: unknown): Reply => ({ status, body, type: 'application/json' });
+export const text = (status: number, body: string): Reply => ({ status, body, type: 'text/html; charset=utf-8' });
+
+export function flaskPage(status: number, title: string, description: string): Reply {
+  return text(status, `<!doctype html>\n<html lang=en>\n<title>${status} ${title}</title>\n<h1>${title}</h1>\n<p>${description}</p>\n`);
+}
+
+export function parseJson(req: Req): Record<string, unknown> {
+  const t = req.body.toString('utf8');
+  if (!t.trim()) return {};
+  try {
+    const v = JSON.parse(t);
+    if (v && typeof v === 'object' && !Array.isArray(v)) return v as Record<string, unknown>;
+  } catch {
+    /* below */
+  }
+  // Flask's request.json on a malformed body: 400 Bad Request page.
+  throw new HttpError(400, 'Failed to decode JSON object');
+}
+
+export async function parseForm(req: Req): Promise<FormData> {
+  const ct = req.raw.headers['content-type'] ?? '';
+  if (!/multipart\/form-data|application\/x-www-form-urlencoded/i.test(ct)) return new FormData();
+  try {
+    return await new Request('http://guest/', { method: 'POST', headers: { 'content-type': ct }, body: new Uint8Array(req.body) }).formData();
+  } catch {
+    return new FormData();
+  }
+}
+
+export function ensureReady(s: Session): void {
+  if (s.state !== 'ready') throw new Error(`session ${s.id} is ${s.state}${s.brokenReason ? `: ${s.brokenReason}` : ''}`);
+}
+
+/** The desktop user's environment for ~ and $VAR expansion. */
+export function userEnv(ctx: GuestContext): Record<string, string> {
+  return ctx.mgr.sessionEnv();
+}
+
+export function pyTruthy(v: unknown): boolean {
+  return !(v === undefined || v === null || v === false || v === 0 || v === '' || (Array.isArray(v) && v.length === 0));
+}
+
+export interface RecordingState {
+  child?: ChildProcess;
+  generation?: number;
+  stderr?: string;
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((r) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      r();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+export function send(res: ServerResponse, r: Reply): void {
+  if (res.headersSent || res.destroyed) return;
+  let data: Buffer;
+  if (Buffer.isBuffer(r.body)) data = r.body;
+  else if (typeof r.body === 'string') data = Buffer.from(r.body);
+  else data = Buffer.from(JSON.stringify(r.body) + '\n');
+  res.writeHead(r.status, { 'content-type': r.type ?? 'application/octet-stream', 'content-length': data.length, ...r.headers });
+  res.end(data);
+}

@@ -1,0 +1,71 @@
+// Screen recording: /start_recording and /end_recording (ffmpeg x11grab inside the session).
+
+import { runGuest, spawnGuest } from '../guest-exec.ts';
+import { ensureReady, flaskPage, type Handler, json, sleep } from '../http.ts';
+import { attachment, readGuestFile } from './files.ts';
+
+const RECORDING = '/tmp/recording.mp4';
+
+export const routeStartRecording: Handler = async (ctx, s, _req, rec) => {
+  if (rec.child && rec.child.exitCode === null && rec.child.signalCode === null && rec.generation === s.generation) {
+    return json(400, { status: 'error', message: 'Recording is already in progress.' });
+  }
+  ensureReady(s);
+  const rm = await runGuest(ctx.mgr, s, { argv: ['rm', '-f', RECORDING], timeoutMs: 10_000 });
+  if (rm.code !== 0) return json(500, { status: 'error', message: `Failed to remove old recording file: ${rm.stderr.trim()}` });
+  const { width, height } = (await ctx.display.connection(s)).screenSize();
+  const child = spawnGuest(ctx.mgr, s, [
+    'ffmpeg',
+    '-y',
+    '-f',
+    'x11grab',
+    '-draw_mouse',
+    '1',
+    '-s',
+    `${width}x${height}`,
+    '-i',
+    ':0.0',
+    '-c:v',
+    'libx264',
+    '-preset',
+    'ultrafast',
+    '-r',
+    '30',
+    RECORDING,
+  ]);
+  rec.child = child;
+  rec.generation = s.generation;
+  rec.stderr = '';
+  child.stdin!.on('error', () => {});
+  child.stdout!.resume();
+  child.stderr!.on('data', (d: Buffer) => {
+    rec.stderr = (rec.stderr! + d.toString()).slice(-4000);
+  });
+  child.on('error', () => {});
+  const exited = await Promise.race([new Promise<boolean>((r) => child.once('close', () => r(true))), sleep(2000).then(() => false)]);
+  if (exited) {
+    rec.child = undefined;
+    return json(500, { status: 'error', message: `Failed to start recording. ffmpeg exited: ${rec.stderr}` });
+  }
+  return json(200, { status: 'success', message: 'Started recording successfully.' });
+};
+
+export const routeEndRecording: Handler = async (ctx, s, _req, rec) => {
+  const child = rec.child;
+  if (!child || child.exitCode !== null || child.signalCode !== null || rec.generation !== s.generation) {
+    rec.child = undefined;
+    return json(400, { status: 'error', message: 'No recording in progress to stop.' });
+  }
+  rec.child = undefined;
+  const closed = new Promise<void>((r) => child.once('close', () => r()));
+  // Our own runtime exec process; runc forwards the signal to ffmpeg, which finalises the file.
+  child.kill('SIGINT');
+  const done = await Promise.race([closed.then(() => true), sleep(15_000).then(() => false)]);
+  if (!done) {
+    child.kill('SIGKILL');
+    return json(500, { status: 'error', message: 'Recording process was unresponsive and had to be killed.' });
+  }
+  const r = await readGuestFile(ctx, s, RECORDING);
+  if (r.code !== 0 || r.stdout.length === 0) return flaskPage(500, 'Internal Server Error', 'Recording failed. The output file is missing or empty.');
+  return attachment(r.stdout, RECORDING, 'video/mp4');
+};
