@@ -393,6 +393,22 @@ function connectStream(socketPath: string, wantFd: boolean): Promise<net.Socket 
   });
 }
 
+/** The last of the atoms the X protocol predefines (XA_LAST_PREDEFINED); every other atom's id is the server's own. */
+const LAST_PREDEFINED_ATOM = 68;
+
+/**
+ * The x11 package starts every client with one module-wide atom table and writes each
+ * InternAtom reply into it, so a later client on another X server would be answered from that
+ * table with the first server's id for the same name: `_NET_CLIENT_LIST` read under another
+ * session's atom id finds nothing (a session showed no windows at all while its X server had
+ * one). Each connection gets tables of its own, holding only the predefined atoms.
+ */
+function ownAtomTables(c: XClient): void {
+  const x = c as unknown as { atoms: Record<string, number>; atom_names: Record<number, string> };
+  x.atoms = Object.fromEntries(Object.entries(x.atoms).filter(([, id]) => id <= LAST_PREDEFINED_ATOM));
+  x.atom_names = Object.fromEntries(Object.entries(x.atom_names).filter(([id]) => Number(id) <= LAST_PREDEFINED_ATOM));
+}
+
 function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo }> {
   return new Promise((resolve, reject) => {
     let settled = false;
@@ -401,7 +417,10 @@ function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo
       if (settled) return;
       settled = true;
       if (err) reject(err);
-      else resolve({ c, info });
+      else {
+        ownAtomTables(c);
+        resolve({ c, info });
+      }
     });
     c.on('error', (err: Error) => {
       if (!settled) {
