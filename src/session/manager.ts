@@ -36,7 +36,7 @@ import { defaultSessionCpus, oomKills, swapLimitSupported } from '../host/resour
 import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
-import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
+import { parseScreen, parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { sweepInstance } from './sweep.ts';
@@ -257,6 +257,34 @@ export class SessionManager {
   /** The most sessions this daemon holds at once (DRUMS_MAX_SESSIONS). */
   get maxSessions(): number {
     return this._opts.maxSessions;
+  }
+
+  /**
+   * Ids a feature above the registry holds back from clients while it owns them: a warm pool's
+   * idle sessions, and ones it is resetting back into the pool or discarding (pools.ts).
+   */
+  readonly heldBack = new Set<string>();
+
+  /**
+   * Whether clients see this session: not one held back, nor one a warm pool is still making
+   * (creating, with the pool label). A claimed session, or one a restarted daemon adopted, is
+   * visible like any other.
+   */
+  visible(s: Session): boolean {
+    return !this.heldBack.has(s.id) && !(s.state === 'creating' && POOL_LABEL in s.spec.labels);
+  }
+
+  /** The session a client names: as `get`, and 404 for one clients do not see (`visible`). */
+  lookup(id: string): Session {
+    const s = this.get(id);
+    if (!this.visible(s)) throw new NotFoundError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
+    return s;
+  }
+
+  /** Throws 409 session_resetting / session_broken unless the session is ready. */
+  requireReady(s: Session): void {
+    if (s.state === 'resetting') throw new ConflictError('session_resetting', `session ${s.id} is resetting; retry with the new generation`);
+    if (s.state !== 'ready') throw new ConflictError('session_broken', `session ${s.id} is ${s.state}${s.brokenReason ? `: ${s.brokenReason}` : ''}`);
   }
 
   get(id: string): Session {
