@@ -463,14 +463,19 @@ export function moveTo(c: XConnection, x: number, y: number): Promise<void> {
   });
 }
 
+/** The checked optional point (both of x and y, on the screen, or neither) and modifier keysyms of a click or scroll. */
+function pointAndModifiers(c: XConnection, opts: { x?: number; y?: number; modifiers?: string[] }): { at: Point | undefined; mods: number[] } {
+  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
+  if (opts.x !== undefined) checkPoint(c, opts.x, opts.y!);
+  return { at: opts.x === undefined ? undefined : { x: opts.x, y: opts.y! }, mods: resolveKeyList(opts.modifiers ?? [], true) };
+}
+
 export async function click(c: XConnection, kb: Keyboard, opts: ClickOptions = {}): Promise<void> {
   const button = buttonNumber(opts.button);
   const count = opts.count ?? 1;
   if (!Number.isInteger(count) || count < 1 || count > 3) throw new DisplayError('invalid_action', 'count: must be 1, 2 or 3', { field: 'count' });
-  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
-  if (opts.x !== undefined) checkPoint(c, opts.x, opts.y!);
-  const mods = resolveKeyList(opts.modifiers ?? [], true);
-  return clickAt(c, kb, opts.x === undefined ? undefined : { x: opts.x, y: opts.y! }, button, count, mods);
+  const { at, mods } = pointAndModifiers(c, opts);
+  return clickAt(c, kb, at, button, count, mods);
 }
 
 /** Trusted: `at` on the screen (or the pointer stays), button 1..255, count 1..3, modifier keysyms. */
@@ -566,10 +571,8 @@ export async function scroll(c: XConnection, kb: Keyboard, opts: ScrollOptions):
   ] as const) {
     if (!Number.isInteger(v) || Math.abs(v) > 1000) throw new DisplayError('invalid_action', `${k}: must be an integer within -1000..1000`, { field: k });
   }
-  if ((opts.x === undefined) !== (opts.y === undefined)) throw new DisplayError('invalid_action', 'x, y: give both or neither', { field: 'x' });
-  if (opts.x !== undefined) checkPoint(c, opts.x, opts.y!);
-  const mods = resolveKeyList(opts.modifiers ?? [], true);
-  return wheelAt(c, kb, opts.x === undefined ? undefined : { x: opts.x, y: opts.y! }, dx, dy, mods);
+  const { at, mods } = pointAndModifiers(c, opts);
+  return wheelAt(c, kb, at, dx, dy, mods);
 }
 
 /** Trusted: `at` on the screen (or the pointer stays), |dx|, |dy| ≤ 1000 wheel clicks, modifier keysyms. */
