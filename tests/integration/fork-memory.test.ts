@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { DrumsApiError } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
@@ -78,6 +78,18 @@ describe('fork (memory)', () => {
         addrs.add(c.network.address);
         // The spec's sysctls hold in a restored copy too (runc sets them only at create).
         assert.equal((await d.client.exec(c.id, { argv: ['cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6'] })).stdout.trim(), '1');
+        // Its own cgroup namespace rooted at its cgroup (an unprivileged dump records no cgroups, so
+        // CRIU would restore it into the host's), with only its own cgroup under /sys/fs/cgroup.
+        const cg = await d.client.exec(c.id, { shell: 'readlink /proc/1/ns/cgroup; cat /proc/1/cgroup; ls /sys/fs/cgroup/pids', root: true });
+        assert.notEqual(cg.stdout.split('\n')[0], readlinkSync('/proc/self/ns/cgroup'), cg.stdout);
+        assert.ok(
+          cg.stdout
+            .split('\n')
+            .filter((l) => /^\d+:/.test(l))
+            .every((l) => l.endsWith(':/')),
+          cg.stdout,
+        );
+        assert.doesNotMatch(cg.stdout, /drums-/, cg.stdout);
         // The same process, with the same PID and the same memory, still running.
         const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/cmdline | tr '\\0' ' '; rm -f /tmp/live; sleep 1; cat /tmp/live` });
         assert.match(p.stdout, /^sh -c .*\n?mem-\d+\n$/s, p.stdout + p.stderr);
@@ -130,6 +142,29 @@ describe('fork (memory)', () => {
       );
     } finally {
       await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
+
+  it('retries a failed dump once: the fork succeeds, the source runs on, no checkpoint is left', async () => {
+    // The test hook fails the first dump after the source was frozen and its files copied (a real
+    // transient refusal, SO_PASSCRED on a socket going away during Chromium's start-up, can't be
+    // made on demand); the retry freezes, copies and dumps again.
+    const src = await d.client.createSession({ ...spec, labels: { 'drums.test.dumpFailOnce': '1' } });
+    const made: string[] = [src.id];
+    try {
+      await settle(src.id);
+      const r = await d.client.forkSession(src.id, { count: 1, mode: 'memory' });
+      made.push(...r.copies.map((c) => c.id));
+      assert.equal(r.copies.length, 1);
+      assert.equal(r.copies[0]!.state, 'ready');
+      assert.ok((await d.client.exec(r.copies[0]!.id, { shell: 'pgrep -c chromium' })).stdout.trim() !== '0');
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
+      );
+    } finally {
+      for (const id of made) await d.client.destroySession(id).catch(() => {});
     }
   });
 
