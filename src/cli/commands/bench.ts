@@ -77,6 +77,27 @@ export function registerBench(program: Command): void {
     });
 
   bench
+    .command('zygote')
+    .description(
+      "Chromium without its zygote (--no-zygote, which a memory fork needs) against today's: create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run",
+    )
+    .option('--image <name>', 'image', 'default')
+    .option('--sessions <n>', 'sessions per arm', '6')
+    .option('--settle-seconds <n>', 'wait before memory is read', '10')
+    .option('--out <dir>', 'record directory', 'bench/records')
+    .action(async (o: { image: string; sessions: string; settleSeconds: string; out: string }) => {
+      const { runZygoteBench } = await import('../../bench/zygote-bench.ts');
+      const { record, file } = await runZygoteBench({
+        image: o.image,
+        sessions: Number(o.sessions),
+        settleSeconds: Number(o.settleSeconds),
+        outDir: o.out,
+        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
+      });
+      process.stdout.write(`no-zygote / zygote, medians: ${JSON.stringify(record.ratios)}\nrecord: ${file}\n`);
+    });
+
+  bench
     .command('api')
     .description('API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions')
     .option('--quick', 'fewer samples, shorter run (CI)')
