@@ -196,14 +196,14 @@ const kindsAlive = async (c: DrumsClient, id: string) => {
  * The fork arms' pair: a source whose page is a file in its home, forked (disk or memory) into A
  * and B; B's copy of the file is then made green and reloaded, so each screenshot shows whose it is.
  * A memory fork's source is what a memory fork takes: no user namespace of its own (the audited
- * daemon gives one by default) and Chromium without its zygote (docs/pools.md).
+ * daemon gives one by default), where Chromium runs without its zygote (docs/pools.md).
  */
 async function forkedPair(c: DrumsClient, sessions: SessionInfo[], mode: 'disk' | 'memory'): Promise<{ a: SessionInfo; b: SessionInfo }> {
   const html = (rgb: string) => `<title>audit</title><body style="background:#${rgb};margin:0"></body>`;
   const src = await c.createSession({
     image: 'default',
     url: 'file:///home/user/audit.html',
-    ...(mode === 'memory' ? { userns: false, browserFlags: ['--no-zygote'] } : {}),
+    ...(mode === 'memory' ? { userns: false } : {}),
   });
   sessions.push(src);
   await c.writeFile(src.id, '/home/user/audit.html', html(RED));
@@ -559,7 +559,7 @@ export async function runAudit(o: {
           : name === 'fork'
             ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A'
             : name === 'memfork'
-              ? 'two memory-forked (CRIU) copies of one default session with Chromium --no-zygote and no user namespace of its own (the source alive beside them), probed from A'
+              ? 'two memory-forked (CRIU) copies of one default session with Chromium and no user namespace of its own (the source alive beside them), probed from A'
               : 'one Chromium serving two profiles (the shared-browser design)',
       image: 'default',
       status: ps.length ? 'measured' : 'invalid',

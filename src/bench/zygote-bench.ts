@@ -2,16 +2,17 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { DrumsApiError } from '../client/client.ts';
-import { startPrivateDaemon } from '../client/private-daemon.ts';
+import { type PrivateDaemon, startPrivateDaemon } from '../client/private-daemon.ts';
 import { hostFacts } from './host-facts.ts';
 import { sleep } from './measure.ts';
 import { quantile, summary } from './stats.ts';
 
 /**
  * `drums bench zygote`: what Chromium without its zygote (`--no-zygote`, which a memory fork
- * needs: the zygote's unread SCM_CREDENTIALS hello can't be dumped) costs against today's
- * Chromium, side by side on one private daemon (sessions without a user namespace, where
- * Chromium runs --no-sandbox; creates alternate ABAB..., the order flipped every round):
+ * needs: the zygote's unread SCM_CREDENTIALS hello can't be dumped; the default in sessions
+ * without a user namespace) costs against Chromium with it (a daemon with
+ * DRUMS_BROWSER_ZYGOTE=1), side by side in one run: two private daemons, one per arm, sessions
+ * without a user namespace, creates alternating ABAB..., the order flipped every round:
  * create-to-ready and create-to-paint (the page's colour in a screenshot), memory and
  * processes per held session, and whether a memory fork of a settled session of each arm works.
  */
@@ -67,9 +68,8 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
   const progress = o.progress ?? (() => {});
   const started = new Date().toISOString();
   const loadBefore = hostLoad();
-  const d = await startPrivateDaemon({ DRUMS_USERNS: '0' });
-  const c: DrumsClient = d.client;
-  const spec = (arm: Arm) => ({ image: o.image, url: PAGE, userns: false, ...(arm === 'noZygote' ? { browserFlags: ['--no-zygote'] } : {}) });
+  const daemons: Partial<Record<Arm, PrivateDaemon>> = {};
+  const spec = { image: o.image, url: PAGE, userns: false };
   const held: Record<Arm, SessionInfo[]> = { zygote: [], noZygote: [] };
   const readyMs: Record<Arm, number[]> = { zygote: [], noZygote: [] };
   const paintMs: Record<Arm, number[]> = { zygote: [], noZygote: [] };
@@ -79,17 +79,20 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
   const fork: Record<Arm, unknown> = { zygote: null, noZygote: null };
   const errors: string[] = [];
   try {
+    daemons.zygote = await startPrivateDaemon({ DRUMS_USERNS: '0', DRUMS_BROWSER_ZYGOTE: '1' });
+    daemons.noZygote = await startPrivateDaemon({ DRUMS_USERNS: '0' });
+    const cl = (arm: Arm): DrumsClient => daemons[arm]!.client;
     // Warm-up: one of each, not counted (page cache of the image and of Chromium).
-    for (const arm of ARMS) await c.destroySession((await c.createSession(spec(arm))).id);
+    for (const arm of ARMS) await cl(arm).destroySession((await cl(arm).createSession(spec)).id);
     for (let i = 0; i < o.sessions; i++) {
       for (const arm of i % 2 ? [...ARMS].reverse() : ARMS) {
         progress(`create ${arm} ${i + 1}/${o.sessions}`);
         const t = performance.now();
-        const s = await c.createSession(spec(arm));
+        const s = await cl(arm).createSession(spec);
         readyMs[arm].push(performance.now() - t);
         held[arm].push(s);
         for (const end = Date.now() + 60_000; ; await sleep(50)) {
-          if (await painted(c, s.id).catch(() => false)) {
+          if (await painted(cl(arm), s.id).catch(() => false)) {
             paintMs[arm].push(performance.now() - t);
             break;
           }
@@ -104,9 +107,9 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
     await sleep(o.settleSeconds * 1000);
     for (const arm of ARMS)
       for (const s of held[arm]) {
-        const m = memoryBytes(`drums-${d.instance}/${s.id}`);
+        const m = memoryBytes(`drums-${daemons[arm]!.instance}/${s.id}`);
         if (m !== null) memMiB[arm].push(m / 2 ** 20);
-        const p = await c.exec(s.id, { shell: 'ls -d /proc/[0-9]* | wc -l; pgrep -c chromium || true' });
+        const p = await cl(arm).exec(s.id, { shell: 'ls -d /proc/[0-9]* | wc -l; pgrep -c chromium || true' });
         const [all, chrom] = p.stdout.trim().split('\n').map(Number);
         processes[arm].push(all!);
         chromiumProcesses[arm].push(chrom!);
@@ -116,17 +119,21 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
       progress(`memory fork of a ${arm} session`);
       const src = held[arm][0]!;
       try {
-        const r = await c.forkSession(src.id, { count: 1, mode: 'memory' });
+        const r = await cl(arm).forkSession(src.id, { count: 1, mode: 'memory' });
         fork[arm] = { ok: true, timings: r.timings };
-        for (const x of r.copies) await c.destroySession(x.id);
+        for (const x of r.copies) await cl(arm).destroySession(x.id);
       } catch (e) {
         fork[arm] =
           e instanceof DrumsApiError ? { ok: false, status: e.status, code: e.code, message: e.message.slice(0, 400) } : { ok: false, message: String(e) };
       }
     }
   } finally {
-    for (const arm of ARMS) for (const s of held[arm]) await c.destroySession(s.id).catch((e: Error) => errors.push(`${s.id}: ${e.message}`));
-    await d.stop();
+    for (const arm of ARMS) {
+      const d = daemons[arm];
+      if (!d) continue;
+      for (const s of held[arm]) await d.client.destroySession(s.id).catch((e: Error) => errors.push(`${s.id}: ${e.message}`));
+      await d.stop();
+    }
   }
   const med = (arm: Arm, xs: Record<Arm, number[]>) => (xs[arm].length ? quantile(xs[arm], 0.5) : NaN);
   const ratio = (xs: Record<Arm, number[]>) => round(med('noZygote', xs) / med('zygote', xs));
@@ -149,7 +156,7 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
       ARMS.map((arm) => [
         arm,
         {
-          browserFlags: spec(arm).browserFlags ?? [],
+          daemonEnv: arm === 'zygote' ? { DRUMS_BROWSER_ZYGOTE: '1' } : {},
           createToReadyMs: stats(readyMs[arm]),
           createToPaintMs: stats(paintMs[arm]),
           memoryMiBPerSession: stats(memMiB[arm]),

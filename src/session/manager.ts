@@ -591,6 +591,7 @@ export class SessionManager {
         DRUMS_SESSION_ID: s.id,
         ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
         ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
+        ...(this.config.browserZygote ? { DRUMS_BROWSER_ZYGOTE: '1' } : {}),
         ...benchEnv(s.spec.labels, this.config.benchHooks),
       },
       netnsPath: `/var/run/netns/${s.names.netns}`,

@@ -126,7 +126,9 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
   );
   if (r.error) {
     const why = r.error;
-    const hint = ZYGOTE.test(why) ? ' (a Chromium started with its zygote; create the source with browserFlags ["--no-zygote"] to memory-fork it)' : '';
+    const hint = ZYGOTE.test(why)
+      ? ' (its Chromium runs with its zygote, as on a daemon with DRUMS_BROWSER_ZYGOTE=1; the default, --no-zygote in sessions without a user namespace, can be memory-forked)'
+      : '';
     throw new DrumsError(
       'memory_fork_refused',
       `CRIU could not checkpoint session ${src.id}${hint}${r.attempts > 1 ? ` (${r.attempts} attempts)` : ''}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,

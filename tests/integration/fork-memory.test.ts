@@ -27,8 +27,9 @@ describe('fork (memory)', () => {
     await d.finish();
   });
 
-  // Chromium without its zygote: the zygote's unread hello (SCM_CREDENTIALS) can't be dumped.
-  const spec = { image: 'default', url: 'about:blank', browserFlags: ['--no-zygote'], labels: { task: 'm1' } };
+  // A default session: without a user namespace its Chromium runs --no-zygote (the zygote's unread
+  // hello, SCM_CREDENTIALS, can't be dumped), so it can be memory-forked as it is.
+  const spec = { image: 'default', url: 'about:blank', labels: { task: 'm1' } };
 
   // Let the browser finish starting: a dump taken while Chromium still opens its short-lived
   // sockets can be refused by CRIU (SO_PASSCRED on a socket that is going away), a refusal (409)
@@ -177,6 +178,43 @@ describe('fork (memory)', () => {
       assert.deepEqual(
         (await d.client.listSessions()).map((s) => s.id),
         [src.id],
+      );
+    } finally {
+      await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
+});
+
+// A daemon that keeps Chromium's zygote (DRUMS_BROWSER_ZYGOTE=1) makes sessions a memory fork
+// refuses, clearly: 409 with CRIU's reason and the disk fork offered; the source runs on.
+describe('fork (memory) of a Chromium with its zygote', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await startDaemon({ DRUMS_BROWSER_ZYGOTE: '1', DRUMS_MAX_SESSIONS: '2' });
+  });
+  after(async () => {
+    await d.finish();
+  });
+
+  it('is refused (409 memory_fork_refused naming the zygote, disk offered), not retried; the source is untouched', async () => {
+    const src = await d.client.createSession({ image: 'default', url: 'about:blank' });
+    try {
+      assert.match((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--type=zygote/);
+      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
+      const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
+      assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      assert.match(details?.criu ?? '', /Control messages in queue/);
+      assert.match(e.message, /zygote/);
+      // The zygote's message lasts: not retried.
+      assert.equal(details?.attempts, 1);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
       );
     } finally {
       await d.client.destroySession(src.id).catch(() => {});
