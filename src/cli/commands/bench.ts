@@ -79,7 +79,7 @@ export function registerBench(program: Command): void {
   bench
     .command('zygote')
     .description(
-      "Chromium without its zygote (--no-zygote, which a memory fork needs; the default without a user namespace) against Chromium with it (DRUMS_BROWSER_ZYGOTE=1): create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run",
+      'Chromium without its zygote (--no-zygote, which a memory fork needs; the default without a user namespace) against Chromium with it (DRUMS_BROWSER_ZYGOTE=1): create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run',
     )
     .option('--image <name>', 'image', 'default')
     .option('--sessions <n>', 'sessions per arm', '6')
