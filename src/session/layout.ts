@@ -62,6 +62,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
       DRUMS_SESSION_ID: s.id,
       ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
       ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
+      ...(config.browserZygote ? { DRUMS_BROWSER_ZYGOTE: '1' } : {}),
       ...benchEnv(s.spec.labels, config.benchHooks),
     },
     netnsPath: `/var/run/netns/${s.names.netns}`,

@@ -87,6 +87,22 @@ const BENCHES: RecordBench[] = [
       `claim p50 ${record.claims.claimMs.p50.toFixed(2)} ms vs create p50 ${record.claims.createMs.p50.toFixed(0)} ms; ${record.bars.claimP50Ms.pass ? 'PASS' : 'FAIL'} claimP50Ms (bar <= 20)\n`,
   },
   {
+    name: 'zygote',
+    description:
+      'Chromium without its zygote (--no-zygote, which a memory fork needs; the default without a user namespace) against Chromium with it (DRUMS_BROWSER_ZYGOTE=1): create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run',
+    options: [IMAGE('default'), ['--sessions <n>', 'sessions per arm', '6'], ['--settle-seconds <n>', 'wait before memory is read', '10'], OUT],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/zygote-bench.ts')).runZygoteBench({
+        image: String(o.image),
+        sessions: num(o.sessions),
+        settleSeconds: num(o.settleSeconds),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { ratios: unknown }) => `no-zygote / zygote, medians: ${JSON.stringify(record.ratios)}\n`,
+  },
+  {
     name: 'userns',
     description: 'the cost of a user namespace per session against host uids: create, reset, memory and disk, side by side in one run',
     options: [
