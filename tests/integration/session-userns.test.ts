@@ -143,6 +143,13 @@ describe('user namespace per session', () => {
       assert.equal(nested.stdout.trim(), 'unshare-user ok; mount EPERM; unshare-mnt EPERM', nested.stderr);
       const plain = await d.client.exec(c.id, { argv: ['python3', '-c', NESTED_PY] });
       assert.match(plain.stdout, /^unshare-user EPERM/);
+      // The daemon reads the accessibility tree over the session's AT-SPI bus, which refuses host root (unmapped
+      // in the session's namespace): it connects as the session's desktop user instead.
+      const tree = await waitFor('the page in the a11y tree', async () => {
+        const x = (await d.client.a11y(a.id, { format: 'xml' })) as string;
+        return x.includes('sandboxed') ? x : undefined;
+      });
+      assert.match(tree, /<application[^>]*name="Chromium"/);
     } finally {
       for (const s of [a, c]) await d.client.destroySession(s.id).catch(() => {});
     }
