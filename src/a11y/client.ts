@@ -5,6 +5,7 @@
 // process down.
 
 import { stat } from 'node:fs/promises';
+import type { Duplex } from 'node:stream';
 import { createClient, type MessageBus } from 'dbus-native';
 import { A11yError } from './errors.ts';
 import type { WalkOptions, WalkResult, A11yNode } from './types.ts';
@@ -20,6 +21,14 @@ export type A11yConnectOptions = {
   timeoutMs?: number;
   /** A peer-to-peer connection (an application's own socket): no bus, so no Hello. */
   peer?: boolean;
+  /**
+   * Opens the connected socket instead of connecting to the path as this process (e.g. a socket connected as
+   * another uid, for a bus inside a user namespace where this process is unmapped). Its failure is
+   * `a11y_unavailable`.
+   */
+  open?: () => Promise<Duplex>;
+  /** The uid to claim in D-Bus EXTERNAL auth (the peer's view of the socket's owner); default this process's. */
+  authUid?: number;
 };
 
 /** `unix:path=/x/y,guid=…` → connection options; anything without `=` is taken as a socket path. */
@@ -39,6 +48,22 @@ export function socketPathFromAddress(address: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * dbus-native claims `process.getuid()` in `AUTH EXTERNAL`; a server checks the claim against the socket's
+ * credentials, so a socket connected as another uid must claim that one. Rewrites the one AUTH EXTERNAL line.
+ */
+function claimUid(stream: Duplex, uid: number): void {
+  const write = stream.write;
+  const hex = Buffer.from(String(uid), 'ascii').toString('hex');
+  stream.write = function (this: Duplex, chunk: unknown, ...rest: unknown[]) {
+    if (typeof chunk === 'string' && chunk.startsWith('AUTH EXTERNAL ')) {
+      stream.write = write;
+      chunk = `AUTH EXTERNAL ${hex}\r\n`;
+    }
+    return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+  } as Duplex['write'];
 }
 
 export class A11yClient implements A11yBus {
@@ -64,7 +89,15 @@ export class A11yClient implements A11yBus {
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     const target = connectionTarget(busAddressOrSocketPath);
     const socketPath = 'socket' in target ? target.socket : socketPathFromAddress(target.busAddress);
-    if (socketPath !== undefined) {
+    let opened: Duplex | undefined;
+    if (options.open) {
+      try {
+        opened = await options.open();
+      } catch (err) {
+        throw new A11yError('a11y_unavailable', `cannot connect to AT-SPI bus ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });
+      }
+      if (options.authUid !== undefined) claimUid(opened, options.authUid);
+    } else if (socketPath !== undefined) {
       // Note: checked first so a missing socket fails fast and says so.
       const st = await stat(socketPath).catch(() => undefined);
       if (!st?.isSocket()) {
@@ -74,8 +107,9 @@ export class A11yClient implements A11yBus {
     let bus: MessageBus;
     try {
       // direct: we send Hello ourselves; dbus-native's own Hello throws from a callback if it fails.
-      bus = createClient({ ...target, direct: true, timeout: timeoutMs, fdTransport: false });
+      bus = createClient({ ...(opened ? { stream: opened } : target), direct: true, timeout: timeoutMs, fdTransport: false });
     } catch (err) {
+      opened?.destroy();
       throw new A11yError('a11y_bad_address', `cannot use AT-SPI bus address ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });
     }
     const client = new A11yClient(busAddressOrSocketPath, bus, timeoutMs);

@@ -5,6 +5,9 @@ import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
+import { connectAs } from '../host/userns.ts';
+import { DESKTOP_UID } from './desktop-user.ts';
+import { hostIds } from './userns.ts';
 
 interface Conn {
   generation: number;
@@ -137,7 +140,11 @@ export class DisplayService {
     return d.screenshot(opts);
   }
 
-  /** The session's AT-SPI client for this generation (`<runDir>/xdg/at-spi/bus_0`). */
+  /**
+   * The session's AT-SPI client for this generation (`<runDir>/xdg/at-spi/bus_0`). In a session with its own
+   * user namespace the daemon (host root, unmapped there) would be refused by the bus, so it connects as the
+   * session's mapped desktop user (docs/security.md, "The daemon's bus connections").
+   */
   async a11y(s: Session): Promise<A11yClient> {
     const cur = this._a11y.get(s.id);
     if (cur && cur.generation === s.generation) {
@@ -145,7 +152,14 @@ export class DisplayService {
       if (c && !c.closed) return c;
     }
     this.dropA11y(s.id);
-    const client = A11yClient.connect(join(s.runDir, 'xdg', 'at-spi', 'bus_0'), { timeoutMs: 2000 });
+    const bus = join(s.runDir, 'xdg', 'at-spi', 'bus_0');
+    const ids = s.uids ? hostIds(s.uids) : undefined;
+    const client = A11yClient.connect(
+      bus,
+      ids
+        ? { timeoutMs: 2000, authUid: DESKTOP_UID, open: () => connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000) }
+        : { timeoutMs: 2000 },
+    );
     const conn = { generation: s.generation, client };
     this._a11y.set(s.id, conn);
     client.catch(() => {
