@@ -46,6 +46,20 @@ export const DUMP_ENV = 'DRUMS_CRIU_DUMP';
  * cgroup namespace rooted there (see wrapperScript).
  */
 export const CGROUP_ENV = 'DRUMS_CRIU_CGROUP_PROCS';
+/**
+ * The environment variables (passed through runc) with the host uid and gid a dump runs CRIU as,
+ * when not the wrapper's default: a session in its own user namespace runs its processes as its
+ * mapped desktop uid (src/host/userns.ts).
+ */
+export const DUMP_UID_ENV = 'DRUMS_CRIU_UID';
+export const DUMP_GID_ENV = 'DRUMS_CRIU_GID';
+/**
+ * The environment variable (passed through runc) with the pin of the user namespace a restore runs
+ * CRIU in, as its root, in a mount namespace of its own: the copy's. CRIU then restores the
+ * session's ids (recorded as the session sees them) into the copy's range, and may enter the
+ * copy's network namespace, which that user namespace owns (see adoptTaskUserns).
+ */
+export const USERNS_ENV = 'DRUMS_CRIU_USERNS';
 
 /** Capabilities of this process (CapEff), by name, for the wrapper to keep across its uid change. */
 export function effectiveCaps(): string[] {
@@ -129,7 +143,10 @@ export function wrapperScript(rootfs: string, configFile: string, uid: number, g
     `if [ "\${${DUMP_ENV}:-}" = 1 ]; then`,
     `  CRIU_CONFIG_FILE=${q(`${configFile}.dump`)}`,
     '  export CRIU_CONFIG_FILE',
-    `  exec setpriv --reuid ${uid} --regid ${gid} --clear-groups --inh-caps ${capList} --ambient-caps ${capList} ${criu} "$@"`,
+    `  u=\${${DUMP_UID_ENV}:-${uid}}`,
+    `  g=\${${DUMP_GID_ENV}:-${gid}}`,
+    '  case "$u$g" in *[!0-9]*) echo "criu wrapper: bad uid or gid" >&2; exit 1;; esac',
+    `  exec setpriv --reuid "$u" --regid "$g" --clear-groups --inh-caps ${capList} --ambient-caps ${capList} ${criu} "$@"`,
     'fi',
     `CRIU_CONFIG_FILE=${q(configFile)}`,
     'export CRIU_CONFIG_FILE',
@@ -137,6 +154,7 @@ export function wrapperScript(rootfs: string, configFile: string, uid: number, g
     "  IFS=':'",
     `  for f in \${${CGROUP_ENV}}; do echo $$ > "$f" || exit 1; done`,
     '  unset IFS',
+    `  if [ -n "\${${USERNS_ENV}:-}" ]; then exec nsenter "--user=\${${USERNS_ENV}}" unshare --mount --uts --cgroup ${criu} "$@"; fi`,
     `  exec unshare --cgroup ${criu} "$@"`,
     'fi',
     `exec ${criu} "$@"`,
@@ -181,4 +199,133 @@ export function criuLogTail(workPath: string, file: string, lines = 8): string {
   } catch {
     return '';
   }
+}
+
+/** One protobuf field as it is on the wire: its number, wire type and the bytes of its value (a varint's value in `varint`). */
+interface PbField {
+  num: number;
+  wire: number;
+  raw: Buffer;
+  varint?: bigint;
+}
+
+function readVarint(b: Buffer, at: number): [bigint, number] {
+  let v = 0n;
+  let shift = 0n;
+  for (;;) {
+    if (at >= b.length) throw new Error('truncated varint in a CRIU image');
+    const c = b[at++]!;
+    v |= BigInt(c & 0x7f) << shift;
+    if (!(c & 0x80)) return [v, at];
+    shift += 7n;
+  }
+}
+
+function writeVarint(v: bigint): Buffer {
+  const out: number[] = [];
+  do {
+    let c = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v) c |= 0x80;
+    out.push(c);
+  } while (v);
+  return Buffer.from(out);
+}
+
+function parsePb(b: Buffer): PbField[] {
+  const out: PbField[] = [];
+  for (let at = 0; at < b.length; ) {
+    const [key, a1] = readVarint(b, at);
+    const num = Number(key >> 3n);
+    const wire = Number(key & 7n);
+    at = a1;
+    if (wire === 0) {
+      const [v, a2] = readVarint(b, at);
+      out.push({ num, wire, raw: b.subarray(at, a2), varint: v });
+      at = a2;
+    } else if (wire === 2) {
+      const [len, a2] = readVarint(b, at);
+      out.push({ num, wire, raw: b.subarray(a2, a2 + Number(len)) });
+      at = a2 + Number(len);
+    } else if (wire === 1 || wire === 5) {
+      const n = wire === 1 ? 8 : 4;
+      out.push({ num, wire, raw: b.subarray(at, at + n) });
+      at += n;
+    } else throw new Error(`unknown protobuf wire type ${wire} in a CRIU image`);
+  }
+  return out;
+}
+
+function encodePb(fields: PbField[]): Buffer {
+  const parts: Buffer[] = [];
+  for (const f of fields) {
+    parts.push(writeVarint((BigInt(f.num) << 3n) | BigInt(f.wire)));
+    if (f.wire === 0) parts.push(writeVarint(f.varint!));
+    else if (f.wire === 2) parts.push(writeVarint(BigInt(f.raw.length)), f.raw);
+    else parts.push(f.raw);
+  }
+  return Buffer.concat(parts);
+}
+
+/** The first entry of a CRIU image file: after its magic (one u32 for the inventory, two for the others), a u32 size and a protobuf. */
+function firstEntry(file: string, magics: number): { head: Buffer; entry: Buffer; rest: Buffer } {
+  const b = readFileSync(file);
+  const at = 4 * magics;
+  const len = b.readUInt32LE(at);
+  return { head: b.subarray(0, at), entry: b.subarray(at + 4, at + 4 + len), rest: b.subarray(at + 4 + len) };
+}
+
+const INVENTORY_ROOT_IDS = 3;
+const CORE_IDS = 4;
+/** task_kobj_ids_entry's fields of the namespaces adoptTaskNamespaces makes CRIU's own. */
+const IDS_UTS_NS = 8;
+const IDS_USER_NS = 10;
+
+/**
+ * Makes a checkpoint's tasks' user and UTS namespaces CRIU's own (inventory.img rewritten). A dump
+ * of a session in its own user namespace runs in the host's (only there may CRIU suspend the tasks'
+ * seccomp filters) and records that namespace as one to create, with the source's id mapping and
+ * the tasks' ids as the session sees them. The copy's user namespace is made before the restore
+ * (its network namespace belongs to it and its image is mounted through it), and CRIU restores from
+ * inside it (the wrapper, USERNS_ENV): with the root ids' user namespace set to the tasks', CRIU
+ * creates none and the session's ids land in the copy's range. The UTS namespace likewise: the
+ * wrapper makes the copy's (owned by its user namespace), because CRIU restores a UTS namespace
+ * through /proc/sys/kernel/hostname, which only host root may write; the hostname is set after.
+ * Answers false when there was nothing to change.
+ */
+export function adoptTaskNamespaces(imagesDir: string): boolean {
+  const pstree = firstEntry(join(imagesDir, 'pstree.img'), 2);
+  const rootPid = parsePb(pstree.entry).find((f) => f.num === 1)?.varint;
+  if (rootPid === undefined) throw new Error('the checkpoint has no root task in pstree.img');
+  // The task's namespace ids: ids-<pid>.img (older images: in its core).
+  const idsFile = join(imagesDir, `ids-${rootPid}.img`);
+  const ids = existsSync(idsFile)
+    ? firstEntry(idsFile, 2).entry
+    : parsePb(firstEntry(join(imagesDir, `core-${rootPid}.img`), 2).entry).find((f) => f.num === CORE_IDS)?.raw;
+  if (!ids) throw new Error(`the checkpoint's root task ${rootPid} has no namespace ids`);
+  const taskIds = parsePb(ids);
+  const invFile = join(imagesDir, 'inventory.img');
+  const inv = firstEntry(invFile, 1);
+  const fields = parsePb(inv.entry);
+  const root = fields.find((f) => f.num === INVENTORY_ROOT_IDS);
+  if (!root) throw new Error('the checkpoint has no root ids in inventory.img');
+  const rootIds = parsePb(root.raw);
+  let changed = false;
+  for (const num of [IDS_USER_NS, IDS_UTS_NS]) {
+    const task = taskIds.find((f) => f.num === num)?.varint;
+    if (task === undefined) throw new Error(`the checkpoint's root task ${rootPid} has no namespace id ${num}`);
+    const mine = rootIds.find((f) => f.num === num);
+    if (mine?.varint === task) continue;
+    changed = true;
+    if (mine) mine.varint = task;
+    else rootIds.push({ num, wire: 0, raw: Buffer.alloc(0), varint: task });
+  }
+  if (!changed) return false;
+  root.raw = encodePb(rootIds);
+  const entry = encodePb(fields);
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(entry.length);
+  writeFileSync(`${invFile}.new`, Buffer.concat([inv.head, len, entry, inv.rest]));
+  renameSync(`${invFile}.new`, invFile);
+  return true;
 }

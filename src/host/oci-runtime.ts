@@ -111,7 +111,10 @@ export class OciRuntime {
    * `checkpoint` of a running (or paused) container into `imagePath`, leaving it running
    * (`--leave-running`); `flags` are runc's checkpoint flags.
    */
-  async checkpoint(id: string, o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number }): Promise<void> {
+  async checkpoint(
+    id: string,
+    o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number; env?: Record<string, string> },
+  ): Promise<void> {
     const argv = [
       this.info.path,
       '--root',
@@ -127,7 +130,7 @@ export class OciRuntime {
       ...o.flags,
       id,
     ];
-    await run(argv, { timeoutMs: o.timeoutMs ?? 120_000, env: { ...process.env, DRUMS_CRIU_DUMP: '1' } });
+    await run(argv, { timeoutMs: o.timeoutMs ?? 120_000, env: { ...process.env, ...o.env, DRUMS_CRIU_DUMP: '1' } });
   }
 
   private async _detached(

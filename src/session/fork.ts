@@ -6,7 +6,7 @@ import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
 import type { Session, SessionManager } from './manager.ts';
 import type { SessionSpec } from './spec.ts';
-import { checkpointDir, checkpointSource, criuFor, refusal, restoreSeed } from './memfork.ts';
+import { checkpointDir, checkpointSource, criuFor, restoreSeed } from './memfork.ts';
 
 /**
  * fork(N) of a live session.
@@ -129,11 +129,6 @@ export async function forkSession(
       { details: { free, count: req.count } },
     );
   if (req.mode === 'memory') {
-    const why = refusal(src);
-    if (why)
-      throw new DrumsError('memory_fork_refused', `session ${src.id} can't be memory-forked: ${why}; fork it with {"mode": "disk"}`, {
-        details: { alternative: 'disk' },
-      });
     const criu = await criuFor(mgr);
     forking.add(src.id);
     const dir = checkpointDir(src);
@@ -142,7 +137,7 @@ export async function forkSession(
       const { pausedMs } = await checkpointSource(mgr, src, criu, dir);
       const snapshotMs = performance.now() - t0;
       const copies = await makeCopies(mgr, src, req.count, 'memory', (labels) =>
-        mgr.create(bodyOf(src.spec, labels), { seedUpper: join(dir, 'upper'), restore: restoreSeed(mgr, src, criu, dir) }),
+        mgr.create(bodyOf(src.spec, labels), { seedUpper: join(dir, 'upper'), seedBase: src.uids?.base ?? 0, restore: restoreSeed(mgr, src, criu, dir) }),
       );
       return { copies, mode: 'memory', snapshotMs, pausedMs };
     } finally {

@@ -106,7 +106,10 @@ export class SessionManager {
     const plan = await planAdoption(this.inst, this.runtime);
     await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
     mkdirSync(this.inst.sessionsDir, { recursive: true, mode: 0o700 });
-    mkdirSync(this.inst.runcRoot, { recursive: true, mode: 0o700 });
+    // Search-only for all: a memory fork's CRIU, as the copy's root in its user namespace, reaches the
+    // rootfs runc mounts for it in the container's state directory (runc makes those 0711 too).
+    mkdirSync(this.inst.runcRoot, { recursive: true, mode: 0o711 });
+    chmodSync(this.inst.runcRoot, 0o711);
     // Bound directories live on the instance's own tmpfs, so a session's
     // /proc/self/mountinfo shows `/<id>/run`, never a host path.
     mkdirSync(this.inst.rtDir, { recursive: true, mode: 0o711 });

@@ -20,11 +20,13 @@ import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
 import { cgroupBases } from '../host/cgroup.ts';
-import { CGROUP_ENV, type Criu, criuLogTail, installCriu } from '../host/criu.ts';
+import { CGROUP_ENV, type Criu, criuLogTail, DUMP_GID_ENV, DUMP_UID_ENV, installCriu, USERNS_ENV, adoptTaskNamespaces } from '../host/criu.ts';
+import { shiftOwnership } from '../host/userns.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { RestoreSeed, Session, SessionManager } from './manager.ts';
+import { hostIds, usernsPaths } from './userns.ts';
 
 /**
  * Memory fork: a CRIU checkpoint of the whole running session (processes, windows,
@@ -79,14 +81,6 @@ export async function criuFor(mgr: SessionManager): Promise<Criu> {
   }
 }
 
-/** Why a ready session can't be memory-forked at all, if it can't (checked before anything is frozen). */
-export function refusal(src: Session): string | undefined {
-  // A copy would need the source's processes moved to its own uid range, which CRIU can't do.
-  if (src.uids || src.spec.userns)
-    return 'the session runs in its own user namespace (spec userns), which a memory fork does not restore into another uid range';
-  return undefined;
-}
-
 /** Processes of the session that still map a MIT-SHM segment of the daemon's X connection (a host file CRIU can't dump). */
 function hostShmMappers(src: Session): number[] {
   const dir = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', src.names.cgroup) : join('/sys/fs/cgroup/memory', src.names.cgroup);
@@ -126,9 +120,11 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
   );
   if (r.error) {
     const why = r.error;
-    const hint = ZYGOTE.test(why)
-      ? ' (its Chromium runs with its zygote, as on a daemon with DRUMS_BROWSER_ZYGOTE=1; the default, --no-zygote in sessions without a user namespace, can be memory-forked)'
-      : '';
+    const hint = NESTED.test(why)
+      ? ' (its Chromium runs its own sandbox, as it does by default in a session with a user namespace of its own, which puts the zygote and the renderers in nested user and PID namespaces that CRIU cannot checkpoint; such a session created with browserFlags ["--no-zygote"] runs Chromium without its sandbox and can be memory-forked)'
+      : ZYGOTE.test(why)
+        ? ' (its Chromium runs with its zygote, as on a daemon with DRUMS_BROWSER_ZYGOTE=1; the default, --no-zygote in sessions without a user namespace, can be memory-forked)'
+        : '';
     throw new DrumsError(
       'memory_fork_refused',
       `CRIU could not checkpoint session ${src.id}${hint}${r.attempts > 1 ? ` (${r.attempts} attempts)` : ''}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
@@ -136,6 +132,12 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
         details: { alternative: 'disk', criu: why, attempts: r.attempts },
       },
     );
+  }
+  // The copies restore from inside their own user namespaces (src/host/criu.ts).
+  // They read the images as their own root (not host root): readable by all, in a directory only host root reaches.
+  if (src.uids) {
+    adoptTaskNamespaces(join(dir, 'images'));
+    await run(['chmod', '-R', 'a+rX', join(dir, 'images')]);
   }
   // The copies' identity files are their own (written by the create before the seed).
   for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) rmSync(join(dir, 'upper', f), { force: true });
@@ -148,6 +150,11 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
  * state lasts (a retry would be refused the same way).
  */
 const ZYGOTE = /Control messages in queue/;
+/**
+ * Chromium's sandbox (in a session with its own user namespace) starts the zygote and each renderer
+ * in nested user and PID namespaces; CRIU (4.1 to 4.2 at least) dumps one PID namespace only. Lasts too.
+ */
+const NESTED = /Can't dump nested \w+ namespace/;
 /** How long the source runs between a failed dump and its retry (start-up sockets go away meanwhile). */
 export const DUMP_RETRY_DELAY_MS = 1000;
 
@@ -170,7 +177,7 @@ export async function withDumpRetry(
       return { attempts: attempt };
     } catch (e) {
       const why = reason() || errorMessage(e);
-      if (attempt >= 2 || ZYGOTE.test(why)) return { attempts: attempt, error: why };
+      if (attempt >= 2 || ZYGOTE.test(why) || NESTED.test(why)) return { attempts: attempt, error: why };
       onRetry(why);
       await new Promise((r) => setTimeout(r, delayMs));
     }
@@ -194,7 +201,15 @@ async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir:
       dumpFailed.add(src.id);
       throw new Error('test hook: the first dump fails');
     }
-    await mgr.runtime.checkpoint(src.names.container, { criu: criu.path, imagePath: join(dir, 'images'), workPath: join(dir, 'work'), flags: CRIU_FLAGS });
+    // CRIU runs as the uid the session's processes run as (their rlimits are readable only to it): its mapped desktop user.
+    const ids = hostIds(src.uids);
+    await mgr.runtime.checkpoint(src.names.container, {
+      criu: criu.path,
+      imagePath: join(dir, 'images'),
+      workPath: join(dir, 'work'),
+      flags: CRIU_FLAGS,
+      env: { [DUMP_UID_ENV]: String(ids.desktopUid), [DUMP_GID_ENV]: String(ids.desktopGid) },
+    });
   } finally {
     paused.ms += performance.now() - tp;
     await run([...rt, 'resume', src.names.container]).catch((e) =>
@@ -210,6 +225,8 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
     async seed(s: Session) {
       copyTree(join(dir, 'run'), s.runDir);
       copyTree(join(dir, 'x11'), join(mgr.inst.rtDir, s.id, 'x11'));
+      // From the source's uid range to the copy's (the upper layer is shifted by the create).
+      for (const d of [s.runDir, join(mgr.inst.rtDir, s.id, 'x11')]) await shiftOwnership(d, src.uids?.base ?? 0, s.uids?.base ?? 0);
       // Chromium's profile lock names its host: a launcher in the copy must find its own host there.
       const lock = join(s.dir, 'disk', 'upper', DESKTOP_HOME.slice(1), '.config/chromium/SingletonLock');
       try {
@@ -217,18 +234,39 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
         if (target.startsWith(`${src.id}-`)) {
           unlinkSync(lock);
           symlinkSync(`${s.id}-${target.slice(src.id.length + 1)}`, lock);
-          chownLink(lock);
+          chownLink(lock, s);
         }
       } catch {}
     },
     async start(s: Session, bundle: string, logFile: string) {
-      const work = join(dir, `work-${s.id}`);
+      let work = join(dir, `work-${s.id}`);
       mkdirSync(work, { mode: 0o700 });
+      const here = join(s.dir, 'restore');
+      if (s.uids) {
+        // CRIU runs as the copy's root in its user namespace, which can open neither runc's descriptors
+        // of the image and work directories nor anything in the source's directory: the images are
+        // linked into the copy's own directory, named (with a work directory there) by a CRIU config
+        // file that runc hands CRIU (the bundle's org.criu.config annotation).
+        rmSync(here, { recursive: true, force: true });
+        mkdirSync(here, { mode: 0o700 });
+        await run(['cp', '-al', join(dir, 'images'), join(here, 'images')]);
+        work = join(here, 'work');
+        mkdirSync(work, { mode: 0o700 });
+        for (const d of [here, work]) chownSync(d, s.uids.base, s.uids.base);
+        // CRIU reads the images directory's path back with readlink (it expects /proc/<pid>/fd/<n>): a symlink.
+        symlinkSync('images', join(here, 'images.link'));
+        writeFileSync(join(here, 'criu.conf'), `unprivileged\nimages-dir ${join(here, 'images.link')}\nwork-dir ${work}\n`, { mode: 0o644 });
+      }
       // runc applies the spec's sysctls (IPv6 off) when it creates a container, not when it
       // restores one: set the network ones in the copy's network namespace first.
       const cfg = JSON.parse(readFileSync(join(bundle, 'config.json'), 'utf8')) as {
         linux?: { sysctl?: Record<string, string>; namespaces?: { type: string; path?: string }[] };
+        annotations?: Record<string, string>;
       };
+      if (s.uids) {
+        cfg.annotations = { ...cfg.annotations, 'org.criu.config': join(here, 'criu.conf') };
+        writeFileSync(join(bundle, 'config.json'), JSON.stringify(cfg, null, 2));
+      }
       const netns = cfg.linux?.namespaces?.find((n) => n.type === 'network')?.path;
       for (const [k, v] of Object.entries(cfg.linux?.sysctl ?? {}))
         if (netns && k.startsWith('net.')) await run(['nsenter', `--net=${netns}`, 'tee', `/proc/sys/${k.replaceAll('.', '/')}`], { input: v });
@@ -240,11 +278,13 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
           workPath: work,
           flags: CRIU_FLAGS,
           // The copy's own cgroup namespace, rooted at its cgroup, as runc gives a created session.
-          env: { [CGROUP_ENV]: prepareCgroup(s.names.cgroup).join(':') },
+          env: { [CGROUP_ENV]: prepareCgroup(s.names.cgroup).join(':'), ...(s.uids ? { [USERNS_ENV]: usernsPaths(s.dir).pin } : {}) },
         });
       } catch (e) {
         const why = criuLogTail(work, 'restore.log') || errorMessage(e);
         throw new Error(`CRIU restore failed: ${why}`);
+      } finally {
+        rmSync(here, { recursive: true, force: true });
       }
       // The restored UTS namespace still has the source's hostname.
       await run(['nsenter', `--uts=/proc/${started.pid}/ns/uts`, 'hostname', s.id]);
@@ -276,9 +316,10 @@ export function prepareCgroup(path: string): string[] {
   return procs;
 }
 
-function chownLink(p: string): void {
+function chownLink(p: string, s: Session): void {
+  const ids = hostIds(s.uids);
   try {
-    lchownSync(p, DESKTOP_UID, DESKTOP_GID);
+    lchownSync(p, ids.desktopUid, ids.desktopGid);
   } catch {}
 }
 

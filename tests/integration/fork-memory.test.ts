@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
 
@@ -158,15 +158,72 @@ describe('fork (memory)', () => {
     }
   });
 
-  it('refuses a session with its own user namespace (409 memory_fork_refused, disk offered), freezing nothing', async () => {
-    const src = await d.client.createSession({ image: 'minimal', userns: true });
+  // A session with a user namespace of its own: each copy is restored inside its own user namespace
+  // (own uid range, own network namespace owned by it), so the ids the session sees are the same and
+  // the host ids are the copy's. Its Chromium runs without its sandbox here (browserFlags --no-zygote):
+  // the sandbox's nested namespaces can't be checkpointed (next test).
+  it('restores a userns session into copies with their own uid ranges and user and network namespaces', async () => {
+    const src = await d.client.createSession({ ...spec, userns: true, browserFlags: ['--no-zygote'] });
+    const made: string[] = [src.id];
     try {
+      await d.client.exec(src.id, { shell: 'echo tmp-7 > /tmp/t && echo disk-9 > /home/user/f' });
+      await d.client.exec(src.id, { shell: 'nohup sh -c "v=mem-$$; while :; do echo \\$v > /tmp/live; sleep 0.2; done" >/dev/null 2>&1 & echo $! > /tmp/pid' });
+      const pid = (await d.client.exec(src.id, { argv: ['cat', '/tmp/pid'] })).stdout.trim();
+      await settle(src.id);
+      const live = (await d.client.exec(src.id, { argv: ['cat', '/tmp/live'] })).stdout;
+      assert.match(live, /^mem-\d+\n$/);
+      const nsOf = async (id: string) =>
+        (await d.client.exec(id, { shell: 'cat /proc/self/uid_map; readlink /proc/self/ns/user /proc/self/ns/net', root: true })).stdout;
+      const seen = new Set([await nsOf(src.id)]);
+      const srcBase = Number((await nsOf(src.id)).trim().split(/\s+/)[1]);
+      const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
+      made.push(...r.copies.map((c) => c.id));
+      assert.equal(r.copies.length, 2);
+      for (const c of r.copies) {
+        assert.equal(c.state, 'ready');
+        const ns = await nsOf(c.id);
+        seen.add(ns);
+        const [inside, base, size] = ns.trim().split(/\s+/).map(Number);
+        assert.deepEqual([inside, size], [0, 65536], ns);
+        assert.notEqual(base, srcBase, ns);
+        // The same ids inside; the copy's range outside (processes and the copied files).
+        assert.equal((await d.client.exec(c.id, { shell: 'id -u; stat -c %u:%g /home/user/f /tmp/t' })).stdout, '1000\n1000:1000\n1000:1000\n');
+        assert.equal(statSync(join(d.stateDir, 'sessions', c.id, 'disk', 'upper', 'home', 'user', 'f')).uid, base! + 1000);
+        const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/status | grep ^Uid; rm -f /tmp/live; sleep 1; cat /tmp/live` });
+        assert.match(p.stdout, /^Uid:\s+1000\s/, p.stdout);
+        assert.ok(p.stdout.endsWith(live), `copy ${c.id} process memory: ${p.stdout} vs ${live}`);
+        assert.equal((await d.client.exec(c.id, { argv: ['cat', '/tmp/t', '/home/user/f'] })).stdout, 'tmp-7\ndisk-9\n');
+        assert.ok((await d.client.exec(c.id, { shell: 'pgrep -c chromium' })).stdout.trim() !== '0');
+        assert.ok((await d.client.windows(c.id)).windows.length > 0);
+        assert.equal((await d.client.exec(c.id, { argv: ['hostname'] })).stdout.trim(), c.id);
+      }
+      // Three user namespaces, three ranges, three network namespaces.
+      assert.equal(seen.size, 3);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+    } finally {
+      for (const id of made) await d.client.destroySession(id).catch(() => {});
+    }
+  });
+
+  it('refuses a userns session whose Chromium runs its sandbox (nested namespaces): 409, not retried, the source untouched', async () => {
+    const src = await d.client.createSession({ ...spec, userns: true });
+    try {
+      await settle(src.id);
+      assert.doesNotMatch((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--no-sandbox/);
       const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
-      assert.deepEqual([e.status, e.code, (e.details as { alternative?: string } | undefined)?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
+      assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      assert.match(details?.criu ?? '', /nested \w+ namespace/);
+      assert.match(e.message, /sandbox/);
+      assert.equal(details?.attempts, 1);
       assert.equal((await d.client.getSession(src.id)).state, 'ready');
       assert.deepEqual(
         (await d.client.listSessions()).map((s) => s.id),
         [src.id],
+      );
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
       );
     } finally {
       await d.client.destroySession(src.id).catch(() => {});
