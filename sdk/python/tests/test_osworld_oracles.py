@@ -56,12 +56,34 @@ def _weekly_sales(profit: bool) -> bytes:
 WEEKLY_SALES = {"WeeklySales.xlsx": lambda: _weekly_sales(False), "6_WeeklySales_gt1.xlsx": lambda: _weekly_sales(True)}
 
 
+def _photo(fmt: str) -> bytes:
+    """A photo-like picture for the gimp tasks (a sky gradient, a sun, hills, a "dog"), made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    w, h = 640, 480
+    img = Image.new("RGB", (w, h))
+    d = ImageDraw.Draw(img)
+    for y in range(h):
+        d.line([(0, y), (w, y)], fill=(90 + y // 8, 150 + y // 12, 230 - y // 4))
+    d.ellipse([470, 40, 570, 140], fill=(250, 220, 60))
+    d.polygon([(0, 330), (180, 240), (360, 320), (520, 260), (640, 300), (640, 480), (0, 480)], fill=(60, 140, 70))
+    d.ellipse([230, 300, 390, 400], fill=(140, 90, 40))
+    d.ellipse([370, 270, 440, 340], fill=(120, 75, 35))
+    b = io.BytesIO()
+    img.save(b, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    return b.getvalue()
+
+
 def make_file(path: str) -> bytes:
     """An input file for a cache task, by its name in the guest, as the task's author would make it."""
     name = os.path.basename(path)  # a download's cache name is "<uuid>_<its name>"
     for key, make in WEEKLY_SALES.items():
         if name == key or name.endswith("_" + key):
             return make()
+    if path.endswith(".png"):
+        return _photo("PNG")
+    if path.endswith(".jpg"):
+        return _photo("JPEG")
     if path.endswith(".xlsx"):
         import openpyxl
 
