@@ -74,6 +74,47 @@ def _photo(fmt: str) -> bytes:
     return b.getvalue()
 
 
+def _song() -> bytes:
+    """2 minutes of a tone as an MP3 for the vlc task (long enough to still play while the task runs), made with ffmpeg."""
+    import shutil
+    import tempfile
+
+    if not shutil.which("ffmpeg"):
+        pytest.skip(
+            "no ffmpeg on this host to make the vlc task's song (scripts/setup.sh installs it with DRUMS_SETUP_TEST=1)"
+        )
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "s.mp3")
+        subprocess.run(
+            [
+                "ffmpeg",
+                "-loglevel",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:duration=120",
+                "-c:a",
+                "libmp3lame",
+                out,
+            ],
+            check=True,
+            timeout=120,
+        )
+        return Path(out).read_bytes()
+
+
+def _lecture_pdf() -> bytes:
+    """386dbd0e's lecture notes: one page, with the title that its setup's window activation names, made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (850, 1100), "white")
+    ImageDraw.Draw(img).text((80, 80), "Lecture 2: Data Structures", fill="black")
+    b = io.BytesIO()
+    img.save(b, "PDF", title="6.006 Introduction to Algorithms, Lecture 2: Data Structures")
+    return b.getvalue()
+
+
 def make_file(path: str) -> bytes:
     """An input file for a cache task, by its name in the guest, as the task's author would make it."""
     name = os.path.basename(path)  # a download's cache name is "<uuid>_<its name>"
@@ -84,6 +125,10 @@ def make_file(path: str) -> bytes:
         return _photo("PNG")
     if path.endswith(".jpg"):
         return _photo("JPEG")
+    if path.endswith(".mp3"):
+        return _song()
+    if path.endswith(".pdf"):
+        return _lecture_pdf()
     if path.endswith(".xlsx"):
         import openpyxl
 
