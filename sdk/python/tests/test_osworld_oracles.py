@@ -56,12 +56,79 @@ def _weekly_sales(profit: bool) -> bytes:
 WEEKLY_SALES = {"WeeklySales.xlsx": lambda: _weekly_sales(False), "6_WeeklySales_gt1.xlsx": lambda: _weekly_sales(True)}
 
 
+def _photo(fmt: str) -> bytes:
+    """A photo-like picture for the gimp tasks (a sky gradient, a sun, hills, a "dog"), made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    w, h = 640, 480
+    img = Image.new("RGB", (w, h))
+    d = ImageDraw.Draw(img)
+    for y in range(h):
+        d.line([(0, y), (w, y)], fill=(90 + y // 8, 150 + y // 12, 230 - y // 4))
+    d.ellipse([470, 40, 570, 140], fill=(250, 220, 60))
+    d.polygon([(0, 330), (180, 240), (360, 320), (520, 260), (640, 300), (640, 480), (0, 480)], fill=(60, 140, 70))
+    d.ellipse([230, 300, 390, 400], fill=(140, 90, 40))
+    d.ellipse([370, 270, 440, 340], fill=(120, 75, 35))
+    b = io.BytesIO()
+    img.save(b, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    return b.getvalue()
+
+
+def _song() -> bytes:
+    """2 minutes of a tone as an MP3 for the vlc task (long enough to still play while the task runs), made with ffmpeg."""
+    import shutil
+    import tempfile
+
+    if not shutil.which("ffmpeg"):
+        pytest.skip(
+            "no ffmpeg on this host to make the vlc task's song (scripts/setup.sh installs it with DRUMS_SETUP_TEST=1)"
+        )
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "s.mp3")
+        subprocess.run(
+            [
+                "ffmpeg",
+                "-loglevel",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:duration=120",
+                "-c:a",
+                "libmp3lame",
+                out,
+            ],
+            check=True,
+            timeout=120,
+        )
+        return Path(out).read_bytes()
+
+
+def _lecture_pdf() -> bytes:
+    """386dbd0e's lecture notes: one page, with the title that its setup's window activation names, made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (850, 1100), "white")
+    ImageDraw.Draw(img).text((80, 80), "Lecture 2: Data Structures", fill="black")
+    b = io.BytesIO()
+    img.save(b, "PDF", title="6.006 Introduction to Algorithms, Lecture 2: Data Structures")
+    return b.getvalue()
+
+
 def make_file(path: str) -> bytes:
     """An input file for a cache task, by its name in the guest, as the task's author would make it."""
     name = os.path.basename(path)  # a download's cache name is "<uuid>_<its name>"
     for key, make in WEEKLY_SALES.items():
         if name == key or name.endswith("_" + key):
             return make()
+    if path.endswith(".png"):
+        return _photo("PNG")
+    if path.endswith(".jpg"):
+        return _photo("JPEG")
+    if path.endswith(".mp3"):
+        return _song()
+    if path.endswith(".pdf"):
+        return _lecture_pdf()
     if path.endswith(".xlsx"):
         import openpyxl
 
