@@ -176,7 +176,44 @@ def _people_csv() -> bytes:
     return s.getvalue().encode()
 
 
+# 81c425f5's price list: text, and prices with a number format that Calc shows ("1,234.50").
+ENVELOPES = [["Item", "Size", "Colour", "Price per 1000"]] + [
+    [f"ENV-{100 + i}", ["DL", "C5", "C4"][i % 3], ["White", "Manila", "Kraft"][i % 3], 35.5 + 412.25 * i]
+    for i in range(1, 9)
+]
+
+
+def _price_list_xlsx() -> bytes:
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    for row in ENVELOPES:
+        ws.append(row)
+    for (cell,) in ws.iter_rows(min_row=2, min_col=4, max_col=4):
+        cell.number_format = "#,##0.00"
+    b = io.BytesIO()
+    wb.save(b)
+    return b.getvalue()
+
+
+def _price_docx() -> bytes:
+    """81c425f5's expected document: one table with the sheet's cells as Calc shows them."""
+    import docx
+
+    d = docx.Document()
+    t = d.add_table(rows=len(ENVELOPES), cols=len(ENVELOPES[0]))
+    for i, row in enumerate(ENVELOPES):
+        for j, v in enumerate(row):
+            t.cell(i, j).text = f"{v:,.2f}" if isinstance(v, float) else v
+    b = io.BytesIO()
+    d.save(b)
+    return b.getvalue()
+
+
 MULTI_APPS_FILES = {
+    "OSP_Envelope_Price-List_2023_5000.xlsx": _price_list_xlsx,
+    "price_Gold.docx": _price_docx,
     "file_example_ODS_5000.ods": _people_ods,
     "file_example_ODS_5000_gold.csv": _people_csv,
     "15-MB-docx-file-download.docx": lambda: _docx([f"Paragraph {i}: a long document." for i in range(200)]),
