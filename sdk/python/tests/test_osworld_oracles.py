@@ -1,7 +1,7 @@
 """Oracles score 1.0 through the real evaluator: per domain, real OSWorld tasks (from
 ../shared/osworld-tasks, never copied into the repo) driven through env.step by the actions in
 tests/fixtures/osworld/oracles.py. The input files of cache tasks are made here, with the libraries
-the tasks' authors would use (openpyxl, python-docx, odfpy, tarfile, zipfile), served from a loopback stand-in for
+the tasks' authors would use (openpyxl, python-docx, tarfile), served from a loopback stand-in for
 OSWorld's file store and fetched into the run's cache with `drums osworld assets fetch --mirror`.
 (The os domain's are run by tests/integration/osworld-tasks.test.ts
 from oracle-os.json, and its cache tasks' by test_osworld_cache_run.py.)"""
@@ -116,7 +116,7 @@ def _thunderbird_profile() -> bytes:
     )
 
 
-# --- multi_apps: the inputs of the tasks with oracles -----------------------------------------------
+# --- multi_apps: the inputs of the tasks with oracles (python-docx, openpyxl, odfpy, zipfile, csv) ---
 def _docx(paragraphs: list[str]) -> bytes:
     import docx
 
