@@ -8,7 +8,10 @@ import { stat } from 'node:fs/promises';
 import { createClient, type MessageBus } from 'dbus-native';
 import { A11yError } from './errors.ts';
 import type { WalkOptions, WalkResult, A11yNode } from './types.ts';
+import { type A11yBus, type A11yCall, A11yCallError, classify, type DbusErrorLike } from './bus.ts';
 import { walk } from './walk.ts';
+
+export { A11yCallError, type A11yCall } from './bus.ts';
 
 export const DEFAULT_CALL_TIMEOUT_MS = 1000;
 
@@ -18,38 +21,6 @@ export type A11yConnectOptions = {
   /** A peer-to-peer connection (an application's own socket): no bus, so no Hello. */
   peer?: boolean;
 };
-
-export type A11yCall = {
-  destination: string;
-  path: string;
-  interface: string;
-  member: string;
-  signature?: string;
-  body?: unknown[];
-};
-
-/** How a raw call failed; the walker decides what each means. */
-export class A11yCallError extends Error {
-  readonly kind: 'timeout' | 'closed' | 'dbus';
-  readonly dbusName: string | undefined;
-
-  constructor(kind: 'timeout' | 'closed' | 'dbus', message: string, dbusName?: string) {
-    super(message);
-    this.name = 'A11yCallError';
-    this.kind = kind;
-    this.dbusName = dbusName;
-  }
-}
-
-type DbusErrorLike = { code?: string; dbusName?: string; message?: string };
-
-function classify(err: unknown): A11yCallError {
-  const e = (err ?? {}) as DbusErrorLike;
-  if (e.code === 'ETIMEDOUT') return new A11yCallError('timeout', String(e.message));
-  if (e.code === 'ECONNCLOSED') return new A11yCallError('closed', String(e.message));
-  if (e.dbusName) return new A11yCallError('dbus', String(e.message), e.dbusName);
-  return new A11yCallError('closed', err instanceof Error ? err.message : String(err));
-}
 
 /** `unix:path=/x/y,guid=…` → connection options; anything without `=` is taken as a socket path. */
 function connectionTarget(addressOrPath: string): { socket: string } | { busAddress: string } {
@@ -70,7 +41,7 @@ export function socketPathFromAddress(address: string): string | undefined {
   return undefined;
 }
 
-export class A11yClient {
+export class A11yClient implements A11yBus {
   readonly address: string;
   readonly timeoutMs: number;
   private readonly _bus: MessageBus;

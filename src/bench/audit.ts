@@ -4,6 +4,7 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:f
 import net from 'node:net';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
+import { acquireLock, type LockHandle } from '../image/lock.ts';
 import { judge, loadBars } from './bars.ts';
 import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { sleep } from './measure.ts';
@@ -215,6 +216,9 @@ async function forkedPair(c: DrumsClient, sessions: SessionInfo[]): Promise<{ a:
   }
 }
 
+/** One audit at a time per host (a lock file of pid and start time; a dead holder's is taken over). */
+const AUDIT_LOCK = '/run/drums-audit.lock';
+
 async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, arm = 'baseline'): Promise<{ probes: Probe[]; blast: unknown[] }> {
   const c = d.client;
   const probes: Probe[] = [];
@@ -228,7 +232,11 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   let hostAny: Awaited<ReturnType<typeof hostListener>> | undefined;
   let hostLo: Awaited<ReturnType<typeof hostListener>> | undefined;
   let targets: ReturnType<typeof startTargets> | undefined;
+  let hostWide: LockHandle | undefined;
   try {
+    // The targets' addresses are routed host-wide (169.254.169.254 and the rest, via one fixed
+    // veth address), so two audits on one host take turns instead of failing on each other.
+    hostWide = await acquireLock(AUDIT_LOCK, { timeoutMs: 20 * 60_000, onWait: (pid) => progress(`waiting for the audit of pid ${pid} to end`) });
     hostAny = await hostListener('0.0.0.0');
     hostLo = await hostListener('127.0.0.1');
     const targetPort = 20000 + Math.floor(Math.random() * 20000);
@@ -402,6 +410,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   } finally {
     for (const s of sessions) await c.destroySession(s.id).catch(() => {});
     targets?.cleanup();
+    hostWide?.release();
     hostAny?.close();
     hostLo?.close();
     rmSync(hostMarker, { force: true });

@@ -2,18 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { DrumsApiError } from '../../src/client/client.ts';
-import { startDaemon, type TestDaemon } from '../helpers.ts';
-
-async function apiError(p: () => Promise<unknown>): Promise<DrumsApiError> {
-  try {
-    await p();
-  } catch (e) {
-    if (e instanceof DrumsApiError) return e;
-    throw e;
-  }
-  throw new Error('expected an API error');
-}
+import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Memory fork (CRIU 4.x from the criu-tools image, which scripts/setup.sh builds): each copy is
 // restored from a checkpoint of the running source, so processes, memory, tmpfs files and the
