@@ -25,40 +25,42 @@ describe('the daemon reaches only the session’s own sockets', () => {
     await d.finish();
   });
 
-  it('an X0 symlink to a sibling’s X socket: screenshot, actions and windows do not reach the sibling', async () => {
-    const [a, b] = await Promise.all([d.client.createSession({ image: 'default' }), d.client.createSession({ image: 'default' })]);
-    try {
-      // The sibling's pointer sits at a known place.
-      await exec(b, 'xdotool mousemove 5 5');
-      assert.match(await pointer(b), /X=5\nY=5/);
-      // Session a (as its desktop user, before the daemon ever opened its display) points its X socket at b's.
-      const plant = await exec(a, `ln -sfn ${join(rt, b.id, 'x11', 'X0')} /tmp/.X11-unix/X0 && ls -l /tmp/.X11-unix/X0`);
-      assert.equal(plant.exitCode, 0, plant.stderr);
-      assert.match(plant.stdout, /->/);
-      const act = await d.client.act(a.id, { actions: [{ type: 'move', x: 321, y: 123 }] }).then(
-        () => 'ok',
-        (e: Error) => e.message,
-      );
-      const shot = await d.client.screenshot(a.id).then(
-        () => 'ok',
-        (e: Error) => e.message,
-      );
-      const wins = await d.client.windows(a.id).then(
-        (w) => JSON.stringify(w.cursor),
-        (e: Error) => e.message,
-      );
-      // The sibling's pointer did not move, and nothing the daemon answered for a came from b.
-      assert.match(await pointer(b), /X=5\nY=5/, `act on a: ${act}; screenshot: ${shot}; windows: ${wins}`);
-      assert.notEqual(act, 'ok', 'an action on a went through a socket that is not a’s own');
-      assert.notEqual(shot, 'ok', 'a screenshot of a came through a socket that is not a’s own');
-      assert.match(act, /display_unavailable|not the session|X server/i);
-      // The sibling itself is untouched and still served.
-      await d.client.act(b.id, { actions: [{ type: 'move', x: 7, y: 9 }] });
-      assert.match(await pointer(b), /X=7\nY=9/);
-    } finally {
-      for (const s of [a, b]) await d.client.destroySession(s.id).catch(() => {});
-    }
-  });
+  for (const userns of [false, true])
+    it(`an X0 symlink to a sibling’s X socket: screenshot, actions and windows do not reach the sibling (userns ${userns})`, async () => {
+      const [a, b] = await Promise.all([d.client.createSession({ image: 'default', userns }), d.client.createSession({ image: 'default', userns })]);
+      try {
+        // The sibling's pointer sits at a known place.
+        await exec(b, 'xdotool mousemove 5 5');
+        assert.match(await pointer(b), /X=5\nY=5/);
+        // Session a (as its desktop user, before the daemon ever opened its display) points its X socket at b's.
+        const plant = await exec(a, `ln -sfn ${join(rt, b.id, 'x11', 'X0')} /tmp/.X11-unix/X0 && ls -l /tmp/.X11-unix/X0`);
+        assert.equal(plant.exitCode, 0, plant.stderr);
+        assert.match(plant.stdout, /->/);
+        const act = await d.client.act(a.id, { actions: [{ type: 'move', x: 321, y: 123 }] }).then(
+          () => 'ok',
+          (e: Error) => e.message,
+        );
+        const shot = await d.client.screenshot(a.id).then(
+          () => 'ok',
+          (e: Error) => e.message,
+        );
+        const wins = await d.client.windows(a.id).then(
+          (w) => JSON.stringify(w.cursor),
+          (e: Error) => e.message,
+        );
+        // The sibling's pointer did not move, and nothing the daemon answered for a came from b.
+        assert.match(await pointer(b), /X=5\nY=5/, `act on a: ${act}; screenshot: ${shot}; windows: ${wins}`);
+        assert.notEqual(act, 'ok', 'an action on a went through a socket that is not a’s own');
+        assert.notEqual(shot, 'ok', 'a screenshot of a came through a socket that is not a’s own');
+        assert.match(act, /not served from inside the session/);
+        assert.match(shot, /not served from inside the session/);
+        // The sibling itself is untouched and still served.
+        await d.client.act(b.id, { actions: [{ type: 'move', x: 7, y: 9 }] });
+        assert.match(await pointer(b), /X=7\nY=9/);
+      } finally {
+        for (const s of [a, b]) await d.client.destroySession(s.id).catch(() => {});
+      }
+    });
 
   it('a bus_0 symlink to a sibling’s AT-SPI bus: the a11y tree is never the sibling’s', async () => {
     const marker = `victim-${prefix}`;
@@ -87,6 +89,7 @@ describe('the daemon reaches only the session’s own sockets', () => {
         (e: Error) => `error: ${e.message}`,
       );
       assert.ok(!ta.includes(marker), `a's a11y tree is the sibling's:\n${ta.slice(0, 2000)}`);
+      assert.match(ta, /^error: .*not served from inside the session/);
     } finally {
       for (const s of [a, b]) await d.client.destroySession(s.id).catch(() => {});
     }
