@@ -3,12 +3,44 @@ import assert from 'node:assert/strict';
 import { realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type WebSocket from 'ws';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, runPrefix, type TestDaemon } from '../helpers.ts';
 
 // The daemon reaches each session's X server and AT-SPI bus through sockets in directories the session itself
 // can write (/tmp/.X11-unix is 1777, /run/drums belongs to the desktop user). A session that swaps its socket
 // for a symlink to a sibling's socket must never make the daemon observe or drive the sibling.
+/** The first RFB bytes a viewer gets, through to ServerInit's framebuffer size, or how the WebSocket closed first. */
+function viewerSees(ws: WebSocket): Promise<string> {
+  return new Promise((resolve) => {
+    let buf = Buffer.alloc(0);
+    let stage = 0;
+    const send = (b: Buffer) => ws.send(b);
+    ws.on('close', (code, reason) => resolve(`closed ${code} ${reason.toString()}`));
+    ws.on('error', (e) => resolve(`error ${e.message}`));
+    ws.on('message', (m) => {
+      buf = Buffer.concat([buf, m as Buffer]);
+      // RFB 3.8, security None, shared ClientInit; ServerInit starts with width and height.
+      if (stage === 0 && buf.length >= 12) {
+        buf = buf.subarray(12);
+        send(Buffer.from('RFB 003.008\n'));
+        stage = 1;
+      }
+      if (stage === 1 && buf.length >= 1 && buf.length >= 1 + buf[0]!) {
+        buf = buf.subarray(1 + buf[0]!);
+        send(Buffer.from([1]));
+        stage = 2;
+      }
+      if (stage === 2 && buf.length >= 4) {
+        buf = buf.subarray(4);
+        send(Buffer.from([1]));
+        stage = 3;
+      }
+      if (stage === 3 && buf.length >= 4) resolve(`framebuffer ${buf.readUInt16BE(0)}x${buf.readUInt16BE(2)}`);
+    });
+  });
+}
+
 describe('the daemon reaches only the session’s own sockets', () => {
   let d: TestDaemon;
   let rt: string;
@@ -61,6 +93,36 @@ describe('the daemon reaches only the session’s own sockets', () => {
         for (const s of [a, b]) await d.client.destroySession(s.id).catch(() => {});
       }
     });
+
+  it('a drums-vnc symlink to a sibling’s x11vnc: the viewer never gets the sibling’s framebuffer', { timeout: 180_000 }, async () => {
+    const [a, b] = await Promise.all([
+      d.client.createSession({ image: 'minimal', screen: '800x600' }),
+      d.client.createSession({ image: 'minimal', screen: '1024x768' }),
+    ]);
+    const views: WebSocket[] = [];
+    try {
+      // A viewer on b keeps b's x11vnc (and its socket) up.
+      const vb = d.client.webSocket(`/v1/sessions/${b.id}/vnc`, 'binary');
+      views.push(vb);
+      assert.equal(await viewerSees(vb), 'framebuffer 1024x768');
+      // Session a keeps its VNC socket path pointing at b's (atomically re-planted, so it wins over its own x11vnc).
+      const target = join(rt, b.id, 'x11', 'drums-vnc');
+      const plant = await exec(
+        a,
+        `setsid sh -c 'while :; do ln -sfn ${target} /tmp/.X11-unix/.v && mv -Tf /tmp/.X11-unix/.v /tmp/.X11-unix/drums-vnc; sleep 0.02; done' ` +
+          `>/dev/null 2>&1 </dev/null & sleep 0.5; ls -l /tmp/.X11-unix/drums-vnc`,
+      );
+      assert.match(plant.stdout, /->/, plant.stderr);
+      const va = d.client.webSocket(`/v1/sessions/${a.id}/vnc`, 'binary');
+      views.push(va);
+      const seen = await viewerSees(va);
+      assert.notEqual(seen, 'framebuffer 1024x768', 'a viewer of a got b’s framebuffer');
+      assert.match(seen, /^closed 1011 vnc socket not the session’s own|^framebuffer 800x600$/);
+    } finally {
+      for (const v of views) v.terminate();
+      for (const s of [a, b]) await d.client.destroySession(s.id).catch(() => {});
+    }
+  });
 
   it('a bus_0 symlink to a sibling’s AT-SPI bus: the a11y tree is never the sibling’s', async () => {
     const marker = `victim-${prefix}`;
