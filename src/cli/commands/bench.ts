@@ -284,7 +284,7 @@ export function registerBench(program: Command): void {
     .action(async (o: { base?: string; sessions: string; clients: string; seconds: string; offered: string; trials: string; quick?: boolean; out: string }) => {
       const { runStepsBench } = await import('../../bench/steps-bench.ts');
       const { resolve, join } = await import('node:path');
-      const here = resolve(import.meta.dirname, '..', '..');
+      const here = resolve(import.meta.dirname, '..', '..', '..');
       const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
       if (o.base) arms.push({ name: 'base', bin: join(resolve(o.base), 'bin', 'drums'), description: `the checkout at ${resolve(o.base)}` });
       const { record, file } = await runStepsBench({
