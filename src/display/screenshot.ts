@@ -161,7 +161,7 @@ export function resolveShot(options: ScreenshotOptions, screen: { width: number;
     throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
   const region = validateRegion(options.region, screen, `${prefix}region`);
   const scale = resolveScale(options.scale, region.width, region.height, prefix);
-  return { format, quality, region, scale, wantCursor: options.cursor !== false };
+  return { format, quality, region, scale, wantCursor: options.cursor !== false, ...(options.boxScale && scale ? { boxScale: true } : {}) };
 }
 
 /** A frame on this connection (the pointer drawn only where the server has XFIXES). */
