@@ -263,8 +263,15 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
   }
 }
 
-/** Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the end). */
-async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
+/**
+ * Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the
+ * end). `rowsWanted`, called once the capture's reply is in, may name the only row ranges
+ * ([y0, y1) of the region) the caller will read: then only those are copied out of the MIT-SHM
+ * segment (the banded PNG path reads the few bands that changed, not all 4 MB; the copy of a
+ * whole 1280x800 frame cost ~1-2 ms of the daemon's CPU per step); the other rows of `out` are
+ * left as they were.
+ */
+async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void, rowsWanted?: () => Array<[number, number]> | null): Promise<Buffer> {
   const bytes = r.width * r.height * 4;
   if (c.shm) {
     const got = await c.shmLock.run(async () => {
@@ -276,7 +283,12 @@ async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: ()
       );
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment straight into this frame's buffer (the client does not mmap it).
-      fs.readSync(shm.fd, out, 0, bytes, 0);
+      const ranges = rowsWanted?.();
+      if (!ranges) fs.readSync(shm.fd, out, 0, bytes, 0);
+      else {
+        const stride = r.width * 4;
+        for (const [y0, y1] of ranges) fs.readSync(shm.fd, out, y0 * stride, (y1 - y0) * stride, y0 * stride);
+      }
       return true;
     });
     if (got) return out;
@@ -410,13 +422,21 @@ function cacheKey(o: ResolvedShot): string {
 /** Banded encoders kept per connection (region × cursor); each holds only compressed bands. */
 const PNG_ENCODERS = 2;
 
+interface BandPlan {
+  e: { enc: BandPngEncoder; seq: number; cursorRows: [number, number] | null };
+  /** Per band: encode it anew (it may have changed, or was never encoded). */
+  need: boolean[];
+  cur: [number, number] | null;
+}
+
 /**
  * Unscaled PNG (the step's default): only the bands that may have changed since this
  * encoder's last frame are encoded again: rows with damage numbered at or after that frame's
  * capture, and the rows of the pointer then and now (the cursor is drawn in, not damage).
- * The event carrying any damage before this GetImage has arrived with (before) its reply.
+ * Planned once the capture's reply is in: the event carrying any damage before its GetImage
+ * has arrived with (before) the reply, and later damage is the next frame's.
  */
-function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number, cursor: CursorImage | null): ScreenshotResult {
+function planBands(st: FrameState, o: ResolvedShot, cursor: CursorImage | null): BandPlan {
   const r = o.region;
   const key = `${r.x},${r.y},${r.width},${r.height}/${cursor ? 1 : 0}`;
   let e = st.png.get(key);
@@ -430,7 +450,7 @@ function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number,
   const since = e.seq;
   const cur: [number, number] | null = cursor ? [cursor.y - cursor.yhot - r.y, cursor.y - cursor.yhot - r.y + cursor.height] : null;
   const was = e.cursorRows;
-  const out = e.enc.encode(bgrx, (k) => {
+  const need = e.enc.pending((k) => {
     const y0 = k * BAND_ROWS,
       y1 = Math.min(r.height, y0 + BAND_ROWS);
     if (cur && cur[0] < y1 && cur[1] > y0) return true;
@@ -438,8 +458,28 @@ function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number,
     for (let y = r.y + y0; y < r.y + y1; y++) if (rows[y]! >= since) return true;
     return false;
   });
-  e.seq = seq;
-  e.cursorRows = cur;
+  return { e, need, cur };
+}
+
+/** The row ranges of the bands a plan encodes (adjacent bands merged). */
+function planRows(p: BandPlan, height: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (let k = 0; k < p.need.length; k++) {
+    if (!p.need[k]) continue;
+    const y0 = k * BAND_ROWS,
+      y1 = Math.min(height, y0 + BAND_ROWS);
+    const last = out[out.length - 1];
+    if (last && last[1] === y0) last[1] = y1;
+    else out.push([y0, y1]);
+  }
+  return out;
+}
+
+function encodeBands(p: BandPlan, bgrx: Buffer, o: ResolvedShot, seq: number): ScreenshotResult {
+  const r = o.region;
+  const out = p.e.enc.encode(bgrx, (k) => p.need[k]!);
+  p.e.seq = seq;
+  p.e.cursorRows = p.cur;
   return { data: out.png, width: r.width, height: r.height, format: 'png', mimeType: MIME.png };
 }
 
@@ -462,18 +502,32 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   let epoch = st.epoch;
   let seq = 0;
   const buf = scratch.take(o.region.width * o.region.height * 4 + 4);
+  const banded = o.format === 'png' && !o.scale && st.rowSeq !== null;
+  let plan: BandPlan | null = null;
   let result: ScreenshotResult;
   try {
-    const bgrx = await captureBgrx(c, o.region, buf, () => {
-      epoch = st.epoch;
-      st.subtract();
-      // The GetImage goes out next: damage numbered >= this happened after the last request
-      // before it (so possibly after the capture), anything lower is in the capture.
-      seq = c.x.seq_num;
-    });
+    const bgrx = await captureBgrx(
+      c,
+      o.region,
+      buf,
+      () => {
+        epoch = st.epoch;
+        st.subtract();
+        // The GetImage goes out next: damage numbered >= this happened after the last request
+        // before it (so possibly after the capture), anything lower is in the capture.
+        seq = c.x.seq_num;
+      },
+      banded
+        ? () => {
+            plan = planBands(st, o, cursor);
+            return planRows(plan, o.region.height);
+          }
+        : undefined,
+    );
     st.captures++;
+    // The pointer's rows are always in a plan's bands, so the cursor lands on rows that were read.
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
-    result = o.format === 'png' && !o.scale && st.rowSeq ? encodeBands(st, bgrx, o, seq, cursor) : await encodeBgrx(bgrx, o);
+    result = banded ? encodeBands(plan ?? planBands(st, o, cursor), bgrx, o, seq) : await encodeBgrx(bgrx, o);
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
     scratch.give(buf);
