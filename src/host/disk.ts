@@ -1,4 +1,4 @@
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, rmSync, statSync, statfsSync } from 'node:fs';
+import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, statfsSync } from 'node:fs';
 import { run } from '../common/exec.ts';
 import { HostError } from '../common/errors.ts';
 import { type BlockDevice, deviceNumbers, throttleLoop, unthrottleLoop } from './disk-throttle.ts';
@@ -47,20 +47,25 @@ export async function makeSessionDisk(image: string, mountpoint: string, bytes: 
   // A loop device with direct I/O (the image's pages are not cached twice, once per filesystem),
   // then mounted and at once detached: a busy loop device detaches itself (autoclear) when
   // unmounted, so no loop device outlives its mount, even when the daemon is killed.
-  const dev = await attachLoop(image);
-  const numbers = deviceNumbers(dev);
-  try {
-    await run(['mount', '-t', 'ext4', '-o', 'discard,nosuid,nodev', dev, mountpoint]);
-  } finally {
-    await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+  // A second try with a new device: a device name is reused the moment it is freed, so a
+  // backstop detach elsewhere on the host can hit ours between attach and mount.
+  for (let attempt = 0; ; attempt++) {
+    const dev = await attachLoop(image);
+    const numbers = deviceNumbers(dev);
+    try {
+      const r = await run(['mount', '-t', 'ext4', '-o', 'discard,nosuid,nodev', dev, mountpoint], { okCodes: attempt === 0 ? [0, 32] : [0] });
+      if (r.code !== 0) continue;
+    } finally {
+      await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+    }
+    throttleLoop(numbers, writeBytesPerSecond);
+    return numbers;
   }
-  throttleLoop(numbers, writeBytesPerSecond);
-  return numbers;
 }
 
 /** Lifts the write limit of the loop devices on `file` (before an unmount: its flush need not crawl, and the next user gets none). */
 async function unthrottleLoopsOf(file: string): Promise<void> {
-  for (const dev of await loopsBackedBy(file))
+  for (const dev of loopsBackedBy(file))
     try {
       unthrottleLoop(deviceNumbers(dev));
     } catch {}
@@ -84,36 +89,66 @@ export async function unmountSessionDisk(image: string, mountpoint: string): Pro
     const r = await run(['umount', mountpoint], { okCodes: [0, 32] });
     if (r.code !== 0) await run(['umount', '-l', mountpoint], { okCodes: [0, 32] });
   }
-  await detachLoops(image);
+  await releaseLoops(image);
   rmSync(image, { force: true });
 }
 
-/** Loop devices whose backing file is `file` or lies under it (a directory). */
-export async function loopsBackedBy(file: string): Promise<string[]> {
-  if (!existsSync('/dev/loop-control')) return [];
-  const r = await run(['losetup', '--json', '--list'], { okCodes: [0, 1] });
-  if (r.code !== 0 || !r.stdout.trim()) return [];
-  const list = (JSON.parse(r.stdout) as { loopdevices?: { name: string; 'back-file'?: string }[] }).loopdevices ?? [];
-  const under = file.endsWith('/') ? file : file + '/';
-  // losetup appends " (deleted)" once the backing file is gone.
-  return list
-    .filter((l) => {
-      const back = (l['back-file'] ?? '').replace(/ \(deleted\)$/, '');
-      return back === file || back.startsWith(under);
-    })
-    .map((l) => l.name);
+/**
+ * After the unmount the kernel frees the autoclear loop device, but not at once, and its name
+ * is handed to the next `losetup --find` the moment it is free. A detach by a name read before
+ * the release could so hit another session's device between its attach and its mount (its
+ * mount then failed with "can't read superblock": 3 of ~700 cycles, 8 at once). So the release
+ * is awaited, and only what then still holds this image is detached (a device pinned by a copy
+ * of the mount in another mount namespace is only marked, and goes when that namespace does).
+ */
+async function releaseLoops(image: string): Promise<void> {
+  for (let i = 0; i < 8 && loopsBackedBy(image).length > 0; i++) await sleep(25 * (i + 1));
+  await detachLoops(image);
 }
 
-/** Detaches loop devices left on `file` (or under it): the backstop for a mount that was lost. */
+const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
+
+/** Loop devices whose backing file is `file` or lies under it (a directory), read from sysfs (no process, no device opened). */
+export function loopsBackedBy(file: string): string[] {
+  const under = file.endsWith('/') ? file : file + '/';
+  const found: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync('/sys/block').filter((n) => /^loop\d+$/.test(n));
+  } catch {
+    return [];
+  }
+  for (const name of names) {
+    let back: string;
+    try {
+      // The kernel appends " (deleted)" once the backing file is gone; an unbound device has no file.
+      back = readFileSync(`/sys/block/${name}/loop/backing_file`, 'utf8')
+        .trim()
+        .replace(/ \(deleted\)$/, '');
+    } catch {
+      continue;
+    }
+    if (back === file || back.startsWith(under)) found.push(`/dev/${name}`);
+  }
+  return found;
+}
+
+/**
+ * Detaches loop devices left on `file` (or under it): the backstop for a mount that was lost.
+ * Each device's backing file is read again just before its detach, so a device freed and bound
+ * to another file meanwhile (device names are reused at once) is left alone.
+ */
 export async function detachLoops(file: string): Promise<string[]> {
-  const loops = await loopsBackedBy(file);
-  for (const dev of loops) {
+  const detached: string[] = [];
+  for (const dev of loopsBackedBy(file)) {
+    if (!loopsBackedBy(file).includes(dev)) continue; // freed meanwhile
     try {
       unthrottleLoop(deviceNumbers(dev));
     } catch {}
     await run(['losetup', '-d', dev], { okCodes: [0, 1] });
+    detached.push(dev);
   }
-  return loops;
+  return detached;
 }
 
 /** Host bytes the image really occupies (it is sparse). */

@@ -182,13 +182,23 @@ function writeFileSh(path: string, content: string, mode = '0644'): string {
 
 // Runs inside the private mount (and pid) namespace: mount the API
 // filesystems into the rootfs, then chroot with a clean environment.
+// The namespace starts with a copy of every host mount, sessions' disks and overlays among
+// them, and a copy pins what it holds: a session destroyed during a build kept its loop device
+// and its deleted disk image until the build ended. So the step pivots into the rootfs and
+// drops the copied host tree (the umount and rmdir after the pivot are the rootfs's own).
 const NS_SCRIPT = `set -e
 r=$1; shift
+mount --bind "$r" "$r"
 mkdir -p "$r/proc" "$r/sys" "$r/dev"
 mount -t proc -o nosuid,nodev,noexec proc "$r/proc"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$r/sys"
 mount --rbind /dev "$r/dev"
-exec chroot "$r" /usr/bin/env -i "$@"
+cd "$r"
+mkdir -p .drums-host-root
+pivot_root . .drums-host-root
+umount -l /.drums-host-root
+rmdir /.drums-host-root
+exec /usr/bin/env -i "$@"
 `;
 // setpriv --pdeathsig: unshare is SIGKILLed if the builder dies, and
 // --kill-child then takes the namespace's init (and so the whole pid
