@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import type { DrumsClient } from '../src/client/client.ts';
+import { DrumsApiError, type DrumsClient } from '../src/client/client.ts';
 import { startPrivateDaemon } from '../src/client/private-daemon.ts';
 
 export const ROOT = resolve(import.meta.dirname, '..');
@@ -148,4 +148,15 @@ export function assertClean(instance: string, stateDir: string): void {
 
 export function removeStateDir(stateDir: string): void {
   if (stateDir.startsWith('/var/tmp/drums-test-')) rmSync(stateDir, { recursive: true, force: true });
+}
+
+/** The API error a call fails with (a promise, or a function that makes one); anything else fails the test. */
+export async function apiError(p: Promise<unknown> | (() => Promise<unknown>)): Promise<DrumsApiError> {
+  try {
+    await (typeof p === 'function' ? p() : p);
+  } catch (e) {
+    if (e instanceof DrumsApiError) return e;
+    throw e;
+  }
+  throw new Error('expected an API error');
 }

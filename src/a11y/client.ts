@@ -5,10 +5,14 @@
 // process down.
 
 import { stat } from 'node:fs/promises';
+import type { Duplex } from 'node:stream';
 import { createClient, type MessageBus } from 'dbus-native';
 import { A11yError } from './errors.ts';
 import type { WalkOptions, WalkResult, A11yNode } from './types.ts';
+import { type A11yBus, type A11yCall, A11yCallError, classify, type DbusErrorLike } from './bus.ts';
 import { walk } from './walk.ts';
+
+export { A11yCallError, type A11yCall } from './bus.ts';
 
 export const DEFAULT_CALL_TIMEOUT_MS = 1000;
 
@@ -17,39 +21,15 @@ export type A11yConnectOptions = {
   timeoutMs?: number;
   /** A peer-to-peer connection (an application's own socket): no bus, so no Hello. */
   peer?: boolean;
+  /**
+   * Opens the connected socket instead of connecting to the path as this process (e.g. a socket connected as
+   * another uid, for a bus inside a user namespace where this process is unmapped). Its failure is
+   * `a11y_unavailable`.
+   */
+  open?: () => Promise<Duplex>;
+  /** The uid to claim in D-Bus EXTERNAL auth (the peer's view of the socket's owner); default this process's. */
+  authUid?: number;
 };
-
-export type A11yCall = {
-  destination: string;
-  path: string;
-  interface: string;
-  member: string;
-  signature?: string;
-  body?: unknown[];
-};
-
-/** How a raw call failed; the walker decides what each means. */
-export class A11yCallError extends Error {
-  readonly kind: 'timeout' | 'closed' | 'dbus';
-  readonly dbusName: string | undefined;
-
-  constructor(kind: 'timeout' | 'closed' | 'dbus', message: string, dbusName?: string) {
-    super(message);
-    this.name = 'A11yCallError';
-    this.kind = kind;
-    this.dbusName = dbusName;
-  }
-}
-
-type DbusErrorLike = { code?: string; dbusName?: string; message?: string };
-
-function classify(err: unknown): A11yCallError {
-  const e = (err ?? {}) as DbusErrorLike;
-  if (e.code === 'ETIMEDOUT') return new A11yCallError('timeout', String(e.message));
-  if (e.code === 'ECONNCLOSED') return new A11yCallError('closed', String(e.message));
-  if (e.dbusName) return new A11yCallError('dbus', String(e.message), e.dbusName);
-  return new A11yCallError('closed', err instanceof Error ? err.message : String(err));
-}
 
 /** `unix:path=/x/y,guid=…` → connection options; anything without `=` is taken as a socket path. */
 function connectionTarget(addressOrPath: string): { socket: string } | { busAddress: string } {
@@ -70,7 +50,23 @@ export function socketPathFromAddress(address: string): string | undefined {
   return undefined;
 }
 
-export class A11yClient {
+/**
+ * dbus-native claims `process.getuid()` in `AUTH EXTERNAL`; a server checks the claim against the socket's
+ * credentials, so a socket connected as another uid must claim that one. Rewrites the one AUTH EXTERNAL line.
+ */
+function claimUid(stream: Duplex, uid: number): void {
+  const write = stream.write;
+  const hex = Buffer.from(String(uid), 'ascii').toString('hex');
+  stream.write = function (this: Duplex, chunk: unknown, ...rest: unknown[]) {
+    if (typeof chunk === 'string' && chunk.startsWith('AUTH EXTERNAL ')) {
+      stream.write = write;
+      chunk = `AUTH EXTERNAL ${hex}\r\n`;
+    }
+    return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+  } as Duplex['write'];
+}
+
+export class A11yClient implements A11yBus {
   readonly address: string;
   readonly timeoutMs: number;
   private readonly _bus: MessageBus;
@@ -93,7 +89,15 @@ export class A11yClient {
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     const target = connectionTarget(busAddressOrSocketPath);
     const socketPath = 'socket' in target ? target.socket : socketPathFromAddress(target.busAddress);
-    if (socketPath !== undefined) {
+    let opened: Duplex | undefined;
+    if (options.open) {
+      try {
+        opened = await options.open();
+      } catch (err) {
+        throw new A11yError('a11y_unavailable', `cannot connect to AT-SPI bus ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });
+      }
+      if (options.authUid !== undefined) claimUid(opened, options.authUid);
+    } else if (socketPath !== undefined) {
       // Note: checked first so a missing socket fails fast and says so.
       const st = await stat(socketPath).catch(() => undefined);
       if (!st?.isSocket()) {
@@ -103,8 +107,9 @@ export class A11yClient {
     let bus: MessageBus;
     try {
       // direct: we send Hello ourselves; dbus-native's own Hello throws from a callback if it fails.
-      bus = createClient({ ...target, direct: true, timeout: timeoutMs, fdTransport: false });
+      bus = createClient({ ...(opened ? { stream: opened } : target), direct: true, timeout: timeoutMs, fdTransport: false });
     } catch (err) {
+      opened?.destroy();
       throw new A11yError('a11y_bad_address', `cannot use AT-SPI bus address ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });
     }
     const client = new A11yClient(busAddressOrSocketPath, bus, timeoutMs);

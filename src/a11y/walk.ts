@@ -9,8 +9,7 @@
 // at once, and its subtree is marked truncated. The deadline caps every call's timeout, so the walk returns
 // by then with whatever it has.
 
-import type { A11yCall, A11yClient } from './client.ts';
-import { A11yCallError } from './client.ts';
+import { type A11yBus, type A11yCall, A11yCallError } from './bus.ts';
 import {
   ATSPI_PREFIX,
   COORD_TYPE_SCREEN,
@@ -72,7 +71,7 @@ class NodeFailure extends Error {
 }
 
 type Ctx = {
-  client: A11yClient;
+  client: A11yBus;
   deadline: number;
   callTimeoutMs: number;
   maxDepth: number;
@@ -82,7 +81,7 @@ type Ctx = {
   limiters: Map<string, Limiter>;
   hung: Set<string>;
   direct: { mapPath: ((p: string) => string) | undefined } | undefined;
-  peers: Map<string, A11yClient>;
+  peers: Map<string, A11yBus>;
   stats: WalkStats;
 };
 
@@ -405,7 +404,7 @@ function appFilterOf(apps: WalkOptions['apps']): ((app: A11yAppInfo) => boolean)
   return (app) => names.has(app.name);
 }
 
-export async function walk(client: A11yClient, options: WalkOptions = {}): Promise<WalkResult> {
+export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<WalkResult> {
   const started = performance.now();
   const ctx: Ctx = {
     client,

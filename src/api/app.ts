@@ -2,17 +2,26 @@ import { Hono } from 'hono';
 import { DrumsError } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { SessionManager } from '../session/manager.ts';
-import { createRouteContext } from './context.ts';
 import { sessionRoutes, sessionView, type ViewExtras } from './routes/sessions.ts';
 import { displayRoutes } from './routes/display.ts';
 import { errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from '../session/display-service.ts';
-import { security } from './middleware/security.ts';
 import { FIELDS } from '../common/config.ts';
-import { bodyLimit, rateLimit, rateLimitOf, type RateLimitOptions } from './middleware/limits.ts';
-import { fairShare, fairShareOf, type FairShareOptions } from './middleware/fair.ts';
-import { idempotency, sessionGeneration } from './middleware/sessions.ts';
-import { notFoundOr405, observe } from './middleware/observe.ts';
+import {
+  bodyLimit,
+  createRouteContext,
+  type FairShareOptions,
+  fairShare,
+  fairShareOf,
+  notFoundOr405,
+  observe,
+  type RateLimitOptions,
+  rateLimit,
+  rateLimitOf,
+  security,
+  sessionGeneration,
+} from './request.ts';
+import { idempotency } from './idempotency.ts';
 import { metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
 import { hostRoutes } from './routes/host.ts';
@@ -49,9 +58,9 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
     log('error', 'unhandled error', { path: c.req.path, error: String(err?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error; see the daemon log' } }, 500);
   });
-  // Middleware, outermost first (src/api/middleware/): metrics, Host/Origin/token,
-  // per-token rate limit, body limit, then per-session generation and idempotency.
-  const extras = takeoverExtras(mgr, opts.viewExtras);
+  // The request pipeline (src/api/request.ts), outermost first: metrics, Host/Origin/token,
+  // per-token rate limit, body limit, fair share, then idempotency (create) and the generation.
+  const extras = takeoverExtras(display, opts.viewExtras);
   const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, extras));
   app.use('*', observe());
   app.use('*', security(opts));

@@ -4,6 +4,7 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:f
 import net from 'node:net';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
+import { acquireLock, type LockHandle } from '../image/lock.ts';
 import { judge, loadBars } from './bars.ts';
 import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { sleep } from './measure.ts';
@@ -27,7 +28,7 @@ export interface Probe {
   detail: string;
 }
 
-const AUDIT_ARMS = ['baseline', 'fork', 'shared-browser'];
+const AUDIT_ARMS = ['baseline', 'fork', 'memfork', 'shared-browser'];
 /** The configuration audited: a user namespace per session (the users.* probes fail without one). */
 const AUDITED_CONFIG = { DRUMS_USERNS: '1' };
 
@@ -193,15 +194,31 @@ const kindsAlive = async (c: DrumsClient, id: string) => {
 };
 
 /**
- * The fork arm's pair: a source whose page is a file in its home, forked (disk) into A and B;
- * B's copy of the file is then made green and reloaded, so each screenshot shows whose it is.
+ * The fork arms' pair: a source whose page is a file in its home, forked (disk or memory) into A
+ * and B; B's copy of the file is then made green and reloaded, so each screenshot shows whose it is.
+ * A memory fork's source is what a memory fork takes: no user namespace of its own (the audited
+ * daemon gives one by default), where Chromium runs without its zygote (docs/pools.md).
  */
-async function forkedPair(c: DrumsClient, sessions: SessionInfo[]): Promise<{ a: SessionInfo; b: SessionInfo }> {
+async function forkedPair(c: DrumsClient, sessions: SessionInfo[], mode: 'disk' | 'memory'): Promise<{ a: SessionInfo; b: SessionInfo }> {
   const html = (rgb: string) => `<title>audit</title><body style="background:#${rgb};margin:0"></body>`;
-  const src = await c.createSession({ image: 'default', url: 'file:///home/user/audit.html' });
+  const src = await c.createSession({
+    image: 'default',
+    url: 'file:///home/user/audit.html',
+    ...(mode === 'memory' ? { userns: false } : {}),
+  });
   sessions.push(src);
   await c.writeFile(src.id, '/home/user/audit.html', html(RED));
-  const r = await c.forkSession(src.id, { count: 2 });
+  if (mode === 'memory') {
+    // The page shows the red file before the fork, so both copies start from it.
+    const end = Date.now() + 30_000;
+    for (;;) {
+      await c.act(src.id, { actions: [{ type: 'key', keys: ['F5'] }] });
+      await sleep(500);
+      if (near(await centerPixel(c, src.id), RED)) break;
+      if (Date.now() > end) throw new Error('the memory fork source did not paint its page');
+    }
+  }
+  const r = await c.forkSession(src.id, { count: 2, mode });
   sessions.push(...r.copies);
   const [a, b] = r.copies as [SessionInfo, SessionInfo];
   await c.writeFile(b.id, '/home/user/audit.html', html(GREEN));
@@ -214,6 +231,9 @@ async function forkedPair(c: DrumsClient, sessions: SessionInfo[]): Promise<{ a:
     if (Date.now() > end) throw new Error(`forked pair not painted: A ${pa}, B ${pb}`);
   }
 }
+
+/** One audit at a time per host (a lock file of pid and start time; a dead holder's is taken over). */
+const AUDIT_LOCK = '/run/drums-audit.lock';
 
 async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, arm = 'baseline'): Promise<{ probes: Probe[]; blast: unknown[] }> {
   const c = d.client;
@@ -228,16 +248,20 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   let hostAny: Awaited<ReturnType<typeof hostListener>> | undefined;
   let hostLo: Awaited<ReturnType<typeof hostListener>> | undefined;
   let targets: ReturnType<typeof startTargets> | undefined;
+  let hostWide: LockHandle | undefined;
   try {
+    // The targets' addresses are routed host-wide (169.254.169.254 and the rest, via one fixed
+    // veth address), so two audits on one host take turns instead of failing on each other.
+    hostWide = await acquireLock(AUDIT_LOCK, { timeoutMs: 20 * 60_000, onWait: (pid) => progress(`waiting for the audit of pid ${pid} to end`) });
     hostAny = await hostListener('0.0.0.0');
     hostLo = await hostListener('127.0.0.1');
     const targetPort = 20000 + Math.floor(Math.random() * 20000);
     targets = startTargets(tag.slice(0, 4), targetPort);
     let a: SessionInfo, b: SessionInfo;
-    if (arm === 'fork') {
-      // A and B are two disk-forked copies of one source (which stays alive as a third sibling).
-      progress('creating a source session and forking it into A and B');
-      ({ a, b } = await forkedPair(c, sessions));
+    if (arm === 'fork' || arm === 'memfork') {
+      // A and B are two forked copies of one source (which stays alive as a third sibling).
+      progress(`creating a source session and ${arm === 'fork' ? 'disk' : 'memory'}-forking it into A and B`);
+      ({ a, b } = await forkedPair(c, sessions, arm === 'fork' ? 'disk' : 'memory'));
     } else {
       progress('creating sessions A (red page) and B (green page)');
       a = await c.createSession({ image: 'default', url: page(RED) });
@@ -402,6 +426,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   } finally {
     for (const s of sessions) await c.destroySession(s.id).catch(() => {});
     targets?.cleanup();
+    hostWide?.release();
     hostAny?.close();
     hostLo?.close();
     rmSync(hostMarker, { force: true });
@@ -509,13 +534,13 @@ export async function runAudit(o: {
       await d.stop();
     }
   }
-  if (armNames.includes('fork')) {
+  for (const arm of ['fork', 'memfork'].filter((a) => armNames.includes(a))) {
     const d = await startPrivateDaemon(AUDITED_CONFIG);
     try {
-      probes.push(...(await auditBaseline(d, progress, 'fork')).probes);
+      probes.push(...(await auditBaseline(d, progress, arm)).probes);
     } catch (e) {
-      failures.push(`fork audit aborted: ${(e as Error).message}`);
-      incomplete.push(`fork audit aborted: ${(e as Error).message}`);
+      failures.push(`${arm} audit aborted: ${(e as Error).message}`);
+      incomplete.push(`${arm} audit aborted: ${(e as Error).message}`);
     } finally {
       await d.stop();
     }
@@ -542,7 +567,9 @@ export async function runAudit(o: {
           ? 'two default Drums sessions with Chromium, probed from A'
           : name === 'fork'
             ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A'
-            : 'one Chromium serving two profiles (the shared-browser design)',
+            : name === 'memfork'
+              ? 'two memory-forked (CRIU) copies of one default session with Chromium and no user namespace of its own (the source alive beside them), probed from A'
+              : 'one Chromium serving two profiles (the shared-browser design)',
       image: 'default',
       status: ps.length ? 'measured' : 'invalid',
       ...(ps.length ? {} : { reason: 'no probe ran' }),

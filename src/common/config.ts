@@ -53,6 +53,7 @@ export interface DaemonConfig {
   diskWriteMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
+  browserZygote: boolean;
   benchHooks: boolean;
 }
 
@@ -289,6 +290,13 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
     default: 100,
     parse: number(0),
+  },
+  browserZygote: {
+    env: 'DRUMS_BROWSER_ZYGOTE',
+    doc: "`1` keeps Chromium's zygote in sessions without a user namespace (by default they run it with `--no-zygote`, so they can be memory-forked; docs/pools.md)",
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
   },
   testFailStep: { env: 'DRUMS_TEST_FAIL_STEP', doc: 'fail every create at this step (tests)', default: undefined, parse: str, audience: 'test' },
   testHooks: {

@@ -12,9 +12,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CancelledError } from '../common/errors.ts';
 import { DisplayError, invalidAction } from './errors.ts';
 import { charToKeysyms, keysymFromName, splitChord } from './keysyms.ts';
-import { keyChord, keyToggle, resolveKeyList, typeText } from './keyboard.ts';
-import { BUTTONS as BUTTON_NUMBERS, clickAt, dragAlong, moveTo, pressAt, wheelAt } from './pointer.ts';
-import { captureScreenshot, type Region, type ScreenshotFormat, type ScreenshotResult } from './screenshot.ts';
+import { BUTTONS as BUTTON_NUMBERS, clickAt, dragAlong, keyChord, keyToggle, moveTo, pressAt, resolveKeyList, typeText, wheelAt } from './input.ts';
+import { captureScreenshot } from './frames.ts';
+import type { Region, ScreenshotFormat, ScreenshotResult } from './screenshot.ts';
 import { cursorPosition } from './windows.ts';
 import type { XDisplay } from './x-display.ts';
 
@@ -559,7 +559,7 @@ export interface ActionResult {
 
 /**
  * Execute one canonical action (already normalized, screen coordinates): straight to the
- * trusted halves of pointer.ts and keyboard.ts on the display's connection, which check nothing
+ * trusted halves of input.ts (pointer and keyboard) on the display's connection, which check nothing
  * again. Key names are only resolved to keysyms (normalizeAction has checked them).
  */
 export async function runAction(d: XDisplay, a: CanonicalAction): Promise<Omit<ActionResult, 'index' | 'ms'>> {

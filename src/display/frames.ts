@@ -372,6 +372,80 @@ export function shrinkBgrx(bgrx: Buffer, width: number, height: number, f: numbe
   return out;
 }
 
+// ─── Resolving screenshot options: checked once against the screen, then captured as given ───
+
+export const DEFAULT_JPEG_QUALITY = 80;
+const MAX_SCALE_SIDE = 8192;
+
+function regionError(field: string, problem: string, details?: Record<string, unknown>): DisplayError {
+  return new DisplayError('invalid_region', `${field}: ${problem}`, { field, ...details });
+}
+
+function isInt(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v);
+}
+
+/** Validate a region against the screen; returns the full screen when region is undefined. */
+export function validateRegion(region: Region | undefined, screen: { width: number; height: number }, field = 'region'): Region {
+  if (region === undefined) return { x: 0, y: 0, width: screen.width, height: screen.height };
+  if (region === null || typeof region !== 'object') throw regionError(field, 'must be an object {x, y, width, height}');
+  const { x, y, width, height } = region;
+  if (!isInt(x) || x < 0 || x >= screen.width) throw regionError(`${field}.x`, `must be an integer within 0..${screen.width - 1}`, { value: x });
+  if (!isInt(y) || y < 0 || y >= screen.height) throw regionError(`${field}.y`, `must be an integer within 0..${screen.height - 1}`, { value: y });
+  if (!isInt(width) || width < 1 || x + width > screen.width) {
+    throw regionError(`${field}.width`, `must be an integer within 1..${screen.width - x} (x + width <= ${screen.width})`, { value: width });
+  }
+  if (!isInt(height) || height < 1 || y + height > screen.height) {
+    throw regionError(`${field}.height`, `must be an integer within 1..${screen.height - y} (y + height <= ${screen.height})`, { value: height });
+  }
+  return { x, y, width, height };
+}
+
+function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number, prefix = ''): { width: number; height: number } | null {
+  if (scale === undefined) return null;
+  if (scale === null || typeof scale !== 'object') throw regionError(`${prefix}scale`, 'must be an object {width, height}');
+  let { width, height } = scale;
+  if (width === undefined && height === undefined) throw regionError(`${prefix}scale`, 'needs width and/or height');
+  for (const [k, v] of [
+    ['width', width],
+    ['height', height],
+  ] as const) {
+    if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE))
+      throw regionError(`${prefix}scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
+  }
+  if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
+  if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
+  if (width === w && height === h) return null;
+  return { width, height };
+}
+
+/**
+ * Checks screenshot options against a screen and fills in the defaults: the frame captureFrame
+ * takes. Field names in errors start with `prefix` (the actions route passes 'screenshot.').
+ */
+export function resolveShot(options: ScreenshotOptions, screen: { width: number; height: number }, prefix = ''): ResolvedShot {
+  const format = options.format ?? 'png';
+  if (!(format in MIME))
+    throw new DisplayError('invalid_action', `${prefix}format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, {
+      field: `${prefix}format`,
+    });
+  const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
+  if (!isInt(quality) || quality < 1 || quality > 100)
+    throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
+  const region = validateRegion(options.region, screen, `${prefix}region`);
+  const scale = resolveScale(options.scale, region.width, region.height, prefix);
+  return { format, quality, region, scale, wantCursor: options.cursor !== false, ...(options.boxScale && scale ? { boxScale: true } : {}) };
+}
+
+/** A frame on this connection (the pointer drawn only where the server has XFIXES). */
+export function captureResolved(c: XConnection, shot: ResolvedShot): Promise<ScreenshotResult> {
+  return captureFrame(c, { ...shot, wantCursor: shot.wantCursor && !!c.fixes });
+}
+
+export async function captureScreenshot(c: XConnection, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
+  return captureResolved(c, resolveShot(options, c));
+}
+
 /** Encodes a BGRX frame (consumed: swapped in place) as a screenshot result. */
 export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<ScreenshotResult> {
   const { region, scale, format, quality } = o;

@@ -4,7 +4,7 @@ export type { XDisplayOpenOptions } from './x-display.ts';
 export { DisplayError, isDisplayError } from './errors.ts';
 export type { DisplayErrorCode } from './errors.ts';
 export type { ScreenshotOptions, ScreenshotResult, ScreenshotFormat, Region } from './screenshot.ts';
-export type { MouseButton, ClickOptions, DragOptions, ScrollOptions } from './pointer.ts';
+export type { MouseButton, ClickOptions, DragOptions, ScrollOptions } from './input.ts';
 export { XConnection } from './x-connection.ts';
 export type { WindowInfo, WaitForWindowOptions } from './windows.ts';
 export { normalizeAction, normalizeActions, runActions, runAction } from './actions.ts';

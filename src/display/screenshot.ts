@@ -1,68 +1,15 @@
 /**
- * Screenshots: option checks here; the frame itself (capture, colour conversion, cursor,
- * encoding, damage-driven cache) is in frames.ts. bgrxToRgb/compositeCursor/captureRgb are the
- * earlier all-JS path, kept as the reference the fast path is tested against.
+ * The screenshot types, and the earlier all-JS capture path (bgrxToRgb, compositeCursor,
+ * captureRgb), kept as the reference the fast path in frames.ts is tested against. Screenshots
+ * themselves (options resolved against the screen, capture, encoding, the damage-driven cache)
+ * are frames.ts: resolveShot, captureResolved, captureScreenshot.
  */
 import * as fs from 'node:fs';
 import { DisplayError } from './errors.ts';
-import { captureFrame, type ResolvedShot } from './frames.ts';
-import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
+import type { CursorImage, Region } from './image-types.ts';
 import type { XConnection } from './x-connection.ts';
 
 export type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
-
-export const DEFAULT_JPEG_QUALITY = 80;
-export const PNG_COMPRESSION_LEVEL = 6;
-const MAX_SCALE_SIDE = 8192;
-
-const MIME: Record<ScreenshotFormat, string> = {
-  png: 'image/png',
-  jpeg: 'image/jpeg',
-  webp: 'image/webp',
-  raw: 'application/octet-stream',
-};
-
-function regionError(field: string, problem: string, details?: Record<string, unknown>): DisplayError {
-  return new DisplayError('invalid_region', `${field}: ${problem}`, { field, ...details });
-}
-
-function isInt(v: unknown): v is number {
-  return typeof v === 'number' && Number.isInteger(v);
-}
-
-/** Validate a region against the screen; returns the full screen when region is undefined. */
-export function validateRegion(region: Region | undefined, screen: { width: number; height: number }, field = 'region'): Region {
-  if (region === undefined) return { x: 0, y: 0, width: screen.width, height: screen.height };
-  if (region === null || typeof region !== 'object') throw regionError(field, 'must be an object {x, y, width, height}');
-  const { x, y, width, height } = region;
-  if (!isInt(x) || x < 0 || x >= screen.width) throw regionError(`${field}.x`, `must be an integer within 0..${screen.width - 1}`, { value: x });
-  if (!isInt(y) || y < 0 || y >= screen.height) throw regionError(`${field}.y`, `must be an integer within 0..${screen.height - 1}`, { value: y });
-  if (!isInt(width) || width < 1 || x + width > screen.width) {
-    throw regionError(`${field}.width`, `must be an integer within 1..${screen.width - x} (x + width <= ${screen.width})`, { value: width });
-  }
-  if (!isInt(height) || height < 1 || y + height > screen.height) {
-    throw regionError(`${field}.height`, `must be an integer within 1..${screen.height - y} (y + height <= ${screen.height})`, { value: height });
-  }
-  return { x, y, width, height };
-}
-
-function resolveScale(scale: ScreenshotOptions['scale'], w: number, h: number, prefix = ''): { width: number; height: number } | null {
-  if (scale === undefined) return null;
-  if (scale === null || typeof scale !== 'object') throw regionError(`${prefix}scale`, 'must be an object {width, height}');
-  let { width, height } = scale;
-  if (width === undefined && height === undefined) throw regionError(`${prefix}scale`, 'needs width and/or height');
-  for (const [k, v] of [
-    ['width', width],
-    ['height', height],
-  ] as const) {
-    if (v !== undefined && (!isInt(v) || v < 1 || v > MAX_SCALE_SIDE))
-      throw regionError(`${prefix}scale.${k}`, `must be an integer within 1..${MAX_SCALE_SIDE}`, { value: v });
-  }
-  if (width === undefined) width = Math.max(1, Math.round((w * height!) / h));
-  if (height === undefined) height = Math.max(1, Math.round((h * width) / w));
-  if (width === w && height === h) return null;
-  return { width, height };
-}
 
 /**
  * BGRX (32 bpp, LSB first) → tightly packed RGB. A Uint32 loop when the source is 4-byte
@@ -144,31 +91,4 @@ async function captureCoreRgb(c: XConnection, r: Region): Promise<Buffer> {
     throw new DisplayError('x_error', `GetImage returned ${img.data.length} bytes for ${r.width}x${r.height} (expected 32 bpp)`);
   }
   return bgrxToRgb(img.data, r.width * r.height);
-}
-
-/**
- * Checks screenshot options against a screen and fills in the defaults: the frame captureFrame
- * takes. Field names in errors start with `prefix` (the actions route passes 'screenshot.').
- */
-export function resolveShot(options: ScreenshotOptions, screen: { width: number; height: number }, prefix = ''): ResolvedShot {
-  const format = options.format ?? 'png';
-  if (!(format in MIME))
-    throw new DisplayError('invalid_action', `${prefix}format: must be one of png, jpeg, webp, raw (got ${JSON.stringify(format)})`, {
-      field: `${prefix}format`,
-    });
-  const quality = options.quality ?? DEFAULT_JPEG_QUALITY;
-  if (!isInt(quality) || quality < 1 || quality > 100)
-    throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
-  const region = validateRegion(options.region, screen, `${prefix}region`);
-  const scale = resolveScale(options.scale, region.width, region.height, prefix);
-  return { format, quality, region, scale, wantCursor: options.cursor !== false, ...(options.boxScale && scale ? { boxScale: true } : {}) };
-}
-
-/** A frame on this connection (the pointer drawn only where the server has XFIXES). */
-export function captureResolved(c: XConnection, shot: ResolvedShot): Promise<ScreenshotResult> {
-  return captureFrame(c, { ...shot, wantCursor: shot.wantCursor && !!c.fixes });
-}
-
-export async function captureScreenshot(c: XConnection, options: ScreenshotOptions = {}): Promise<ScreenshotResult> {
-  return captureResolved(c, resolveShot(options, c));
 }

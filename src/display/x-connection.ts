@@ -96,7 +96,7 @@ export class XConnection extends EventEmitter {
   readonly xtest: any;
   /** XFIXES (cursor image), or null when the server lacks it. */
   readonly fixes: any;
-  /** Serialises input (the keymap trick in keyboard.ts needs it). */
+  /** Serialises input (the keymap trick in input.ts needs it). */
   readonly inputLock = new Lock();
   /** Serialises use of the single SHM segment. */
   readonly shmLock = new Lock();

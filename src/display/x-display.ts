@@ -4,10 +4,9 @@
  * on XConnection only (x-connection.ts), never on this class.
  */
 import { EventEmitter } from 'node:events';
-import { Keyboard, keyChord, keyToggle, typeText } from './keyboard.ts';
-import * as pointer from './pointer.ts';
-import type { ClickOptions, DragOptions, MouseButton, ScrollOptions } from './pointer.ts';
-import { captureScreenshot } from './screenshot.ts';
+import * as input from './input.ts';
+import { type ClickOptions, type DragOptions, Keyboard, type MouseButton, type ScrollOptions } from './input.ts';
+import { captureScreenshot } from './frames.ts';
 import type { ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
 import * as windows from './windows.ts';
 import type { WaitForWindowOptions, WindowInfo } from './windows.ts';
@@ -93,42 +92,42 @@ export class XDisplay extends EventEmitter {
 
   // ---- input (each call ends with a round trip) ----
   move(x: number, y: number): Promise<void> {
-    return pointer.move(this.conn, x, y);
+    return input.move(this.conn, x, y);
   }
   click(opts: ClickOptions = {}): Promise<void> {
-    return pointer.click(this.conn, this.keyboard, opts);
+    return input.click(this.conn, this.keyboard, opts);
   }
   mouseDown(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
-    return pointer.mouseButton(this.conn, button, true, at);
+    return input.mouseButton(this.conn, button, true, at);
   }
   mouseUp(button: MouseButton = 'left', at?: { x: number; y: number }): Promise<void> {
-    return pointer.mouseButton(this.conn, button, false, at);
+    return input.mouseButton(this.conn, button, false, at);
   }
   drag(path: Array<{ x: number; y: number }>, opts: DragOptions = {}): Promise<void> {
-    return pointer.drag(this.conn, path, opts);
+    return input.drag(this.conn, path, opts);
   }
   scroll(opts: ScrollOptions): Promise<void> {
-    return pointer.scroll(this.conn, this.keyboard, opts);
+    return input.scroll(this.conn, this.keyboard, opts);
   }
   /** Press and release a chord: `'ctrl+shift+t'`, `['ctrl','c']`, `'Return'`. */
   key(keys: string | string[]): Promise<void> {
-    return keyChord(this.keyboard, keys);
+    return input.keyChord(this.keyboard, keys);
   }
   keyDown(key: string): Promise<void> {
-    return keyToggle(this.keyboard, key, true);
+    return input.keyToggle(this.keyboard, key, true);
   }
   keyUp(key: string): Promise<void> {
-    return keyToggle(this.keyboard, key, false);
+    return input.keyToggle(this.keyboard, key, false);
   }
   type(text: string): Promise<void> {
-    return typeText(this.keyboard, text);
+    return input.typeText(this.keyboard, text);
   }
   wait(ms: number): Promise<void> {
-    return pointer.wait(ms);
+    return input.wait(ms);
   }
   /**
    * Reset keycodes temporarily bound for typing to NoSymbol now (otherwise this happens after
-   * 5 s of input idle time, see keyboard.ts RESTORE_IDLE_MS).
+   * 5 s of input idle time, see input.ts RESTORE_IDLE_MS).
    */
   restoreKeymap(): Promise<void> {
     return this.conn.inputLock.run(() => this.keyboard.restoreNow());

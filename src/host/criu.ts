@@ -40,6 +40,12 @@ export const CRIU_CONFIG = ['network-lock skip', 'ghost-limit 64M', 'irmap-scan-
 export const CRIU_DUMP_CONFIG = `unprivileged\n${CRIU_CONFIG}`;
 /** The environment variable (passed through runc) that tells the wrapper a call is a dump. */
 export const DUMP_ENV = 'DRUMS_CRIU_DUMP';
+/**
+ * The environment variable (passed through runc) with the `cgroup.procs` files (':'-separated)
+ * of the cgroup a restore restores into: the wrapper joins them, then starts CRIU in a new
+ * cgroup namespace rooted there (see wrapperScript).
+ */
+export const CGROUP_ENV = 'DRUMS_CRIU_CGROUP_PROCS';
 
 /** Capabilities of this process (CapEff), by name, for the wrapper to keep across its uid change. */
 export function effectiveCaps(): string[] {
@@ -103,6 +109,15 @@ const CAP_NAMES = [
  * capabilities kept (setpriv, ambient capabilities). A restore runs as root (its restorer
  * sets the tasks' credentials, which an unprivileged CRIU can't). runc passes its
  * environment on: DUMP_ENV=1 marks a dump. Every path is quoted.
+ *
+ * A restore with CGROUP_ENV set first moves the wrapper into those cgroups and then runs CRIU
+ * under `unshare --cgroup`: a dump made in `unprivileged` mode records no cgroups, so CRIU
+ * restores the tasks into its own cgroup namespace, and the restored session would otherwise
+ * share the host's (seeing every session's cgroup under /sys/fs/cgroup). runc moves CRIU into
+ * the container's cgroup only after it has started, too late for the namespace's root, so the
+ * wrapper joins it itself (the same cgroups; runc's later move is a no-op). runc's earlier
+ * version checks run the wrapper with the same environment; joining and unsharing is
+ * harmless for them.
  */
 export function wrapperScript(rootfs: string, configFile: string, uid: number, gid: number, caps: string[]): string {
   const q = (p: string) => `'${p.replaceAll("'", `'\\''`)}'`;
@@ -118,6 +133,12 @@ export function wrapperScript(rootfs: string, configFile: string, uid: number, g
     'fi',
     `CRIU_CONFIG_FILE=${q(configFile)}`,
     'export CRIU_CONFIG_FILE',
+    `if [ -n "\${${CGROUP_ENV}:-}" ]; then`,
+    "  IFS=':'",
+    `  for f in \${${CGROUP_ENV}}; do echo $$ > "$f" || exit 1; done`,
+    '  unset IFS',
+    `  exec unshare --cgroup ${criu} "$@"`,
+    'fi',
     `exec ${criu} "$@"`,
     '',
   ].join('\n');

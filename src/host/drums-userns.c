@@ -17,6 +17,15 @@
  *   drums-userns shift DIR FROM TO COUNT
  *       Every file under DIR (not following symlinks, not crossing mounts)
  *       owned by FROM+k (k < COUNT) becomes owned by TO+k; group likewise.
+ *   drums-userns connect UID GID DIR NAME
+ *       A unix stream socket connected, as host UID/GID with no supplementary
+ *       groups, to NAME (a relative path, no `..`) under DIR. DIR is opened as
+ *       the caller; everything under it is resolved as UID, so a symlink the
+ *       session planted reaches only what UID may. The socket's peer
+ *       credentials are UID/GID, which a server inside the session's user
+ *       namespace sees as the mapped in-session ids. The connected descriptor
+ *       goes to the parent over a Node IPC channel (NODE_CHANNEL_FD) as one
+ *       `net.Socket` handle message; see connectAs in src/host/userns.ts.
  *
  * Exit 0 on success; otherwise a one-line reason on stderr and exit 1, with
  * nothing left behind by `ns` (pins unmounted and removed).
@@ -34,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -245,6 +256,53 @@ static int cmd_shift(const char *dir, unsigned long from, unsigned long to, unsi
   return shift_errors ? 1 : 0;
 }
 
+/* Node's IPC channel: a JSON line, with SCM_RIGHTS on it, that `child.on('message', (msg, handle))` receives as a net.Socket. */
+static int send_handle(int channel, int fd) {
+  static const char line[] = "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"drums\":\"connected\"}}\n";
+  char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {.iov_base = (void *)line, .iov_len = sizeof line - 1};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  ssize_t n;
+  while ((n = sendmsg(channel, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return n == (ssize_t)(sizeof line - 1) ? 0 : -1;
+}
+
+static int cmd_connect(unsigned long uid, unsigned long gid, const char *dir, const char *name) {
+  const char *env = getenv("NODE_CHANNEL_FD");
+  unsigned long channel;
+  if (!env || parse_id(env, INT_MAX, &channel)) {
+    fprintf(stderr, "drums-userns: connect needs a Node IPC channel (NODE_CHANNEL_FD)\n");
+    return 2;
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (!*name || name[0] == '/' || strlen(name) >= sizeof sa.sun_path || strcmp(name, "..") == 0 || strncmp(name, "../", 3) == 0 ||
+      strstr(name, "/../") || (strlen(name) >= 3 && strcmp(name + strlen(name) - 3, "/..") == 0)) {
+    fprintf(stderr, "drums-userns: connect: '%s' is not a short relative path without '..'\n", name);
+    return 2;
+  }
+  memcpy(sa.sun_path, name, strlen(name) + 1);
+  int d = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return fail(dir);
+  if (fchdir(d) < 0) return fail("fchdir");
+  close(d);
+  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) return fail("drop to the session's uid");
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return fail("socket");
+  int r;
+  while ((r = connect(s, (struct sockaddr *)&sa, sizeof sa)) < 0 && errno == EINTR) {
+  }
+  if (r < 0) return fail(name);
+  if (send_handle((int)channel, s) < 0) return fail("send the socket to the daemon");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   unsigned long a, b, c;
   const unsigned long max_id = 4294967294UL;
@@ -257,9 +315,14 @@ int main(int argc, char **argv) {
     if (parse_id(argv[3], max_id, &a) || parse_id(argv[4], max_id, &b) || parse_id(argv[5], 65536, &c) || a + c > max_id || b + c > max_id) return 2;
     return cmd_shift(argv[2], a, b, c);
   }
+  if (argc == 6 && strcmp(argv[1], "connect") == 0) {
+    if (parse_id(argv[2], max_id, &a) || parse_id(argv[3], max_id, &b)) return 2;
+    return cmd_connect(a, b, argv[4], argv[5]);
+  }
   fprintf(stderr,
           "usage: drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN\n"
           "       drums-userns idmap USERNS_PIN SOURCE TARGET\n"
-          "       drums-userns shift DIR FROM TO COUNT\n");
+          "       drums-userns shift DIR FROM TO COUNT\n"
+          "       drums-userns connect UID GID DIR NAME\n");
   return 2;
 }

@@ -85,7 +85,7 @@ export class OciRuntime {
     id: string,
     bundle: string,
     logFile: string,
-    o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number },
+    o: { criu: string; imagePath: string; workPath: string; flags: string[]; timeoutMs?: number; env?: Record<string, string> },
   ): Promise<StartResult> {
     const argv = [
       this.info.path,
@@ -104,7 +104,7 @@ export class OciRuntime {
       ...o.flags,
     ];
     argv.push('--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id);
-    return this._detached(argv, bundle, logFile, 'restore', o.timeoutMs ?? 120_000);
+    return this._detached(argv, bundle, logFile, 'restore', o.timeoutMs ?? 120_000, o.env);
   }
 
   /**
@@ -130,9 +130,21 @@ export class OciRuntime {
     await run(argv, { timeoutMs: o.timeoutMs ?? 120_000, env: { ...process.env, DRUMS_CRIU_DUMP: '1' } });
   }
 
-  private async _detached(argv: string[], bundle: string, logFile: string, what: string, timeoutMs?: number): Promise<StartResult> {
+  private async _detached(
+    argv: string[],
+    bundle: string,
+    logFile: string,
+    what: string,
+    timeoutMs?: number,
+    env?: Record<string, string>,
+  ): Promise<StartResult> {
     // All three /dev/null: runc hands its stdio to the container's init. Its own errors go to --log.
-    const child: ChildProcess = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore', detached: timeoutMs !== undefined });
+    // `env` is added to runc's environment, which runc passes on to the CRIU it runs.
+    const child: ChildProcess = spawn(argv[0]!, argv.slice(1), {
+      stdio: 'ignore',
+      detached: timeoutMs !== undefined,
+      ...(env ? { env: { ...process.env, ...env } } : {}),
+    });
     // A stuck restore (CRIU waits on its restored tasks) is killed with its whole process group.
     const timer = timeoutMs ? setTimeout(() => child.pid && killGroup(child.pid), timeoutMs) : undefined;
     const code: number = (await new Promise((resolve, reject) => {

@@ -1,4 +1,6 @@
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, rmSync, writeSync, mkdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { run } from '../common/exec.ts';
@@ -137,4 +139,59 @@ export async function unpin(path: string, opts: { removeFile?: boolean } = {}): 
     if (r.code !== 0) await run(['umount', '-l', path], { okCodes: [0, 32] });
   }
   if (opts.removeFile) rmSync(path, { force: true });
+}
+
+/**
+ * A unix socket at `dir/name` connected as host uid/gid `uid`/`gid` (the
+ * session's mapped desktop user), for the daemon's own connections to servers
+ * inside a session's user namespace that authenticate their peer by uid
+ * (D-Bus EXTERNAL, AT-SPI). Host root is unmapped there (it shows as the
+ * overflow uid), so such a server refuses the daemon's own connect; this one
+ * has exactly the desktop user's standing, and nothing in the session gains
+ * anything. `name` is resolved as `uid` (a symlink planted by the session
+ * reaches only what that uid may). The helper connects and hands the
+ * descriptor back over a Node IPC channel.
+ */
+export function connectAs(uid: number, gid: number, dir: string, name: string, timeoutMs = 5000): Promise<Socket> {
+  return new Promise<Socket>((resolve, reject) => {
+    const child = spawn(USERNS_HELPER, ['connect', String(uid), String(gid), dir, name], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+    let stderr = '';
+    let done = false;
+    const finish = (err: Error | undefined, sock?: Socket) => {
+      if (done) {
+        sock?.destroy();
+        return;
+      }
+      done = true;
+      clearTimeout(timer);
+      if (err) reject(err);
+      else resolve(sock!);
+    };
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      finish(new Error(`no socket from drums-userns connect within ${timeoutMs} ms`));
+    }, timeoutMs);
+    child.stderr!.on('data', (d: Buffer) => {
+      if (stderr.length < 2000) stderr += d.toString();
+    });
+    child.on('message', (_msg, handle) => {
+      if (handle && typeof (handle as Socket).write === 'function') finish(undefined, handle as Socket);
+    });
+    child.on('error', (e) => finish(e));
+    // The handle is delivered before the channel reports its end; the error is final once both the helper and its channel are gone.
+    let exitCode: number | null | undefined;
+    let disconnected = false;
+    const settle = () => {
+      if (exitCode !== undefined && disconnected)
+        setImmediate(() => finish(new Error(stderr.trim() || `drums-userns connect exited with ${exitCode} and sent no socket`)));
+    };
+    child.on('exit', (code) => {
+      exitCode = code;
+      settle();
+    });
+    child.on('disconnect', () => {
+      disconnected = true;
+      settle();
+    });
+  });
 }

@@ -1,9 +1,13 @@
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
 import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
+import { connectAs } from '../host/userns.ts';
+import { DESKTOP_UID } from './desktop-user.ts';
+import { hostIds } from './userns.ts';
 
 interface Conn {
   generation: number;
@@ -17,6 +21,66 @@ interface A11yConn {
   client: Promise<A11yClient>;
 }
 
+/** A person's hold on a session's input (POST /v1/sessions/{id}/takeover; src/api/frames/takeover.ts). */
+export interface Takeover {
+  id: string;
+  holder: string;
+  since: string;
+  generation: number;
+}
+
+/**
+ * Who holds each session's input. During a take-over, agent input (actions, window activate and
+ * close, stream input) is refused with 409 `session_taken_over` unless it carries the
+ * take-over's id; a take-over belongs to one generation, so a reset or destroy ends it.
+ */
+export class Takeovers {
+  private readonly _held = new Map<string, Takeover>();
+
+  /** The live take-over of a session (none once its generation moved on). */
+  get(s: Session): Takeover | undefined {
+    const t = this._held.get(s.id);
+    if (t && t.generation !== s.generation) {
+      this._held.delete(s.id);
+      return undefined;
+    }
+    return t;
+  }
+
+  take(s: Session, holder: string): Takeover {
+    const cur = this.get(s);
+    if (cur)
+      throw new DrumsError(
+        'takeover_held',
+        `session ${s.id} is already taken over by '${cur.holder}' since ${cur.since}; release it first (DELETE /v1/sessions/${s.id}/takeover)`,
+        { details: { holder: cur.holder, since: cur.since } },
+      );
+    const t: Takeover = { id: randomBytes(12).toString('hex'), holder, since: new Date().toISOString(), generation: s.generation };
+    this._held.set(s.id, t);
+    return t;
+  }
+
+  release(s: Session, id?: string): Takeover {
+    const cur = this.get(s);
+    if (!cur) throw new DrumsError('takeover_not_found', `session ${s.id} is not taken over`);
+    if (id !== undefined && id !== cur.id)
+      throw new DrumsError('takeover_held', `take-over ${id.slice(0, 32)} is not the one held on session ${s.id} (held by '${cur.holder}')`, {
+        details: { holder: cur.holder, since: cur.since },
+      });
+    this._held.delete(s.id);
+    return cur;
+  }
+
+  /** Throws 409 session_taken_over unless the session is free or `id` is its take-over. */
+  checkInput(s: Session, id: string | undefined): void {
+    const cur = this.get(s);
+    if (!cur || cur.id === id) return;
+    throw new DrumsError('session_taken_over', `session ${s.id} is taken over by '${cur.holder}' since ${cur.since}; agent input resumes when it is released`, {
+      details: { holder: cur.holder, since: cur.since },
+    });
+  }
+}
+
 /**
  * One persistent X connection and one AT-SPI client per session generation,
  * opened on first use through the session's host-side socket paths and
@@ -26,6 +90,8 @@ interface A11yConn {
  * so a moment later too); nothing throws out of an event handler.
  */
 export class DisplayService {
+  /** Who holds each session's input: checked before agent input reaches the display. */
+  readonly takeovers = new Takeovers();
   private readonly _conns = new Map<string, Conn>();
   private readonly _a11y = new Map<string, A11yConn>();
   private readonly _onLost: (s: Session, generation: number, reason: string) => void;
@@ -74,7 +140,11 @@ export class DisplayService {
     return d.screenshot(opts);
   }
 
-  /** The session's AT-SPI client for this generation (`<runDir>/xdg/at-spi/bus_0`). */
+  /**
+   * The session's AT-SPI client for this generation (`<runDir>/xdg/at-spi/bus_0`). In a session with its own
+   * user namespace the daemon (host root, unmapped there) would be refused by the bus, so it connects as the
+   * session's mapped desktop user (docs/security.md, "The daemon's bus connections").
+   */
   async a11y(s: Session): Promise<A11yClient> {
     const cur = this._a11y.get(s.id);
     if (cur && cur.generation === s.generation) {
@@ -82,7 +152,14 @@ export class DisplayService {
       if (c && !c.closed) return c;
     }
     this.dropA11y(s.id);
-    const client = A11yClient.connect(join(s.runDir, 'xdg', 'at-spi', 'bus_0'), { timeoutMs: 2000 });
+    const bus = join(s.runDir, 'xdg', 'at-spi', 'bus_0');
+    const ids = s.uids ? hostIds(s.uids) : undefined;
+    const client = A11yClient.connect(
+      bus,
+      ids
+        ? { timeoutMs: 2000, authUid: DESKTOP_UID, open: () => connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000) }
+        : { timeoutMs: 2000 },
+    );
     const conn = { generation: s.generation, client };
     this._a11y.set(s.id, conn);
     client.catch(() => {

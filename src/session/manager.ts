@@ -1,6 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
-  chownSync,
   chmodSync,
   closeSync,
   constants,
@@ -18,31 +17,36 @@ import {
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type DaemonConfig, loadConfig } from '../common/config.ts';
-import { CancelledError, ConflictError, DrumsError, NotFoundError, SessionCreateError, StepError, type StepRecord, errorMessage } from '../common/errors.ts';
+import { ConflictError, DrumsError, NotFoundError, SessionCreateError, StepError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { run } from '../common/exec.ts';
 import type { Instance } from '../host/instance.ts';
 import { objectNames } from '../host/instance.ts';
-import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, type Subnet, type SubnetPool } from '../host/network.ts';
+import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, type SubnetPool } from '../host/network.ts';
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
-import { buildSpec, ROOT_CAPS } from '../host/oci-spec.ts';
+import { ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
 import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
-import { defaultSessionCpus, oomKills, swapLimitSupported } from '../host/resources.ts';
-import { identify, isAlive, type ProcIdentity } from '../host/proc.ts';
+import { defaultSessionCpus, oomKills } from '../host/resources.ts';
+import { identify, isAlive } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
-import { parseScreen, parseSpec, type SessionSpec } from './spec.ts';
-import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
+import { parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
+import { DESKTOP_ENV } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
-import { sweepInstance } from './sweep.ts';
-import { chownToSessionRoot, hostIds, makeSessionUserns, prepareLower, removeSessionUserns, usernsPaths } from './userns.ts';
+import { runSteps, type Stage, type Step } from './steps.ts';
+import type { RestoreSeed, Session } from './session.ts';
+import { prepareDirs, writeBundle } from './layout.ts';
 
-export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
+import { sweepInstance } from './sweep.ts';
+import { makeSessionUserns, prepareLower, removeSessionUserns, usernsPaths } from './userns.ts';
+
+// The record types live in session.ts; importers of the manager keep getting them from here.
+export type { Attempt, RestoreSeed, Session, SessionState } from './session.ts';
 
 /** The in-session init ships with the daemon (bound in read-only), so the two always match. */
 const SESSION_INIT = fileURLToPath(new URL('../../guest/session-init', import.meta.url));
@@ -54,56 +58,6 @@ const SESSION_RT_BYTES = 16 * 1024 ** 2;
 const LIVENESS_POLL_MS = 500;
 const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
 
-export interface Attempt {
-  generation: number;
-  token: string;
-}
-
-/** Everything the daemon knows about one session. */
-export interface Session {
-  id: string;
-  state: SessionState;
-  spec: SessionSpec;
-  generation: number;
-  attempt: Attempt;
-  createdAt: string;
-  subnet: Subnet;
-  /** The session's host uid range (its own user namespace), or undefined: host ids (src/session/userns.ts). */
-  uids?: UidRange;
-  names: ReturnType<typeof objectNames>;
-  dir: string;
-  runDir: string;
-  x11Socket: string;
-  busSocket: string;
-  imageDir: string;
-  initPid?: number;
-  /** The init's PID and start time: the session's liveness is polled on it (no host fd reaches a session: it stays checkpointable). */
-  init?: ProcIdentity;
-  /** Adopted from a previous daemon of this instance. */
-  adopted?: boolean;
-  timings: Record<string, number>;
-  brokenReason?: string;
-  /** Private: status watcher of the current generation. */
-  _watcher?: StatusWatcher;
-  _ttlTimer?: NodeJS.Timeout;
-  /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
-  _seedUpper?: string;
-  /** Private: the host uid base the seed's files are owned by (0: host ids). */
-  _seedBase?: number;
-  /** The session disk's loop device (this generation's). */
-  _disk?: { major: number; minor: number };
-  /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
-  _restore?: RestoreSeed;
-}
-
-/** How a memory-forked copy's first generation comes from a checkpoint (src/session/memfork.ts). */
-export interface RestoreSeed {
-  /** After the copy's upper layer is seeded: its run and X11 directories, identity fix-ups. */
-  seed(s: Session): Promise<void>;
-  /** Instead of the runtime's start: the restore of the checkpoint into the copy's bundle. */
-  start(s: Session, bundle: string, logFile: string): Promise<{ pid: number }>;
-}
-
 export interface ManagerOptions {
   maxSessions?: number;
   /** Test hook: make create fail at this step (e.g. 'container'). */
@@ -113,11 +67,6 @@ export interface ManagerOptions {
   /** The daemon's config (default: the defaults, no environment). The options above override it. */
   config?: DaemonConfig;
 }
-
-/** Steps of a create, in order; each has an undo that runs in reverse on failure. */
-type Step = { name: string; do: () => Promise<void>; undo?: () => Promise<void> };
-/** A stage is one step, or independent chains of steps that run concurrently. */
-type Stage = Step | Step[][];
 
 export class SessionManager {
   readonly inst: Instance;
@@ -259,6 +208,34 @@ export class SessionManager {
     return this._opts.maxSessions;
   }
 
+  /**
+   * Ids a feature above the registry holds back from clients while it owns them: a warm pool's
+   * idle sessions, and ones it is resetting back into the pool or discarding (pools.ts).
+   */
+  readonly heldBack = new Set<string>();
+
+  /**
+   * Whether clients see this session: not one held back, nor one a warm pool is still making
+   * (creating, with the pool label). A claimed session, or one a restarted daemon adopted, is
+   * visible like any other.
+   */
+  visible(s: Session): boolean {
+    return !this.heldBack.has(s.id) && !(s.state === 'creating' && POOL_LABEL in s.spec.labels);
+  }
+
+  /** The session a client names: as `get`, and 404 for one clients do not see (`visible`). */
+  lookup(id: string): Session {
+    const s = this.get(id);
+    if (!this.visible(s)) throw new NotFoundError('session_not_found', `no session '${id}'; list sessions with GET /v1/sessions`);
+    return s;
+  }
+
+  /** Throws 409 session_resetting / session_broken unless the session is ready. */
+  requireReady(s: Session): void {
+    if (s.state === 'resetting') throw new ConflictError('session_resetting', `session ${s.id} is resetting; retry with the new generation`);
+    if (s.state !== 'ready') throw new ConflictError('session_broken', `session ${s.id} is ${s.state}${s.brokenReason ? `: ${s.brokenReason}` : ''}`);
+  }
+
   get(id: string): Session {
     const s = this._sessions.get(id);
     const gone = s ? undefined : this.terminations.find((t) => t.id === id && t.reason === 'ttl_expired');
@@ -371,57 +348,24 @@ export class SessionManager {
     // Test hooks (only with DRUMS_TEST_HOOKS=1): label drums.test.failStep injects a failure,
     // drums.test.killAtStep kills the daemon (SIGKILL) right after that step.
     const hooks = this.config.testHooks;
-    const failAt = this._opts.failAtStep ?? (hooks ? spec.labels['drums.test.failStep'] : undefined);
-    const killAt = hooks ? spec.labels['drums.test.killAtStep'] : undefined;
-    const done: Step[] = [];
-    const steps: StepRecord[] = [];
-    try {
-      await this._admit(async () => {
-        const runStep = async (step: Step) => {
-          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'create'), steps);
-          if (failAt === step.name) throw new StepError(step.name, new Error(`injected failure at '${step.name}'`), steps);
-          const ts = performance.now();
-          try {
-            await step.do();
-          } catch (e) {
-            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'create') : e, steps);
-          }
-          const ms = performance.now() - ts;
-          s.timings[`step.${step.name}Ms`] = ms;
-          steps.push({ step: step.name, ms });
-          done.push(step);
-          if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
-        };
-        for (const stage of stages) {
-          if (!Array.isArray(stage)) {
-            await runStep(stage);
-            continue;
-          }
-          // Wait for every chain to settle so `done` lists all completed steps before any undo.
-          const results = await Promise.allSettled(
-            stage.map(async (chain) => {
-              for (const step of chain) await runStep(step);
-            }),
-          );
-          const failed = results.find((r) => r.status === 'rejected');
-          if (failed) throw (failed as PromiseRejectedResult).reason;
-        }
-      });
-    } catch (e) {
-      const cleanupErrors: string[] = [];
-      if (this.config.debugKeepFailed) done.length = 0; // leave it for inspection; sweep removes it
-      for (const step of done.reverse()) {
-        try {
-          await step.undo?.();
-        } catch (ue) {
-          cleanupErrors.push(`${step.name}: ${errorMessage(ue)}`);
-        }
-      }
+    const result = await this._admit(() =>
+      runSteps(stages, {
+        op: 'create',
+        signal,
+        timings: s.timings,
+        timingPrefix: 'step.',
+        failAt: this._opts.failAtStep ?? (hooks ? spec.labels['drums.test.failStep'] : undefined),
+        killAt: hooks ? spec.labels['drums.test.killAtStep'] : undefined,
+      }),
+    ).catch((e: unknown) => ({ ok: false as const, error: e, undo: async () => [] as string[] }));
+    if (!result.ok) {
+      // Undone outside the start slot; with DRUMS_DEBUG_KEEP_FAILED left for inspection (sweep removes it).
+      const cleanupErrors = this.config.debugKeepFailed ? [] : await result.undo();
       this._closeGeneration(s);
       releaseSubnet(this.inst, subnet);
       if (uids) releaseUidRange(this.inst, uids);
       this._sessions.delete(id);
-      const err = new SessionCreateError(e, cleanupErrors);
+      const err = new SessionCreateError(result.error, cleanupErrors);
       log('warn', 'session create failed', { id, step: err.step, error: errorMessage(err.cause), cleanupErrors });
       throw err;
     }
@@ -454,7 +398,7 @@ export class SessionManager {
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
           await prepareLower(s.uids, s.dir, s.imageDir);
-          this._prepareDirs(s);
+          prepareDirs(this.inst, s);
           // A disk fork starts from a copy of its source's writable layer (identity files removed: written above),
           // re-owned from the source's uid range to this session's.
           if (s._seedUpper) {
@@ -472,7 +416,7 @@ export class SessionManager {
           await unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'));
         },
       },
-      { name: 'bundle', do: async () => this._writeBundle(s) },
+      { name: 'bundle', do: async () => writeBundle(this.inst, this.config, s) },
       {
         name: 'container',
         do: async () => {
@@ -542,76 +486,6 @@ export class SessionManager {
     });
   }
 
-  private _prepareDirs(s: Session): void {
-    const upper = join(s.dir, 'disk', 'upper');
-    const ids = hostIds(s.uids);
-    mkdirSync(join(upper, 'etc'), { recursive: true });
-    mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
-    mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
-    // Per-session identity: D-Bus and friends key on the machine id.
-    writeFileSync(join(upper, 'etc', 'machine-id'), randomBytes(16).toString('hex') + '\n', { mode: 0o444 });
-    writeFileSync(join(upper, 'etc', 'hostname'), `${s.id}\n`);
-    // /run/drums (sockets and status) belongs to the desktop user; /tmp/.X11-unix is sticky, like /tmp.
-    mkdirSync(join(s.runDir, 'xdg'), { recursive: true });
-    writeFileSync(join(s.runDir, 'status'), '');
-    for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, ids.desktopUid, ids.desktopGid);
-    chmodSync(join(s.runDir, 'xdg'), 0o700);
-    mkdirSync(join(this.inst.rtDir, s.id, 'x11'), { recursive: true });
-    chmodSync(join(this.inst.rtDir, s.id, 'x11'), 0o1777);
-    // With a user namespace, what the daemon made in the writable layer and the X socket directory belong to root-in-session.
-    chownToSessionRoot(s.uids, [
-      upper,
-      join(upper, 'etc'),
-      join(upper, 'etc', 'machine-id'),
-      join(upper, 'etc', 'hostname'),
-      join(s.dir, 'disk', 'work'),
-      join(this.inst.rtDir, s.id, 'x11'),
-    ]);
-    chmodSync(s.dir, 0o711);
-    if (s.uids) {
-      // runc's init runs as the session's root: it must reach the bundle and the bound directories through the
-      // state directory (traverse only), and the session directory is its own (0700), closed to other host users.
-      for (const d of [this.inst.stateDir, this.inst.sessionsDir]) chmodSync(d, 0o711);
-      chownSync(s.dir, s.uids.base, s.uids.base);
-      chmodSync(s.dir, 0o700);
-    }
-  }
-
-  private _writeBundle(s: Session): void {
-    const { width, height, depth } = s.spec.screen;
-    const spec = buildSpec({
-      hostname: s.id,
-      uid: DESKTOP_UID,
-      gid: DESKTOP_GID,
-      home: DESKTOP_HOME,
-      args: ['/usr/bin/tini', '-s', '--', '/usr/lib/drums/session-init'],
-      env: {
-        ...this.sessionEnv(),
-        DRUMS_SCREEN: `${width}x${height}x${depth}`,
-        DRUMS_SESSION_ID: s.id,
-        ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
-        ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
-        ...benchEnv(s.spec.labels, this.config.benchHooks),
-      },
-      netnsPath: `/var/run/netns/${s.names.netns}`,
-      ...(s.uids ? { userns: { path: usernsPaths(s.dir).pin, base: s.uids.base, size: s.uids.size } } : {}),
-      cgroupsPath: s.names.cgroup,
-      runDir: s.runDir,
-      x11Dir: join(this.inst.rtDir, s.id, 'x11'),
-      initPath: join(this.inst.rtDir, 'session-init'),
-      allowMemoryMerge: benchEnv(s.spec.labels, this.config.benchHooks).DRUMS_KSM === '1',
-      memoryBytes: s.spec.memoryBytes,
-      // No swap: a session at its limit is OOM-killed in its own cgroup instead of thrashing the host.
-      noSwap: swapLimitSupported(),
-      pids: s.spec.pids,
-      cpus: s.spec.cpus,
-      ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: this.config.diskWriteMbps * 1024 ** 2 } } : {}),
-      shmBytes: 256 * 1024 ** 2,
-      tmpBytes: 512 * 1024 ** 2,
-    });
-    writeFileSync(join(s.dir, 'bundle', 'config.json'), JSON.stringify(spec, null, 2));
-  }
-
   /** The environment every process in a session sees (init and exec alike): DESKTOP_ENV. */
   sessionEnv(): Record<string, string> {
     return { ...DESKTOP_ENV };
@@ -660,36 +534,22 @@ export class SessionManager {
     // Test hook (DRUMS_TEST_HOOKS=1): label drums.test.killAtResetStep kills the daemon right after that step.
     const killAt = this.config.testHooks ? s.spec.labels['drums.test.killAtResetStep'] : undefined;
     const t0 = performance.now();
-    const steps: StepRecord[] = [];
-    try {
+    // The same steps as a create's second half, after the old generation's container stops; not
+    // undone on failure: the session is then broken (reset it again, or destroy it).
+    const stages: Stage[] = [{ name: 'stop', do: () => this._stopContainer(s), notCancellable: true }, ...this._startSteps(s, signal)];
+    const result = await (async () => {
       this._record(s, 'resetting');
-      await this._admit(async () => {
-        let ts = performance.now();
-        await this._stopContainer(s);
-        s.timings['reset.stopMs'] = performance.now() - ts;
-        if (killAt === 'stop') process.kill(process.pid, 'SIGKILL');
-        for (const step of this._startSteps(s, signal)) {
-          if (signal?.aborted) throw new StepError(step.name, cancelled(signal, 'reset'), steps);
-          ts = performance.now();
-          try {
-            await step.do();
-          } catch (e) {
-            throw new StepError(step.name, signal?.aborted ? cancelled(signal, 'reset') : e, steps);
-          }
-          const ms = performance.now() - ts;
-          s.timings[`reset.${step.name}Ms`] = ms;
-          steps.push({ step: step.name, ms });
-          if (killAt === step.name) process.kill(process.pid, 'SIGKILL');
-        }
-      });
-    } catch (e) {
+      return this._admit(() => runSteps(stages, { op: 'reset', signal, timings: s.timings, timingPrefix: 'reset.', killAt }));
+    })().catch((e: unknown) => ({ ok: false as const, error: e, steps: [] }));
+    if (!result.ok) {
+      const e = result.error;
       const step = e instanceof StepError ? e.step : 'stop';
       const cause = e instanceof StepError ? e.cause : e;
       s.state = 'broken';
       s.brokenReason = `reset failed at step '${step}': ${errorMessage(cause)}`;
       throw new DrumsError('session_reset_failed', s.brokenReason, {
         cause,
-        details: { step, steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
+        details: { step, steps: result.steps, ...(cause instanceof DrumsError ? { causeCode: cause.code } : {}) },
       });
     }
     s.timings.resetMs = performance.now() - t0;
@@ -797,23 +657,4 @@ function readTail(path: string, lines = 6): string[] {
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
-}
-
-/** The error a cancelled create or reset reports: the client went away, or a deadline passed. */
-function cancelled(signal: AbortSignal, op: string): CancelledError {
-  const why = signal.reason instanceof Error && signal.reason.name === 'TimeoutError' ? 'its deadline passed' : 'the caller went away';
-  return new CancelledError(`${op} cancelled: ${why}`);
-}
-
-/**
- * Bench-only session settings, honoured only when the daemon runs with
- * DRUMS_BENCH_HOOKS=1 (DrumsBench's private daemons): label drums.bench.ksm=1
- * makes the session init opt its process tree into KSM
- * (prctl(PR_SET_MEMORY_MERGE), guest/session-init), which merges pages across
- * sessions once the host runs ksmd: a cross-session timing channel, so never a
- * setting a client can ask a production daemon for.
- */
-export function benchEnv(labels: Record<string, string>, benchHooks: boolean): Record<string, string> {
-  if (!benchHooks) return {};
-  return labels['drums.bench.ksm'] === '1' ? { DRUMS_KSM: '1' } : {};
 }

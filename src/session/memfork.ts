@@ -3,6 +3,7 @@ import {
   chmodSync,
   chownSync,
   copyFileSync,
+  existsSync,
   lchownSync,
   lstatSync,
   mkdirSync,
@@ -12,12 +13,14 @@ import {
   rmSync,
   symlinkSync,
   unlinkSync,
+  writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
-import { type Criu, criuLogTail, installCriu } from '../host/criu.ts';
+import { cgroupBases } from '../host/cgroup.ts';
+import { CGROUP_ENV, type Criu, criuLogTail, installCriu } from '../host/criu.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
@@ -84,10 +87,6 @@ export function refusal(src: Session): string | undefined {
   return undefined;
 }
 
-/**
- * Freezes the source, copies its files and checkpoints it into `dir`; the source runs on.
- * Throws 409 memory_fork_refused (with CRIU's reason) when CRIU can't dump its state.
- */
 /** Processes of the session that still map a MIT-SHM segment of the daemon's X connection (a host file CRIU can't dump). */
 function hostShmMappers(src: Session): number[] {
   const dir = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', src.names.cgroup) : join('/sys/fs/cgroup/memory', src.names.cgroup);
@@ -108,47 +107,102 @@ function hostShmMappers(src: Session): number[] {
     .map(Number);
 }
 
-export async function checkpointSource(mgr: SessionManager, src: Session, criu: Criu, dir: string): Promise<{ pausedMs: number }> {
-  const rt = [mgr.runtime.info.path, '--root', mgr.runtime.root];
+/**
+ * Freezes the source, copies its files and checkpoints it into `dir`; the source runs on. A
+ * failed dump is tried once more (withDumpRetry). Throws 409 memory_fork_refused (with CRIU's
+ * reason) when CRIU can't dump its state. `pausedMs` is the time frozen over all attempts.
+ */
+export async function checkpointSource(mgr: SessionManager, src: Session, criu: Criu, dir: string): Promise<{ pausedMs: number; attempts: number }> {
   // The X server unmaps the daemon's screenshot segment when it sees that connection closed (the fork route drops it).
   for (const end = Date.now() + 10_000; hostShmMappers(src).length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
+  const paused = { ms: 0 };
+  const r = await withDumpRetry(
+    async () => {
+      rmSync(dir, { recursive: true, force: true });
+      await freezeAndDump(mgr, src, criu, dir, paused);
+    },
+    () => criuLogTail(join(dir, 'work'), 'dump.log'),
+    (why) => log('warn', 'memory fork: CRIU dump failed, retrying once', { id: src.id, criu: why }),
+  );
+  if (r.error) {
+    const why = r.error;
+    const hint = ZYGOTE.test(why)
+      ? ' (its Chromium runs with its zygote, as on a daemon with DRUMS_BROWSER_ZYGOTE=1; the default, --no-zygote in sessions without a user namespace, can be memory-forked)'
+      : '';
+    throw new DrumsError(
+      'memory_fork_refused',
+      `CRIU could not checkpoint session ${src.id}${hint}${r.attempts > 1 ? ` (${r.attempts} attempts)` : ''}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
+      {
+        details: { alternative: 'disk', criu: why, attempts: r.attempts },
+      },
+    );
+  }
+  // The copies' identity files are their own (written by the create before the seed).
+  for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) rmSync(join(dir, 'upper', f), { force: true });
+  return { pausedMs: paused.ms, attempts: r.attempts };
+}
+
+/**
+ * Chromium's zygote greets the browser with a message carrying SCM_CREDENTIALS that the browser
+ * reads only when it first needs the zygote; CRIU can't dump a queued control message. That
+ * state lasts (a retry would be refused the same way).
+ */
+const ZYGOTE = /Control messages in queue/;
+/** How long the source runs between a failed dump and its retry (start-up sockets go away meanwhile). */
+export const DUMP_RETRY_DELAY_MS = 1000;
+
+/**
+ * Runs `dump` and, if it fails for a reason other than a lasting one (the zygote's queued
+ * message), once more after DUMP_RETRY_DELAY_MS: a dump taken while Chromium is still starting
+ * can be refused on a socket that is going away (SO_PASSCRED), and the next one, a second
+ * later, is not. Answers the number of attempts and the last failure's reason (CRIU's log, or
+ * the error), if both failed.
+ */
+export async function withDumpRetry(
+  dump: () => Promise<void>,
+  reason: () => string,
+  onRetry: (why: string) => void = () => {},
+  delayMs = DUMP_RETRY_DELAY_MS,
+): Promise<{ attempts: number; error?: string }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await dump();
+      return { attempts: attempt };
+    } catch (e) {
+      const why = reason() || errorMessage(e);
+      if (attempt >= 2 || ZYGOTE.test(why)) return { attempts: attempt, error: why };
+      onRetry(why);
+      await new Promise((r) => setTimeout(r, delayMs));
+    }
+  }
+}
+
+/** One attempt: freezes the source, copies its files and checkpoints it into `dir`, resumes it; adds the time frozen to `paused.ms`. */
+async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir: string, paused: { ms: number }): Promise<void> {
+  const rt = [mgr.runtime.info.path, '--root', mgr.runtime.root];
   mkdirSync(dir, { mode: 0o700 });
   for (const d of ['images', 'work', 'run', 'x11']) mkdirSync(join(dir, d), { mode: 0o700 });
   const tp = performance.now();
   await run([...rt, 'pause', src.names.container]);
-  let pausedMs = 0;
   try {
     // Open files must have the size they had at the dump (CRIU checks): copy while frozen.
     await run(['cp', '-a', '--reflink=auto', `${join(src.dir, 'disk', 'upper')}/.`, join(dir, 'upper')], { timeoutMs: 300_000 });
     copyTree(src.runDir, join(dir, 'run'));
     copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
-    try {
-      await mgr.runtime.checkpoint(src.names.container, { criu: criu.path, imagePath: join(dir, 'images'), workPath: join(dir, 'work'), flags: CRIU_FLAGS });
-    } catch (e) {
-      const why = criuLogTail(join(dir, 'work'), 'dump.log') || errorMessage(e);
-      // Chromium's zygote greets the browser with a message carrying SCM_CREDENTIALS that the
-      // browser reads only when it first needs the zygote; CRIU can't dump a queued control message.
-      const hint = /Control messages in queue/.test(why)
-        ? ' (a Chromium started with its zygote; create the source with browserFlags ["--no-zygote"] to memory-fork it)'
-        : '';
-      throw new DrumsError(
-        'memory_fork_refused',
-        `CRIU could not checkpoint session ${src.id}${hint}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
-        {
-          details: { alternative: 'disk', criu: why },
-        },
-      );
+    // Test hook (DRUMS_TEST_HOOKS=1): the label drums.test.dumpFailOnce makes the first dump of the session fail.
+    if (mgr.config.testHooks && src.spec.labels['drums.test.dumpFailOnce'] && !dumpFailed.has(src.id)) {
+      dumpFailed.add(src.id);
+      throw new Error('test hook: the first dump fails');
     }
+    await mgr.runtime.checkpoint(src.names.container, { criu: criu.path, imagePath: join(dir, 'images'), workPath: join(dir, 'work'), flags: CRIU_FLAGS });
   } finally {
-    pausedMs = performance.now() - tp;
+    paused.ms += performance.now() - tp;
     await run([...rt, 'resume', src.names.container]).catch((e) =>
       log('warn', 'memory fork: resume of the source failed', { id: src.id, error: errorMessage(e) }),
     );
   }
-  // The copies' identity files are their own (written by the create before the seed).
-  for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) rmSync(join(dir, 'upper', f), { force: true });
-  return { pausedMs };
 }
+const dumpFailed = new Set<string>();
 
 /** The restore seed of one copy from the checkpoint in `dir` of `src`. */
 export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: string): RestoreSeed {
@@ -185,6 +239,8 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
           imagePath: join(dir, 'images'),
           workPath: work,
           flags: CRIU_FLAGS,
+          // The copy's own cgroup namespace, rooted at its cgroup, as runc gives a created session.
+          env: { [CGROUP_ENV]: prepareCgroup(s.names.cgroup).join(':') },
         });
       } catch (e) {
         const why = criuLogTail(work, 'restore.log') || errorMessage(e);
@@ -195,6 +251,29 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
       return started;
     },
   };
+}
+
+/**
+ * Makes the cgroup `path` (e.g. `/drums-<inst>/<id>`) in every hierarchy, as runc would
+ * (a v1 cpuset directory gets its parent's cpus and mems, without which nothing can join it),
+ * and answers its `cgroup.procs` files. The copy's destroy removes it like any session's.
+ */
+export function prepareCgroup(path: string): string[] {
+  const procs: string[] = [];
+  for (const base of cgroupBases()) {
+    let dir = base;
+    for (const part of path.split('/').filter(Boolean)) {
+      const parent = dir;
+      dir = join(dir, part);
+      if (!existsSync(dir)) mkdirSync(dir);
+      for (const f of ['cpuset.cpus', 'cpuset.mems']) {
+        const file = join(dir, f);
+        if (existsSync(file) && !readFileSync(file, 'utf8').trim()) writeFileSync(file, readFileSync(join(parent, f), 'utf8'));
+      }
+    }
+    procs.push(join(dir, 'cgroup.procs'));
+  }
+  return procs;
 }
 
 function chownLink(p: string): void {

@@ -5,7 +5,7 @@ import { log } from '../common/log.ts';
 import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
 import type { Session, SessionManager } from './manager.ts';
 import { type PoolDefs, poolStorePath, readPoolStore, writePoolStore } from './pool-store.ts';
-import { parseSpec, type SessionSpec } from './spec.ts';
+import { parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
 
 /**
  * Warm pools: a pool is a session template and a target size. The daemon
@@ -20,7 +20,7 @@ import { parseSpec, type SessionSpec } from './spec.ts';
  * Pool members carry the label `drums.pool=<name>` (it is part of their
  * recorded spec, so a restarted daemon can tell what they were).
  */
-export const POOL_LABEL = 'drums.pool';
+export { POOL_LABEL } from './spec.ts';
 const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const MAX_POOL_SIZE = 256;
 const BACKOFF_MS = [1000, 2000, 5000, 15_000, 60_000];
@@ -99,9 +99,13 @@ function specKey(spec: SessionSpec): string {
 
 export class PoolManager {
   private readonly _pools = new Map<string, Pool>();
-  private readonly _idle = new Set<string>();
-  /** Pool-made sessions handed to a claimer (the others, ready or being made, are hidden). */
-  private readonly _claimed = new Set<string>();
+  /**
+   * The pools' idle sessions (and ones being reset back or discarded): the registry's held-back
+   * set, so a client's lookup (SessionManager.lookup) answers 404 for them without asking here.
+   */
+  private get _idle(): Set<string> {
+    return this.mgr.heldBack;
+  }
   /** Sessions a pool made: which pool and template version (a claimed one keeps its entry until destroyed). */
   private readonly _made = new Map<string, { pool: string; version: number }>();
   private readonly _inflight = new Set<Promise<unknown>>();
@@ -266,7 +270,7 @@ export class PoolManager {
    * from its record, is visible like any session.
    */
   isHidden(s: Session): boolean {
-    return this._idle.has(s.id) || (s.state === 'creating' && POOL_LABEL in s.spec.labels && !this._claimed.has(s.id));
+    return !this.mgr.visible(s);
   }
 
   /** The pool whose template a create body asks for exactly (TTL aside), if any. */
@@ -311,7 +315,6 @@ export class PoolManager {
       s = await this.mgr.create(this._body(pool));
       this._made.set(s.id, { pool: pool.name, version });
     }
-    this._claimed.add(s.id);
     // After this answer is on its way: a refill's create does synchronous work (spec, image lookup) first.
     setImmediate(() => this._refill());
     // A claimed session is a fresh attempt: a token nobody has seen, the claimer's labels and TTL.
@@ -343,7 +346,6 @@ export class PoolManager {
     this.mgr.armTtl(s, 0);
     s.spec.labels = { ...pool.spec.labels, [POOL_LABEL]: pool.name };
     s.spec.ttlSeconds = pool.spec.ttlSeconds;
-    this._claimed.delete(s.id);
     this._idle.add(s.id); // hidden while it resets
     try {
       await this.mgr.reset(s.id);
@@ -397,7 +399,6 @@ export class PoolManager {
 
   private _forget(id: string): void {
     this._made.delete(id);
-    this._claimed.delete(id);
     if (!this._idle.delete(id)) return;
     for (const p of this._pools.values()) {
       const i = p.idle.indexOf(id);

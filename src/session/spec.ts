@@ -22,6 +22,9 @@ export interface SessionSpec {
   userns?: boolean;
 }
 
+/** The label the daemon sets on a warm pool's sessions (the pool's name); clients may not set it. */
+export const POOL_LABEL = 'drums.pool';
+
 export const DEFAULTS = {
   image: 'default',
   screen: { width: 1280, height: 800, depth: 24 },

@@ -98,15 +98,22 @@ describe('session files, streaming exec, X crash (minimal image)', () => {
   });
 
   it('writing over an image file changes only the session upper layer', async () => {
-    const img = JSON.parse(readFileSync(join(d.stateDir, 'sessions', s.id, 'session.json'), 'utf8')) as unknown;
-    assert.ok(img);
-    // The overlay's lower layer is the session dir's `lower` link to the image rootfs.
-    const lower = readFileSync('/proc/self/mountinfo', 'utf8')
-      .split('\n')
-      .find((l) => l.includes(join(d.stateDir, 'sessions', s.id, 'bundle', 'rootfs')))!;
-    assert.match(lower, /lowerdir=lower,/);
-    const lowerdir = realpathSync(join(d.stateDir, 'sessions', s.id, 'lower'));
-    assert.match(lowerdir, /\/images\/minimal-[0-9a-f]{12}\/rootfs$/);
+    const rec = JSON.parse(readFileSync(join(d.stateDir, 'sessions', s.id, 'session.json'), 'utf8')) as { imageDir: string };
+    assert.match(rec.imageDir, /\/images\/minimal-[0-9a-f]{12}\/rootfs$/);
+    // The overlay's lower layer is the session dir's `lower`: a link to the image rootfs, or (in a session with
+    // its own user namespace) the image's idmapped mount, the same files (same device and inodes), no copy.
+    const mountinfo = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+    const overlay = mountinfo.find((l) => l.includes(join(d.stateDir, 'sessions', s.id, 'bundle', 'rootfs')))!;
+    assert.match(overlay, /lowerdir=lower,/);
+    const lowerdir = join(d.stateDir, 'sessions', s.id, 'lower');
+    if (s.userns)
+      assert.ok(
+        mountinfo.some((l) => l.split(' ')[4] === lowerdir),
+        'the idmapped image is mounted on lower',
+      );
+    else assert.equal(realpathSync(lowerdir), rec.imageDir);
+    const [a, b] = [statSync(join(lowerdir, 'etc', 'debian_version')), statSync(join(rec.imageDir, 'etc', 'debian_version'))];
+    assert.deepEqual([a.dev, a.ino], [b.dev, b.ino]);
     const before = readFileSync(join(lowerdir, 'etc', 'debian_version'));
     await d.client.writeFile(s.id, '/etc/debian_version', 'changed\n', { root: true });
     assert.equal((await d.client.readFile(s.id, '/etc/debian_version')).toString(), 'changed\n');

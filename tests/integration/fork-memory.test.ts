@@ -1,19 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { DrumsApiError } from '../../src/client/client.ts';
-import { startDaemon, type TestDaemon } from '../helpers.ts';
-
-async function apiError(p: () => Promise<unknown>): Promise<DrumsApiError> {
-  try {
-    await p();
-  } catch (e) {
-    if (e instanceof DrumsApiError) return e;
-    throw e;
-  }
-  throw new Error('expected an API error');
-}
+import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Memory fork (CRIU 4.x from the criu-tools image, which scripts/setup.sh builds): each copy is
 // restored from a checkpoint of the running source, so processes, memory, tmpfs files and the
@@ -27,8 +16,9 @@ describe('fork (memory)', () => {
     await d.finish();
   });
 
-  // Chromium without its zygote: the zygote's unread hello (SCM_CREDENTIALS) can't be dumped.
-  const spec = { image: 'default', url: 'about:blank', browserFlags: ['--no-zygote'], labels: { task: 'm1' } };
+  // A default session: without a user namespace its Chromium runs --no-zygote (the zygote's unread
+  // hello, SCM_CREDENTIALS, can't be dumped), so it can be memory-forked as it is.
+  const spec = { image: 'default', url: 'about:blank', labels: { task: 'm1' } };
 
   // Let the browser finish starting: a dump taken while Chromium still opens its short-lived
   // sockets can be refused by CRIU (SO_PASSCRED on a socket that is going away), a refusal (409)
@@ -78,6 +68,18 @@ describe('fork (memory)', () => {
         addrs.add(c.network.address);
         // The spec's sysctls hold in a restored copy too (runc sets them only at create).
         assert.equal((await d.client.exec(c.id, { argv: ['cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6'] })).stdout.trim(), '1');
+        // Its own cgroup namespace rooted at its cgroup (an unprivileged dump records no cgroups, so
+        // CRIU would restore it into the host's), with only its own cgroup under /sys/fs/cgroup.
+        const cg = await d.client.exec(c.id, { shell: 'readlink /proc/1/ns/cgroup; cat /proc/1/cgroup; ls /sys/fs/cgroup/pids', root: true });
+        assert.notEqual(cg.stdout.split('\n')[0], readlinkSync('/proc/self/ns/cgroup'), cg.stdout);
+        assert.ok(
+          cg.stdout
+            .split('\n')
+            .filter((l) => /^\d+:/.test(l))
+            .every((l) => l.endsWith(':/')),
+          cg.stdout,
+        );
+        assert.doesNotMatch(cg.stdout, /drums-/, cg.stdout);
         // The same process, with the same PID and the same memory, still running.
         const p = await d.client.exec(c.id, { shell: `cat /proc/${pid}/cmdline | tr '\\0' ' '; rm -f /tmp/live; sleep 1; cat /tmp/live` });
         assert.match(p.stdout, /^sh -c .*\n?mem-\d+\n$/s, p.stdout + p.stderr);
@@ -133,6 +135,29 @@ describe('fork (memory)', () => {
     }
   });
 
+  it('retries a failed dump once: the fork succeeds, the source runs on, no checkpoint is left', async () => {
+    // The test hook fails the first dump after the source was frozen and its files copied (a real
+    // transient refusal, SO_PASSCRED on a socket going away during Chromium's start-up, can't be
+    // made on demand); the retry freezes, copies and dumps again.
+    const src = await d.client.createSession({ ...spec, labels: { 'drums.test.dumpFailOnce': '1' } });
+    const made: string[] = [src.id];
+    try {
+      await settle(src.id);
+      const r = await d.client.forkSession(src.id, { count: 1, mode: 'memory' });
+      made.push(...r.copies.map((c) => c.id));
+      assert.equal(r.copies.length, 1);
+      assert.equal(r.copies[0]!.state, 'ready');
+      assert.ok((await d.client.exec(r.copies[0]!.id, { shell: 'pgrep -c chromium' })).stdout.trim() !== '0');
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
+      );
+    } finally {
+      for (const id of made) await d.client.destroySession(id).catch(() => {});
+    }
+  });
+
   it('refuses a session with its own user namespace (409 memory_fork_refused, disk offered), freezing nothing', async () => {
     const src = await d.client.createSession({ image: 'minimal', userns: true });
     try {
@@ -142,6 +167,43 @@ describe('fork (memory)', () => {
       assert.deepEqual(
         (await d.client.listSessions()).map((s) => s.id),
         [src.id],
+      );
+    } finally {
+      await d.client.destroySession(src.id).catch(() => {});
+    }
+  });
+});
+
+// A daemon that keeps Chromium's zygote (DRUMS_BROWSER_ZYGOTE=1) makes sessions a memory fork
+// refuses, clearly: 409 with CRIU's reason and the disk fork offered; the source runs on.
+describe('fork (memory) of a Chromium with its zygote', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await startDaemon({ DRUMS_BROWSER_ZYGOTE: '1', DRUMS_MAX_SESSIONS: '2' });
+  });
+  after(async () => {
+    await d.finish();
+  });
+
+  it('is refused (409 memory_fork_refused naming the zygote, disk offered), not retried; the source is untouched', async () => {
+    const src = await d.client.createSession({ image: 'default', url: 'about:blank' });
+    try {
+      assert.match((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--type=zygote/);
+      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
+      const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
+      assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+      assert.match(details?.criu ?? '', /Control messages in queue/);
+      assert.match(e.message, /zygote/);
+      // The zygote's message lasts: not retried.
+      assert.equal(details?.attempts, 1);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+      assert.deepEqual(
+        (await d.client.listSessions()).map((s) => s.id),
+        [src.id],
+      );
+      assert.deepEqual(
+        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
+        [],
       );
     } finally {
       await d.client.destroySession(src.id).catch(() => {});

@@ -1,17 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { DrumsApiError } from '../../src/client/client.ts';
-import { startDaemon, type TestDaemon } from '../helpers.ts';
-
-async function apiError(p: () => Promise<unknown>): Promise<DrumsApiError> {
-  try {
-    await p();
-  } catch (e) {
-    if (e instanceof DrumsApiError) return e;
-    throw e;
-  }
-  throw new Error('expected an API error');
-}
+import type { DrumsApiError } from '../../src/client/client.ts';
+import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Disk fork on the `minimal` image: copies get the source's files, a fresh identity, and nothing is half-made.
 describe('fork (disk)', () => {

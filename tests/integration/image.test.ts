@@ -37,6 +37,7 @@ import {
   type BuildProgress,
 } from '../../src/image/index.ts';
 import { loadConfig } from '../../src/common/config.ts';
+import { loopsBackedBy, makeSessionDisk, unmountSessionDisk } from '../../src/host/disk.ts';
 
 const IMAGES_DIR = process.env.DRUMS_IMAGE_DIR || '/var/lib/drums/images';
 const isRoot = process.getuid?.() === 0;
@@ -566,6 +567,43 @@ describe('building', { skip: !isRoot && 'image builds need root' }, () => {
       assert.deepEqual(mounts, []);
       assert.equal(findImage('broken', { recipesDir: recipes, imagesDir: images }), undefined);
     } finally {
+      rmSync(recipes, { recursive: true, force: true });
+      rmSync(images, { recursive: true, force: true });
+    }
+  });
+
+  test('a build step holds no copy of host mounts (a session disk unmounted meanwhile is freed)', { timeout: BUILD_TIMEOUT }, async () => {
+    // The host mount stands for a session's disk: a step whose mount namespace kept a copy of
+    // it would pin its loop device and deleted image until the step ended.
+    const parent = await buildImage('minimal', { imagesDir: IMAGES_DIR });
+    const recipes = tempDir('recipes');
+    const images = tempDir('images');
+    const disk = tempDir('disk');
+    const image = join(disk, 'disk.img');
+    let build: Promise<unknown> | undefined;
+    try {
+      await makeSessionDisk(image, join(disk, 'mnt'), 32 * 1024 ** 2);
+      cpSync(join(REPO_ROOT, 'images/minimal.json'), join(recipes, 'minimal.json'));
+      writeFileSync(join(recipes, 'probe.json'), JSON.stringify({ name: 'probe', base: { from: 'minimal' }, run: ['sleep 20'] }));
+      symlinkSync(parent.dir, join(images, `minimal-${parent.hash.slice(0, 12)}`));
+      let inStep: () => void = () => {};
+      const stepStarted = new Promise<void>((res) => (inStep = res));
+      let finished = false;
+      build = buildImage('probe', { recipesDir: recipes, imagesDir: images, onProgress: (e) => /^run/.test(e.step) && inStep() }).finally(
+        () => (finished = true),
+      );
+      await stepStarted;
+      await new Promise((r) => setTimeout(r, 2000));
+      await unmountSessionDisk(image, join(disk, 'mnt'));
+      for (let i = 0; i < 30 && loopsBackedBy(disk).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(finished, false, 'the step ended before the check');
+      assert.deepEqual(loopsBackedBy(disk), [], 'the running step pins the unmounted disk');
+      const img = (await build) as Awaited<ReturnType<typeof buildImage>>;
+      assert.equal(existsSync(join(img.rootfs, '.drums-host-root')), false);
+    } finally {
+      await build?.catch(() => {});
+      await unmountSessionDisk(image, join(disk, 'mnt'));
+      rmSync(disk, { recursive: true, force: true });
       rmSync(recipes, { recursive: true, force: true });
       rmSync(images, { recursive: true, force: true });
     }

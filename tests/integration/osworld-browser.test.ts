@@ -14,7 +14,7 @@ interface Osw {
   serverPort: number;
   address: string;
 }
-type S = { id: string; osworld?: Osw };
+type S = { id: string; osworld?: Osw; userns: { hostUidBase: number } | null };
 
 describe('osworld image: starting the browser', () => {
   let d: TestDaemon;
@@ -72,6 +72,15 @@ describe('osworld image: starting the browser', () => {
       assert.doesNotMatch(procs, /chromium/);
       const args = await sh('for p in $(pgrep -x chrome); do tr "\\0" " " < /proc/$p/cmdline; echo; done');
       assert.match(args, /--user-data-dir=\/home\/user\/\.config\/google-chrome/);
+      // Chromium's own sandbox where the session has a user namespace of its own (DRUMS_USERNS=1 or spec userns):
+      // the renderers then sit in a nested user namespace; --no-sandbox without one.
+      if (s.userns) {
+        assert.doesNotMatch(args, /--no-sandbox/);
+        const nested = await sh(
+          'me=$(readlink /proc/self/ns/user); for p in $(pgrep -x chrome); do [ "$(readlink /proc/$p/ns/user)" != "$me" ] && echo nested; done | head -1',
+        );
+        assert.equal(nested.trim(), 'nested', 'a sandboxed child in a nested user namespace');
+      } else assert.match(args, /--no-sandbox/);
       assert.match(await sh('ls ~/.config/google-chrome'), /Default/);
     });
   }

@@ -2,8 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DrumsApiError } from '../../src/client/client.ts';
-import { startDaemon, type TestDaemon } from '../helpers.ts';
+import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
 
 /** Polls until cond() holds or the deadline passes (no fixed sleeps). */
 async function until<T>(what: string, f: () => Promise<T>, cond: (v: T) => boolean, ms = 120_000): Promise<T> {
@@ -14,16 +13,6 @@ async function until<T>(what: string, f: () => Promise<T>, cond: (v: T) => boole
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(v)}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-async function apiError(p: Promise<unknown>): Promise<DrumsApiError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof DrumsApiError) return e;
-    throw e;
-  }
-  throw new Error('expected an API error');
 }
 
 // Warm pools on the `minimal` image: config, claims (hit, miss, empty), release, bad input, metrics.

@@ -143,6 +143,21 @@ describe('user namespace per session', () => {
       assert.equal(nested.stdout.trim(), 'unshare-user ok; mount EPERM; unshare-mnt EPERM', nested.stderr);
       const plain = await d.client.exec(c.id, { argv: ['python3', '-c', NESTED_PY] });
       assert.match(plain.stdout, /^unshare-user EPERM/);
+      // The daemon reads the accessibility tree over the session's AT-SPI bus, which refuses host root (unmapped
+      // in the session's namespace): it connects as the session's desktop user instead.
+      const tree = await waitFor('the page in the a11y tree', async () => {
+        const x = (await d.client.a11y(a.id, { format: 'xml' })) as string;
+        return x.includes('sandboxed') ? x : undefined;
+      });
+      assert.match(tree, /<application[^>]*name="Chromium"/);
+      // Chromium refuses --no-zygote with its sandbox (a memory fork's source asks for it): such a session starts without it.
+      const z = await d.client.createSession({ image: 'default', url, userns: true, browserFlags: ['--no-zygote'] });
+      try {
+        const bz = hostProcs(d.instance, z.id).find((p) => p.cmd.includes('/usr/lib/chromium/chromium') && !p.cmd.includes('--type='));
+        assert.ok(bz?.cmd.includes('--no-sandbox') && bz.cmd.includes('--no-zygote'), bz?.cmd);
+      } finally {
+        await d.client.destroySession(z.id).catch(() => {});
+      }
     } finally {
       for (const s of [a, c]) await d.client.destroySession(s.id).catch(() => {});
     }

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Hono } from 'hono';
-import { FairScheduler, fairShare } from '../../src/api/middleware/fair.ts';
+import { FairScheduler, fairShare } from '../../src/api/request.ts';
 
 describe('fair share between sessions', () => {
   it('a flood on one session waits in its own queue: others are served in turn', async () => {

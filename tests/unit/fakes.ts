@@ -1,5 +1,5 @@
 /** Stand-ins for unit tests of the API (the real SessionManager needs root and an image). */
-import { NotFoundError } from '../../src/common/errors.ts';
+import { ConflictError, NotFoundError } from '../../src/common/errors.ts';
 import type { Session } from '../../src/session/manager.ts';
 import { parseSpec } from '../../src/session/spec.ts';
 import { loadConfig } from '../../src/common/config.ts';
@@ -23,6 +23,16 @@ export class FakeManager {
   }
   list(): Session[] {
     return [...this.sessions.values()];
+  }
+  readonly heldBack = new Set<string>();
+  visible(s: Session): boolean {
+    return !this.heldBack.has(s.id);
+  }
+  lookup(id: string): Session {
+    return this.get(id);
+  }
+  requireReady(s: Session): void {
+    if (s.state !== 'ready') throw new ConflictError(s.state === 'resetting' ? 'session_resetting' : 'session_broken', `session ${s.id} is ${s.state}`);
   }
   get(id: string): Session {
     const s = this.sessions.get(id);

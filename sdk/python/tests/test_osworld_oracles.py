@@ -56,10 +56,246 @@ def _weekly_sales(profit: bool) -> bytes:
 WEEKLY_SALES = {"WeeklySales.xlsx": lambda: _weekly_sales(False), "6_WeeklySales_gt1.xlsx": lambda: _weekly_sales(True)}
 
 
+def _photo(fmt: str) -> bytes:
+    """A photo-like picture for the gimp tasks (a sky gradient, a sun, hills, a "dog"), made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    w, h = 640, 480
+    img = Image.new("RGB", (w, h))
+    d = ImageDraw.Draw(img)
+    for y in range(h):
+        d.line([(0, y), (w, y)], fill=(90 + y // 8, 150 + y // 12, 230 - y // 4))
+    d.ellipse([470, 40, 570, 140], fill=(250, 220, 60))
+    d.polygon([(0, 330), (180, 240), (360, 320), (520, 260), (640, 300), (640, 480), (0, 480)], fill=(60, 140, 70))
+    d.ellipse([230, 300, 390, 400], fill=(140, 90, 40))
+    d.ellipse([370, 270, 440, 340], fill=(120, 75, 35))
+    b = io.BytesIO()
+    img.save(b, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    return b.getvalue()
+
+
+def _song() -> bytes:
+    """2 minutes of a tone as an MP3 for the vlc task (long enough to still play while the task runs), made with ffmpeg."""
+    import shutil
+    import tempfile
+
+    if not shutil.which("ffmpeg"):
+        pytest.skip(
+            "no ffmpeg on this host to make the vlc task's song (scripts/setup.sh installs it with DRUMS_SETUP_TEST=1)"
+        )
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "s.mp3")
+        subprocess.run(
+            [
+                "ffmpeg",
+                "-loglevel",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:duration=120",
+                "-c:a",
+                "libmp3lame",
+                out,
+            ],
+            check=True,
+            timeout=120,
+        )
+        return Path(out).read_bytes()
+
+
+def _lecture_pdf() -> bytes:
+    """386dbd0e's lecture notes: one page, with the title that its setup's window activation names, made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (850, 1100), "white")
+    ImageDraw.Draw(img).text((80, 80), "Lecture 2: Data Structures", fill="black")
+    b = io.BytesIO()
+    img.save(b, "PDF", title="6.006 Introduction to Algorithms, Lecture 2: Data Structures")
+    return b.getvalue()
+
+
+# --- thunderbird: profiles as Thunderbird itself lays them out -------------------------------------
+# The install hash is the one Debian's Thunderbird (/usr/lib/thunderbird) gives itself; without its
+# [Install...] entry Thunderbird would make a fresh profile of its own instead of using this one.
+TB_INSTALL = "FDC34C9F024745EB"
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w:gz") as t:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return b.getvalue()
+
+
+def _thunderbird_profile() -> bytes:
+    """The tasks' profile (t5q2a5hp.default-release): an IMAP account anonym-x2024@outlook.com
+    (identity id1; never reached: the session has no network) and Local Folders."""
+    d = "t5q2a5hp.default-release"
+    prefs = {
+        "mail.shell.checkDefaultClient": False,
+        "mailnews.start_page.enabled": False,
+        "mail.accountmanager.accounts": "account1,account2",
+        "mail.accountmanager.defaultaccount": "account1",
+        "mail.accountmanager.localfoldersserver": "server2",
+        "mail.account.account1.identities": "id1",
+        "mail.account.account1.server": "server1",
+        "mail.account.account2.server": "server2",
+        "mail.identity.id1.fullName": "Anonym",
+        "mail.identity.id1.useremail": "anonym-x2024@outlook.com",
+        "mail.identity.id1.valid": True,
+        "mail.server.server1.hostname": "outlook.office365.com",
+        "mail.server.server1.name": "anonym-x2024@outlook.com",
+        "mail.server.server1.type": "imap",
+        "mail.server.server1.userName": "anonym-x2024@outlook.com",
+        "mail.server.server1.port": 993,
+        "mail.server.server1.socketType": 3,
+        "mail.server.server1.login_at_startup": False,
+        "mail.server.server1.check_new_mail": False,
+        "mail.server.server1.directory-rel": "[ProfD]ImapMail/outlook.office365.com",
+        "mail.server.server2.hostname": "Local Folders",
+        "mail.server.server2.name": "Local Folders",
+        "mail.server.server2.type": "none",
+        "mail.server.server2.userName": "nobody",
+        "mail.server.server2.directory-rel": "[ProfD]Mail/Local Folders",
+    }
+    return _tar(
+        {
+            ".thunderbird/profiles.ini": f"[Profile0]\nName=default-release\nIsRelative=1\nPath={d}\nDefault=1\n\n"
+            f"[General]\nStartWithLastProfile=1\nVersion=2\n\n[Install{TB_INSTALL}]\nDefault={d}\nLocked=1\n",
+            ".thunderbird/installs.ini": f"[{TB_INSTALL}]\nDefault={d}\nLocked=1\n",
+            f".thunderbird/{d}/prefs.js": "".join(
+                f"user_pref({json.dumps(k)}, {json.dumps(v)});\n" for k, v in prefs.items()
+            ),
+        }
+    )
+
+
+# --- multi_apps: the inputs of the tasks with oracles (python-docx, openpyxl, odfpy, zipfile, csv) ---
+def _docx(paragraphs: list[str]) -> bytes:
+    import docx
+
+    d = docx.Document()
+    for t in paragraphs:
+        d.add_paragraph(t)
+    b = io.BytesIO()
+    d.save(b)
+    return b.getvalue()
+
+
+def _binder_zip() -> bytes:
+    """2c9fc0de's project: a folder binder/ (a Binder set-up) that the task unzips and git-inits."""
+    import zipfile
+
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("binder/README.md", "# binder\n\nLaunch the notebooks on Binder.\n")
+        z.writestr("binder/requirements.txt", "numpy\npandas\nmatplotlib\n")
+        z.writestr("binder/postBuild", "#!/bin/bash\njupyter lab build\n")
+    return b.getvalue()
+
+
+PEOPLE = [["First Name", "Last Name", "Gender", "Country", "Age"]] + [
+    [f"Name{i}", f"Surname{i}", "Female" if i % 2 else "Male", ["United States", "France", "Japan"][i % 3], 20 + i]
+    for i in range(1, 21)
+]
+
+
+def _people_ods() -> bytes:
+    """ee9a3c83's sheet (one table of people), written with odfpy."""
+    from odf.opendocument import OpenDocumentSpreadsheet
+    from odf.table import Table, TableCell, TableRow
+    from odf.text import P
+
+    doc = OpenDocumentSpreadsheet()
+    table = Table(name="Sheet1")
+    for row in PEOPLE:
+        tr = TableRow()
+        for v in row:
+            c = TableCell(valuetype="float", value=v) if isinstance(v, int) else TableCell(valuetype="string")
+            c.addElement(P(text=str(v)))
+            tr.addElement(c)
+        table.addElement(tr)
+    doc.spreadsheet.addElement(table)
+    b = io.BytesIO()
+    doc.save(b)
+    return b.getvalue()
+
+
+def _people_csv() -> bytes:
+    """ee9a3c83's expected CSV: the same rows, as the csv module writes them."""
+    import csv
+
+    s = io.StringIO()
+    csv.writer(s, lineterminator="\n").writerows(PEOPLE)
+    return s.getvalue().encode()
+
+
+# 81c425f5's price list: text, and prices with a number format that Calc shows ("1,234.50").
+ENVELOPES = [["Item", "Size", "Colour", "Price per 1000"]] + [
+    [f"ENV-{100 + i}", ["DL", "C5", "C4"][i % 3], ["White", "Manila", "Kraft"][i % 3], 35.5 + 412.25 * i]
+    for i in range(1, 9)
+]
+
+
+def _price_list_xlsx() -> bytes:
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    for row in ENVELOPES:
+        ws.append(row)
+    for (cell,) in ws.iter_rows(min_row=2, min_col=4, max_col=4):
+        cell.number_format = "#,##0.00"
+    b = io.BytesIO()
+    wb.save(b)
+    return b.getvalue()
+
+
+def _price_docx() -> bytes:
+    """81c425f5's expected document: one table with the sheet's cells as Calc shows them."""
+    import docx
+
+    d = docx.Document()
+    t = d.add_table(rows=len(ENVELOPES), cols=len(ENVELOPES[0]))
+    for i, row in enumerate(ENVELOPES):
+        for j, v in enumerate(row):
+            t.cell(i, j).text = f"{v:,.2f}" if isinstance(v, float) else v
+    b = io.BytesIO()
+    d.save(b)
+    return b.getvalue()
+
+
+MULTI_APPS_FILES = {
+    "OSP_Envelope_Price-List_2023_5000.xlsx": _price_list_xlsx,
+    "price_Gold.docx": _price_docx,
+    "file_example_ODS_5000.ods": _people_ods,
+    "file_example_ODS_5000_gold.csv": _people_csv,
+    "15-MB-docx-file-download.docx": lambda: _docx([f"Paragraph {i}: a long document." for i in range(200)]),
+    "secret.docx": lambda: _docx(["Secret document", "The code is 1234."]),
+    "binder.zip": _binder_zip,
+}
+
+
 def make_file(path: str) -> bytes:
     """An input file for a cache task, by its name in the guest, as the task's author would make it."""
     name = os.path.basename(path)  # a download's cache name is "<uuid>_<its name>"
     for key, make in WEEKLY_SALES.items():
+        if name == key or name.endswith("_" + key):
+            return make()
+    if path.endswith(".png"):
+        return _photo("PNG")
+    if path.endswith(".jpg"):
+        return _photo("JPEG")
+    if path.endswith(".mp3"):
+        return _song()
+    if path.endswith(".pdf"):
+        return _lecture_pdf()
+    for key, make in MULTI_APPS_FILES.items():
         if name == key or name.endswith("_" + key):
             return make()
     if path.endswith(".xlsx"):
@@ -83,6 +319,8 @@ def make_file(path: str) -> bytes:
         b = io.BytesIO()
         d.save(b)
         return b.getvalue()
+    if name.endswith("_thunderbird-profile.tar.gz"):
+        return _thunderbird_profile()
     if path.endswith("thunderbird-profile-blank.tar.gz"):
         b = io.BytesIO()
         with tarfile.open(fileobj=b, mode="w:gz") as t:

@@ -1,8 +1,8 @@
 /** Frames beyond one screenshot: take-over, the WebSocket frame stream, the dashboard, VNC. */
 import { Hono } from 'hono';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { streamRoutes } from './stream.ts';
-import { takeoverRoutes, takeovers } from './takeover.ts';
+import { takeoverRoutes } from './takeover.ts';
 import { uiRoutes } from './ui.ts';
 import { upgradeTicket } from './upgrade.ts';
 import { vncService } from './vnc.ts';
@@ -21,10 +21,10 @@ export function frameRoutes(ctx: RouteContext) {
         throw new DrumsError('invalid_request', `${k.slice(0, 40)}: unknown query parameter; allowed: generation, takeover`, {
           details: { field: k.slice(0, 40) },
         });
-    // An expected generation was checked by the sessions middleware.
+    // An expected generation was checked by the pipeline (request.ts).
     ctx.usable(s);
     // Input from this viewer reaches the session only while it holds the take-over (rfb-gate.ts).
-    const reg = takeovers(ctx.mgr);
+    const reg = ctx.display.takeovers;
     const held = c.req.query('takeover');
     if (held !== undefined && reg.get(s)?.id !== held)
       throw new DrumsError('takeover_not_found', `takeover: '${held.slice(0, 32)}' is not the take-over held on session ${s.id}`, {

@@ -18,8 +18,8 @@ import { DrumsError, type DrumsErrorCode } from '../../common/errors.ts';
 import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
 import type { ScreenshotOptions } from '../../display/screenshot.ts';
 import type { Session } from '../../session/manager.ts';
-import type { RouteContext } from '../context.ts';
-import { takeovers, takeoverView } from './takeover.ts';
+import type { RouteContext } from '../request.ts';
+import { takeoverView } from './takeover.ts';
 import { upgradeTicket } from './upgrade.ts';
 
 export const MAX_STREAM_FPS = 30;
@@ -92,7 +92,7 @@ function sendJson(ws: WebSocket, o: unknown): void {
 }
 
 function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocket): void {
-  const reg = takeovers(ctx.mgr);
+  const reg = ctx.display.takeovers;
   const shot: ScreenshotOptions = { format: o.format, quality: o.quality, cursor: o.cursor, boxScale: true, ...(o.scale ? { scale: o.scale } : {}) };
   const interval = 1000 / o.fps;
   const width = o.scale?.width ?? s.spec.screen.width;
@@ -206,7 +206,7 @@ export function streamRoutes(ctx: RouteContext) {
     const s = ctx.session(c);
     const o = parseStreamQuery(c.req.query(), s.spec.screen);
     ctx.usable(s);
-    if (o.takeover !== undefined && takeovers(ctx.mgr).get(s)?.id !== o.takeover) {
+    if (o.takeover !== undefined && ctx.display.takeovers.get(s)?.id !== o.takeover) {
       throw new DrumsError('takeover_not_found', `takeover: '${o.takeover.slice(0, 32)}' is not the take-over held on session ${s.id}`, {
         details: { field: 'takeover' },
       });

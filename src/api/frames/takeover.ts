@@ -5,82 +5,16 @@
  * stream opened with `?takeover=<id>`). A second take-over while one is held: 409
  * `takeover_held`. A take-over belongs to one generation: a reset or destroy ends it.
  */
-import { randomBytes } from 'node:crypto';
 import { Hono } from 'hono';
 import { DrumsError, errorMessage } from '../../common/errors.ts';
 import { log } from '../../common/log.ts';
-import type { Session, SessionManager } from '../../session/manager.ts';
-import type { RouteContext } from '../context.ts';
+import type { DisplayService, Takeover } from '../../session/display-service.ts';
+import type { RouteContext } from '../request.ts';
 import type { ViewExtras } from '../routes/sessions.ts';
 import { checkBody } from '../spec-validate.ts';
 
-export interface Takeover {
-  id: string;
-  holder: string;
-  since: string;
-  generation: number;
-}
-
 export const TAKEOVER_HEADER = 'x-drums-takeover';
 const HOLDER_RE = /^[\w .@:-]{1,64}$/;
-
-export class Takeovers {
-  private readonly _held = new Map<string, Takeover>();
-
-  /** The live take-over of a session (none once its generation moved on). */
-  get(s: Session): Takeover | undefined {
-    const t = this._held.get(s.id);
-    if (t && t.generation !== s.generation) {
-      this._held.delete(s.id);
-      return undefined;
-    }
-    return t;
-  }
-
-  take(s: Session, holder: string): Takeover {
-    const cur = this.get(s);
-    if (cur)
-      throw new DrumsError(
-        'takeover_held',
-        `session ${s.id} is already taken over by '${cur.holder}' since ${cur.since}; release it first (DELETE /v1/sessions/${s.id}/takeover)`,
-        { details: { holder: cur.holder, since: cur.since } },
-      );
-    const t: Takeover = { id: randomBytes(12).toString('hex'), holder, since: new Date().toISOString(), generation: s.generation };
-    this._held.set(s.id, t);
-    return t;
-  }
-
-  release(s: Session, id?: string): Takeover {
-    const cur = this.get(s);
-    if (!cur) throw new DrumsError('takeover_not_found', `session ${s.id} is not taken over`);
-    if (id !== undefined && id !== cur.id)
-      throw new DrumsError('takeover_held', `take-over ${id.slice(0, 32)} is not the one held on session ${s.id} (held by '${cur.holder}')`, {
-        details: { holder: cur.holder, since: cur.since },
-      });
-    this._held.delete(s.id);
-    return cur;
-  }
-
-  /** Throws 409 session_taken_over unless the session is free or `id` is its take-over. */
-  checkInput(s: Session, id: string | undefined): void {
-    const cur = this.get(s);
-    if (!cur || cur.id === id) return;
-    throw new DrumsError('session_taken_over', `session ${s.id} is taken over by '${cur.holder}' since ${cur.since}; agent input resumes when it is released`, {
-      details: { holder: cur.holder, since: cur.since },
-    });
-  }
-}
-
-const registries = new WeakMap<SessionManager, Takeovers>();
-/** One registry per daemon (per session manager). */
-export function takeovers(mgr: SessionManager): Takeovers {
-  let t = registries.get(mgr);
-  if (!t) {
-    t = new Takeovers();
-    registries.set(mgr, t);
-  }
-  return t;
-}
 
 /** The public view: who holds it, since when (never the id, which is the holder's capability). */
 export function takeoverView(t: Takeover | undefined): { holder: string; since: string } | null {
@@ -88,14 +22,14 @@ export function takeoverView(t: Takeover | undefined): { holder: string; since: 
 }
 
 /** `extras` plus the session's take-over, for every session view (GET /v1/sessions[/:id]). */
-export function takeoverExtras(mgr: SessionManager, extras?: ViewExtras): ViewExtras {
-  const reg = takeovers(mgr);
+export function takeoverExtras(display: DisplayService, extras?: ViewExtras): ViewExtras {
+  const reg = display.takeovers;
   return (s) => ({ ...extras?.(s), takeover: takeoverView(reg.get(s)) });
 }
 
 export function takeoverRoutes(ctx: RouteContext) {
   const app = new Hono();
-  const reg = takeovers(ctx.mgr);
+  const reg = ctx.display.takeovers;
   app.get('/v1/sessions/:id/takeover', (c) => {
     const s = ctx.session(c);
     return c.json({ generation: s.generation, takeover: takeoverView(reg.get(s)) });

@@ -7,9 +7,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Hono } from 'hono';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { pruneUsage, sessionUsage } from './usage.ts';
-import { takeovers, takeoverView } from './takeover.ts';
+import { takeoverView } from './takeover.ts';
 
 const PAGE = (nonce: string) => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Drums</title>
@@ -149,7 +149,7 @@ export function uiRoutes(ctx: RouteContext) {
   app.get('/v1/usage', (c) => {
     const list = ctx.mgr.list();
     pruneUsage(new Set(list.map((s) => s.id)));
-    const reg = takeovers(ctx.mgr);
+    const reg = ctx.display.takeovers;
     return c.json({ sessions: list.map((s) => ({ ...sessionUsage(s), takeover: takeoverView(reg.get(s)) })) });
   });
   return app;

@@ -2,16 +2,15 @@ import { Hono, type Context } from 'hono';
 import { DrumsError, ValidationError, type ErrorCode } from '../../common/errors.ts';
 import { DisplayError } from '../../display/errors.ts';
 import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions.ts';
-import { captureResolved, resolveShot, type Region, type ScreenshotOptions, type ScreenshotResult } from '../../display/screenshot.ts';
-import type { ResolvedShot } from '../../display/frames.ts';
+import type { Region, ScreenshotOptions, ScreenshotResult } from '../../display/screenshot.ts';
+import { captureResolved, type ResolvedShot, resolveShot } from '../../display/frames.ts';
 import type { ActionsRequest } from '../../protocol/generated/types.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
 import { execInSession, execStream, parseExec } from '../../session/exec.ts';
 import type { Session } from '../../session/manager.ts';
 import { deleteFile, listDir, readFile, statFile, validateMode, validatePath, writeFile, type Target } from '../../session/files.ts';
-import type { RouteContext } from '../context.ts';
-import { TAKEOVER_HEADER, takeovers } from '../frames/takeover.ts';
-import { ACTIONS_HEADER, MAX_HEADER_JSON, asciiJson, imageHeaders, wantsBinary } from '../frames/binary.ts';
+import type { RouteContext } from '../request.ts';
+import { TAKEOVER_HEADER } from '../frames/takeover.ts';
 import { checkBody } from '../spec-validate.ts';
 
 /**
@@ -89,6 +88,45 @@ function shotJson(r: ScreenshotResult) {
   };
 }
 
+/**
+ * Binary answers: when a client asks for the image itself (`Accept: image/png`, or the
+ * mime type of the requested format), POST /actions answers with the image bytes as the body and
+ * the JSON (generation, results) in the `x-drums-actions` header, so no base64 and no JSON
+ * parsing of megabytes. The JSON falls back to the body (the usual JSON response) when it would
+ * not fit in a header (over 16 KiB, e.g. a batch of hundreds of actions): clients branch on the
+ * response's content-type.
+ */
+export const ACTIONS_HEADER = 'x-drums-actions';
+export const MAX_HEADER_JSON = 16 * 1024;
+
+/** Whether the Accept header asks for this image type (exactly, or image/* for the image formats). */
+export function wantsBinary(accept: string | undefined, mimeType: string): boolean {
+  if (!accept) return false;
+  const types = accept.split(',').map((t) => t.split(';')[0].trim().toLowerCase());
+  if (types.includes(mimeType)) return true;
+  return mimeType.startsWith('image/') && types.includes('image/*');
+}
+
+/** JSON with every non-ASCII character escaped, so it is a valid header value. */
+export function asciiJson(v: unknown): string {
+  return JSON.stringify(v).replace(/[\u007f-\uffff]/g, (ch) => '\\u' + ch.charCodeAt(0).toString(16).padStart(4, '0'));
+}
+
+/** Headers that describe an image response (shared by GET /screenshot and binary POST /actions). */
+export function imageHeaders(shot: ScreenshotResult, generation: number): Record<string, string> {
+  const h: Record<string, string> = {
+    'content-type': shot.mimeType,
+    'x-drums-generation': String(generation),
+    'x-drums-width': String(shot.width),
+    'x-drums-height': String(shot.height),
+  };
+  if (shot.scaleX !== undefined) {
+    h['x-drums-scale-x'] = String(shot.scaleX);
+    h['x-drums-scale-y'] = String(shot.scaleY);
+  }
+  return h;
+}
+
 function resultJson(r: ActionResult) {
   return {
     index: r.index,
@@ -137,7 +175,7 @@ export function displayRoutes(ctx: RouteContext) {
   const target = (s: Session): Target => ({ runtime: mgr.runtime, container: s.names.container });
   /**
    * Session and readiness, for every route here. An expected generation in the query or header
-   * was checked once, by middleware/sessions.ts; one in the body (`fromBody`) is checked here.
+   * was checked once, by the pipeline (request.ts); one in the body (`fromBody`) is checked here.
    */
   const ready = (c: Context, fromBody?: unknown): Session => {
     const s = ctx.session(c);
@@ -165,25 +203,18 @@ export function displayRoutes(ctx: RouteContext) {
     });
     const t0 = performance.now();
     const shot = await guard(async () => captureResolved((await display.connection(s)).conn, resolved));
-    const h: Record<string, string> = {
-      'content-type': shot.mimeType,
+    const h = {
+      ...imageHeaders(shot, s.generation),
       // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
       'server-timing': `capture;dur=${(performance.now() - t0).toFixed(2)}`,
-      'x-drums-generation': String(s.generation),
-      'x-drums-width': String(shot.width),
-      'x-drums-height': String(shot.height),
     };
-    if (shot.scaleX !== undefined) {
-      h['x-drums-scale-x'] = String(shot.scaleX);
-      h['x-drums-scale-y'] = String(shot.scaleY);
-    }
     return c.body(new Uint8Array(shot.data), 200, h);
   });
 
   app.post('/v1/sessions/:id/actions', async (c) => {
     const body = await ctx.body(c);
     const s = ready(c, (body as { generation?: unknown } | null)?.generation);
-    takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
+    ctx.display.takeovers.checkInput(s, c.req.header(TAKEOVER_HEADER));
     // The body's shape, once: the spec's schema (unknown fields, at most 1000 actions, the
     // screenshot options; each field's error code from BODY_CODES).
     checkBody('runActions', body);
@@ -200,7 +231,7 @@ export function displayRoutes(ctx: RouteContext) {
     const results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
     const shot = shotOpts ? await guard(() => captureResolved(d.conn, shotOpts)) : undefined;
     if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
-      // Image bytes as the body, the JSON in a header (src/api/frames/binary.ts).
+      // Image bytes as the body, the JSON in a header (wantsBinary above).
       const meta = asciiJson({ generation, results: results.map(resultJson) });
       if (meta.length <= MAX_HEADER_JSON) return c.body(new Uint8Array(shot.data), 200, { ...imageHeaders(shot, generation), [ACTIONS_HEADER]: meta });
     }
@@ -260,7 +291,7 @@ export function displayRoutes(ctx: RouteContext) {
     app.post(`/v1/sessions/:id/windows/:wid/${op}`, async (c) => {
       const wid = parseWid(c.req.param('wid'));
       const s = ready(c);
-      takeovers(ctx.mgr).checkInput(s, c.req.header(TAKEOVER_HEADER));
+      ctx.display.takeovers.checkInput(s, c.req.header(TAKEOVER_HEADER));
       const d = await display.connection(s);
       const list = await guard(() => d.listWindows());
       if (!list.some((w) => w.id === wid))
@@ -280,7 +311,7 @@ export function displayRoutes(ctx: RouteContext) {
     const json = await ctx.body(c);
     const req = parseExec(json);
     checkBody('execInSession', json);
-    // (The expected generation was checked by middleware/sessions.ts.)
+    // (The expected generation was checked by the pipeline, request.ts.)
     ctx.usable(s);
     if (!stream) {
       const r = await execInSession(target(s), req, c.req.raw.signal);

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { streamSSE } from 'hono/streaming';
 import { DrumsError } from '../../common/errors.ts';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 
 const POLL_MS = 50;
 const KEEPALIVE_MS = 15_000;

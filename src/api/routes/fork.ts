@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { forkSession, parseFork } from '../../session/fork.ts';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { refuseIfDraining } from './host.ts';
 import { checkBody } from '../spec-validate.ts';
 

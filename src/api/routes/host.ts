@@ -8,7 +8,7 @@ import { listImages } from '../../image/build.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
 import { listPools, poolsOf } from '../../session/pools.ts';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 const STATES = ['creating', 'ready', 'resetting', 'broken', 'destroying'] as const;

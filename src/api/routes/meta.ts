@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { readFileSync } from 'node:fs';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { metrics } from '../metrics.ts';
 import { resourceGauges } from '../resource-metrics.ts';
 import { poolsOf } from '../../session/pools.ts';

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
 import { poolsOf, type ReleaseMode } from '../../session/pools.ts';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { metrics } from '../metrics.ts';
 import { checkBody } from '../spec-validate.ts';
 

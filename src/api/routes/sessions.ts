@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
 import { parseSpec } from '../../session/spec.ts';
 import type { Session } from '../../session/manager.ts';
-import type { RouteContext } from '../context.ts';
+import type { RouteContext } from '../request.ts';
 import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
 import { memoryUsage, oomKills } from '../../host/resources.ts';
@@ -82,7 +82,7 @@ export function sessionRoutes(ctx: RouteContext) {
   app.post('/v1/sessions/:id/reset', async (c) => {
     const s = ctx.session(c);
     // The body: at most an expected generation (one in the query or header was checked by
-    // middleware/sessions.ts), then the spec's schema of it.
+    // request.ts), then the spec's schema of it.
     const body = await ctx.body(c);
     if (!body || typeof body !== 'object' || Array.isArray(body))
       throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });

@@ -5,7 +5,7 @@ export function registerAudit(program: Command): void {
   program
     .command('audit')
     .description('isolation audit: probes from inside a session against a sibling and the host; writes a record with a verdict')
-    .option('--arms <list>', 'baseline, fork (a disk-forked pair) and/or shared-browser', 'baseline')
+    .option('--arms <list>', 'baseline, fork (a disk-forked pair), memfork (a memory-forked pair) and/or shared-browser', 'baseline')
     .option('--out <dir>', 'record directory (default bench/records)')
     .action(async (o: { arms: string; out?: string }) => {
       const { runAudit } = await import('../../bench/audit.ts');

@@ -1,193 +1,349 @@
 import type { Command } from 'commander';
+import type { DrumsClient } from '../../client/client.ts';
 import { printBars, progressLine, withDaemon } from '../util.ts';
+
+type Opts = Record<string, string | boolean | undefined>;
+type Bars = Record<string, { pass: boolean; value: unknown; bar: unknown }>;
+
+/**
+ * One record-writing benchmark: its options (commander flags, description, default), how it
+ * runs, and what it prints before the `record: <file>` line that every one ends with.
+ */
+interface RecordBench {
+  name: string;
+  description: string;
+  argument?: [name: string, description: string];
+  options: [flags: string, description: string, dflt?: string][];
+  /** Run against withDaemon()'s client (DRUMS_URL, else a private daemon). */
+  daemon?: boolean;
+  /** `[bench] message` lines (log), or one rewritten stderr line with a newline at the end (line, or its tag). */
+  progress: 'log' | 'line' | { line: string; newline: boolean };
+  run(o: Opts, ctx: { progress: (m: string) => void; client?: DrumsClient; args: string[] }): Promise<{ record: unknown; file: string }>;
+  /** Lines for people before `record: ...`; default: the record's bars as PASS/FAIL lines. */
+  report?: (record: never) => string;
+}
+
+const OUT: [string, string, string] = ['--out <dir>', 'record directory', 'bench/records'];
+const JSON_OPT: [string, string] = ['--json', 'print the record'];
+const IMAGE = (dflt: string): [string, string, string] => ['--image <name>', 'image', dflt];
+const num = (v: unknown) => Number(v);
+const list = (v: unknown) => String(v).split(',').map(Number);
+const bars = (r: { bars: Bars }) => {
+  printBars(r.bars);
+  return '';
+};
+
+const BENCHES: RecordBench[] = [
+  {
+    name: 'osworld-run',
+    description: "wall time of OSWorld's runnable set through `drums osworld run` at each --parallel level, with each task's outcome and the load average",
+    argument: ['[files...]', 'task files instead of --domains'],
+    options: [
+      ['--tasks-root <dir>', 'OSWorld task files, a directory per domain', '../shared/osworld-tasks'],
+      ['--domains <list>', 'domains', 'os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps'],
+      ['--parallel <list>', 'levels, run one after another', '1,4,8'],
+      ['--level-minutes <n>', 'stop a level after this long and record what it finished', '30'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress, args }) =>
+      (await import('../../bench/osworld-run-bench.ts')).runOsworldRunBench({
+        tasksRoot: String(o.tasksRoot),
+        domains: String(o.domains).split(','),
+        files: args,
+        parallel: list(o.parallel),
+        levelMinutes: num(o.levelMinutes),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { levels: { parallel: number; wallSeconds: number; complete: boolean; summary: { ran: number } }[] }) =>
+      record.levels.map((l) => `--parallel ${l.parallel}: ${l.wallSeconds} s, ${l.summary.ran} tasks ran${l.complete ? '' : ' (incomplete)'}\n`).join(''),
+  },
+  {
+    name: 'pools',
+    description: 'warm-pool claims vs creates, disk fork(N) vs N creates, and the idle cost of a pool, in one run',
+    options: [
+      IMAGE('default'),
+      ['--url <url>', 'URL the sessions open', 'about:blank'],
+      ['--claims <n>', 'claims (and creates) to time', '20'],
+      ['--pool-size <n>', 'pool size for the idle cost', '8'],
+      ['--forks <list>', 'fork counts', '1,4,8'],
+      ['--idle-seconds <n>', 'idle measurement window', '10'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/pools-bench.ts')).runPoolsBench({
+        image: String(o.image),
+        url: (o.url as string) || undefined,
+        claims: num(o.claims),
+        poolSize: num(o.poolSize),
+        forkCounts: list(o.forks),
+        idleSeconds: num(o.idleSeconds),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { claims: { claimMs: { p50: number }; createMs: { p50: number } }; bars: { claimP50Ms: { pass: boolean } } }) =>
+      `claim p50 ${record.claims.claimMs.p50.toFixed(2)} ms vs create p50 ${record.claims.createMs.p50.toFixed(0)} ms; ${record.bars.claimP50Ms.pass ? 'PASS' : 'FAIL'} claimP50Ms (bar <= 20)\n`,
+  },
+  {
+    name: 'zygote',
+    description:
+      'Chromium without its zygote (--no-zygote, which a memory fork needs; the default without a user namespace) against Chromium with it (DRUMS_BROWSER_ZYGOTE=1): create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run',
+    options: [IMAGE('default'), ['--sessions <n>', 'sessions per arm', '6'], ['--settle-seconds <n>', 'wait before memory is read', '10'], OUT],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/zygote-bench.ts')).runZygoteBench({
+        image: String(o.image),
+        sessions: num(o.sessions),
+        settleSeconds: num(o.settleSeconds),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { ratios: unknown }) => `no-zygote / zygote, medians: ${JSON.stringify(record.ratios)}\n`,
+  },
+  {
+    name: 'userns',
+    description: 'the cost of a user namespace per session against host uids: create, reset, memory and disk, side by side in one run',
+    options: [
+      IMAGE('default'),
+      ['--url <url>', 'URL the sessions open (Chromium: its sandbox runs in the userns arm)', 'about:blank'],
+      ['--sessions <n>', 'sessions per arm', '6'],
+      ['--settle-seconds <n>', 'wait before memory is read', '10'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/userns-bench.ts')).runUsernsBench({
+        image: String(o.image),
+        url: (o.url as string) || undefined,
+        sessions: num(o.sessions),
+        settleSeconds: num(o.settleSeconds),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { ratios: unknown }) => `userns / host uids, medians: ${JSON.stringify(record.ratios)}\n`,
+  },
+  {
+    name: 'api',
+    description: 'API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions',
+    options: [
+      ['--quick', 'fewer samples, shorter run (CI)'],
+      IMAGE('minimal'),
+      ['--clients <n>', 'concurrent clients = sessions', '16'],
+      ['--seconds <n>', 'throughput run length'],
+      OUT,
+      JSON_OPT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/api-bench.ts')).runApiBench({
+        quick: !!o.quick,
+        image: String(o.image),
+        outDir: String(o.out),
+        clients: num(o.clients),
+        seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
+        progress,
+        startInProcess: async (env) => (await import('../../daemon.ts')).startDaemon({ env }),
+      }),
+    report: bars,
+  },
+  {
+    name: 'noisy',
+    description:
+      'noisy neighbour: 8 sessions driven in a closed loop while one abuses CPU, memory, pids, disk and the API; ratios against quiet phases of the same run',
+    options: [
+      ['--quick', 'short phases (CI)'],
+      ['--victims <n>', 'sessions driven in a closed loop', '8'],
+      ['--seconds <n>', 'length of each phase'],
+      ['--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/noisy-bench.ts')).runNoisyBench({
+        quick: !!o.quick,
+        outDir: String(o.out),
+        victims: num(o.victims),
+        seconds: Number(o.seconds ?? (o.quick ? 5 : 10)),
+        rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
+        progress,
+      }),
+    report: bars,
+  },
+  {
+    name: 'soak',
+    description: 'soak: sessions driven for many steps with periodic resets; daemon RSS and fds must stay flat, 0 errors, 0 residue',
+    options: [
+      ['--quick', 'a short soak (CI)'],
+      ['--sessions <n>', 'sessions, one client each', '16'],
+      ['--steps <n>', 'steps per session', '1000'],
+      ['--reset-every <n>', 'reset each session every this many steps', '50'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/soak-bench.ts')).runSoakBench({
+        quick: !!o.quick,
+        outDir: String(o.out),
+        sessions: o.quick ? 2 : num(o.sessions),
+        steps: o.quick ? 100 : num(o.steps),
+        resetEvery: num(o.resetEvery),
+        progress,
+      }),
+    report: bars,
+  },
+  {
+    name: 'rss',
+    description: "what holds the daemon's RSS: N sessions, one screenshot each, then destroyed; per-session deltas by kind",
+    options: [['--sessions <n>', 'sessions', '20'], ['--screen <WxH>', 'screen size', '1280x800'], OUT],
+    progress: { line: 'bench', newline: false },
+    run: async (o, { progress }) =>
+      (await import('../../bench/soak-bench.ts')).runRssProbe({ sessions: num(o.sessions), screen: String(o.screen), outDir: String(o.out), progress }),
+    report: (record: { perSessionMiB: unknown }) => `\n${JSON.stringify(record.perSessionMiB)}\n`,
+  },
+  {
+    name: 'sessions',
+    description: 'lifecycle latency and memory per added session, against the session-core bars',
+    options: [
+      ['--quick', 'a few sessions, few runs (CI)'],
+      IMAGE('default'),
+      ['--runs <n>', 'sequential runs per latency'],
+      ['--n <list>', 'session counts for the memory slope, e.g. 1,4,8,12,16'],
+      OUT,
+      JSON_OPT,
+    ],
+    daemon: true,
+    progress: 'line',
+    run: async (o, { progress, client }) =>
+      (await import('../../bench/sessions-bench.ts')).runSessionsBench({
+        client: client!,
+        image: String(o.image),
+        quick: !!o.quick,
+        outDir: String(o.out),
+        runs: Number(o.runs ?? (o.quick ? 3 : 10)),
+        memoryNs: list(o.n ?? (o.quick ? '1,2,3' : '1,4,8,12,16')),
+        settleMs: o.quick ? 1000 : 5000,
+        progress,
+      }),
+    report: bars,
+  },
+  {
+    name: 'ops',
+    description: 'observe/act latency through the API vs exec-spawned tools, and N sessions driven at once',
+    options: [
+      ['--quick', 'few runs, 4 sessions (CI)'],
+      ['--runs <n>', 'runs per measurement'],
+      ['--sessions <n>', 'sessions driven at once', '16'],
+      ['--seconds <n>', 'how long to drive them', '10'],
+      OUT,
+      JSON_OPT,
+    ],
+    daemon: true,
+    progress: 'line',
+    run: async (o, { progress, client }) =>
+      (await import('../../bench/ops-bench.ts')).runOpsBench({
+        client: client!,
+        quick: !!o.quick,
+        outDir: String(o.out),
+        runs: Number(o.runs ?? (o.quick ? 10 : 30)),
+        sessions: o.quick ? Math.min(4, num(o.sessions)) : num(o.sessions),
+        parallelSeconds: o.quick ? 5 : num(o.seconds),
+        progress,
+      }),
+    report: (record: { results: Record<string, Record<string, { p50?: number; p95?: number } | number>> }) => {
+      const r = record.results;
+      let out = '';
+      for (const group of ['api', 'peers']) {
+        for (const [k, v] of Object.entries(r[group] ?? {}))
+          out += `${group.padEnd(6)} ${k.padEnd(32)} p50 ${(v as { p50: number }).p50.toFixed(1).padStart(8)} ms  p95 ${(v as { p95: number }).p95.toFixed(1).padStart(8)} ms\n`;
+      }
+      return `${out}ratios ${JSON.stringify(r.ratios)}\nparallel ${JSON.stringify(r.parallel)}\n`;
+    },
+  },
+  {
+    name: 'steps',
+    description: 'step throughput (click + PNG) of this checkout vs another checkout in the same run; CPU per step by format; streaming',
+    options: [
+      ['--base <dir>', 'checkout of the code to compare with (e.g. git worktree add DIR 4c106a9), with node_modules and .runtime'],
+      ['--sessions <list>', 'N ladder of Chromium sessions', '10,50,100'],
+      ['--clients <n>', 'closed-loop clients', '8'],
+      ['--seconds <n>', 'seconds per measurement', '20'],
+      ['--offered <n>', 'open-loop offered steps/s', '50'],
+      ['--trials <n>', 'trials (arms alternate, order rotated)', '1'],
+      ['--quick', 'N=2, 4 s (a harness check)'],
+      OUT,
+    ],
+    progress: 'line',
+    run: async (o, { progress }) => {
+      const { runStepsBench } = await import('../../bench/steps-bench.ts');
+      const { resolve, join } = await import('node:path');
+      const here = resolve(import.meta.dirname, '..', '..', '..');
+      const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
+      if (o.base) arms.push({ name: 'base', bin: join(resolve(String(o.base)), 'bin', 'drums'), description: `the checkout at ${resolve(String(o.base))}` });
+      return runStepsBench({
+        arms,
+        sessions: o.quick ? [2] : list(o.sessions),
+        clients: o.quick ? 2 : num(o.clients),
+        seconds: o.quick ? 4 : num(o.seconds),
+        offered: o.quick ? 5 : num(o.offered),
+        trials: num(o.trials),
+        quick: !!o.quick,
+        outDir: String(o.out),
+        command: `bin/drums ${process.argv.slice(2).join(' ')}`,
+        progress,
+      });
+    },
+    report: (record: { summary: string }) => `${record.summary}\n`,
+  },
+  {
+    name: 'density',
+    description: 'how many Chromium sessions the host holds at once (bar: 50)',
+    options: [['--sessions <n>', 'sessions to hold', '50'], ['--concurrency <n>', 'creates in flight', '4'], IMAGE('default'), OUT],
+    daemon: true,
+    progress: { line: 'density', newline: true },
+    run: async (o, { progress, client }) =>
+      (await import('../../bench/density-bench.ts')).runDensityBench({
+        client: client!,
+        image: String(o.image),
+        sessions: num(o.sessions),
+        concurrency: num(o.concurrency),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { bars: { concurrentBrowserSessions: { pass: boolean; value: unknown; bar: unknown } }; results: { hostUsedMiB: unknown } }) => {
+      const b = record.bars.concurrentBrowserSessions;
+      return `${b.pass ? 'PASS' : 'FAIL'}  concurrent Chromium sessions ${b.value} (bar >= ${b.bar}); host used ${JSON.stringify(record.results.hostUsedMiB)} MiB\n`;
+    },
+  },
+];
+
+/** Registers one record bench: its options, then run → (the record as JSON with --json) → report → `record: <file>`. */
+function registerRecordBench(bench: Command, b: RecordBench): void {
+  const cmd = bench.command(b.name).description(b.description);
+  if (b.argument) cmd.argument(...b.argument);
+  for (const [flags, description, dflt] of b.options) cmd.option(flags, description, dflt);
+  cmd.action(async (...a: unknown[]) => {
+    const args = b.argument ? (a[0] as string[]) : [];
+    const o = (b.argument ? a[1] : a[0]) as Opts;
+    const p = b.progress;
+    const progress = p === 'log' ? (m: string) => process.stderr.write(`[bench] ${m}\n`) : progressLine(p === 'line' ? 'bench' : p.line);
+    const go = async (client?: DrumsClient) => {
+      const { record, file } = await b.run(o, { progress, client, args });
+      if (p === 'line' || (typeof p === 'object' && p.newline)) process.stderr.write('\n');
+      if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
+      process.stdout.write((b.report ?? bars)(record as never));
+      process.stdout.write(`record: ${file}\n`);
+    };
+    if (b.daemon) await withDaemon((c) => go(c));
+    else await go();
+  });
+}
 
 /** `bench ...`: the DrumsBench experiments and micro-benchmarks. */
 export function registerBench(program: Command): void {
   const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
-  bench
-    .command('osworld-run')
-    .description("wall time of OSWorld's runnable set through `drums osworld run` at each --parallel level, with each task's outcome and the load average")
-    .argument('[files...]', 'task files instead of --domains')
-    .option('--tasks-root <dir>', 'OSWorld task files, a directory per domain', '../shared/osworld-tasks')
-    .option('--domains <list>', 'domains', 'os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps')
-    .option('--parallel <list>', 'levels, run one after another', '1,4,8')
-    .option('--level-minutes <n>', 'stop a level after this long and record what it finished', '30')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (files: string[], o: { tasksRoot: string; domains: string; parallel: string; levelMinutes: string; out: string }) => {
-      const { runOsworldRunBench } = await import('../../bench/osworld-run-bench.ts');
-      const { record, file } = await runOsworldRunBench({
-        tasksRoot: o.tasksRoot,
-        domains: o.domains.split(','),
-        files,
-        parallel: o.parallel.split(',').map(Number),
-        levelMinutes: Number(o.levelMinutes),
-        outDir: o.out,
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-      });
-      for (const l of record.levels as { parallel: number; wallSeconds: number; complete: boolean; summary: { ran: number } }[])
-        process.stdout.write(`--parallel ${l.parallel}: ${l.wallSeconds} s, ${l.summary.ran} tasks ran${l.complete ? '' : ' (incomplete)'}\n`);
-      process.stdout.write(`record: ${file}\n`);
-    });
-  bench
-    .command('pools')
-    .description('warm-pool claims vs creates, disk fork(N) vs N creates, and the idle cost of a pool, in one run')
-    .option('--image <name>', 'image', 'default')
-    .option('--url <url>', 'URL the sessions open', 'about:blank')
-    .option('--claims <n>', 'claims (and creates) to time', '20')
-    .option('--pool-size <n>', 'pool size for the idle cost', '8')
-    .option('--forks <list>', 'fork counts', '1,4,8')
-    .option('--idle-seconds <n>', 'idle measurement window', '10')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { image: string; url: string; claims: string; poolSize: string; forks: string; idleSeconds: string; out: string }) => {
-      const { runPoolsBench } = await import('../../bench/pools-bench.ts');
-      const { record, file } = await runPoolsBench({
-        image: o.image,
-        url: o.url || undefined,
-        claims: Number(o.claims),
-        poolSize: Number(o.poolSize),
-        forkCounts: o.forks.split(',').map(Number),
-        idleSeconds: Number(o.idleSeconds),
-        outDir: o.out,
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-      });
-      process.stdout.write(
-        `claim p50 ${record.claims.claimMs.p50.toFixed(2)} ms vs create p50 ${record.claims.createMs.p50.toFixed(0)} ms; ${record.bars.claimP50Ms.pass ? 'PASS' : 'FAIL'} claimP50Ms (bar <= 20)\nrecord: ${file}\n`,
-      );
-    });
-
-  bench
-    .command('userns')
-    .description('the cost of a user namespace per session against host uids: create, reset, memory and disk, side by side in one run')
-    .option('--image <name>', 'image', 'default')
-    .option('--url <url>', 'URL the sessions open (Chromium: its sandbox runs in the userns arm)', 'about:blank')
-    .option('--sessions <n>', 'sessions per arm', '6')
-    .option('--settle-seconds <n>', 'wait before memory is read', '10')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { image: string; url: string; sessions: string; settleSeconds: string; out: string }) => {
-      const { runUsernsBench } = await import('../../bench/userns-bench.ts');
-      const { record, file } = await runUsernsBench({
-        image: o.image,
-        url: o.url || undefined,
-        sessions: Number(o.sessions),
-        settleSeconds: Number(o.settleSeconds),
-        outDir: o.out,
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-      });
-      process.stdout.write(`userns / host uids, medians: ${JSON.stringify(record.ratios)}\nrecord: ${file}\n`);
-    });
-
-  bench
-    .command('api')
-    .description('API overhead over a direct in-process call, and actions/s with 16 clients on 16 sessions')
-    .option('--quick', 'fewer samples, shorter run (CI)')
-    .option('--image <name>', 'image', 'minimal')
-    .option('--clients <n>', 'concurrent clients = sessions', '16')
-    .option('--seconds <n>', 'throughput run length')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .option('--json', 'print the record')
-    .action(async (o: { quick?: boolean; image: string; clients: string; seconds?: string; out: string; json?: boolean }) => {
-      const { runApiBench } = await import('../../bench/api-bench.ts');
-      const { record, file } = await runApiBench({
-        quick: !!o.quick,
-        image: o.image,
-        outDir: o.out,
-        clients: Number(o.clients),
-        seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-        startInProcess: async (env) => (await import('../../daemon.ts')).startDaemon({ env }),
-      });
-      if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
-      printBars(record.bars);
-      process.stdout.write(`record: ${file}\n`);
-    });
-  bench
-    .command('noisy')
-    .description(
-      'noisy neighbour: 8 sessions driven in a closed loop while one abuses CPU, memory, pids, disk and the API; ratios against quiet phases of the same run',
-    )
-    .option('--quick', 'short phases (CI)')
-    .option('--victims <n>', 'sessions driven in a closed loop', '8')
-    .option('--seconds <n>', 'length of each phase')
-    .option('--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { quick?: boolean; victims: string; seconds?: string; rounds?: string; out: string }) => {
-      const { runNoisyBench } = await import('../../bench/noisy-bench.ts');
-      const { record, file } = await runNoisyBench({
-        quick: !!o.quick,
-        outDir: o.out,
-        victims: Number(o.victims),
-        seconds: Number(o.seconds ?? (o.quick ? 5 : 10)),
-        rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-      });
-      printBars(record.bars);
-      process.stdout.write(`record: ${file}\n`);
-    });
-  bench
-    .command('soak')
-    .description('soak: sessions driven for many steps with periodic resets; daemon RSS and fds must stay flat, 0 errors, 0 residue')
-    .option('--quick', 'a short soak (CI)')
-    .option('--sessions <n>', 'sessions, one client each', '16')
-    .option('--steps <n>', 'steps per session', '1000')
-    .option('--reset-every <n>', 'reset each session every this many steps', '50')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { quick?: boolean; sessions: string; steps: string; resetEvery: string; out: string }) => {
-      const { runSoakBench } = await import('../../bench/soak-bench.ts');
-      const { record, file } = await runSoakBench({
-        quick: !!o.quick,
-        outDir: o.out,
-        sessions: o.quick ? 2 : Number(o.sessions),
-        steps: o.quick ? 100 : Number(o.steps),
-        resetEvery: Number(o.resetEvery),
-        progress: (m) => process.stderr.write(`[bench] ${m}\n`),
-      });
-      printBars(record.bars);
-      process.stdout.write(`record: ${file}\n`);
-    });
-  bench
-    .command('rss')
-    .description("what holds the daemon's RSS: N sessions, one screenshot each, then destroyed; per-session deltas by kind")
-    .option('--sessions <n>', 'sessions', '20')
-    .option('--screen <WxH>', 'screen size', '1280x800')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { sessions: string; screen: string; out: string }) => {
-      const { runRssProbe } = await import('../../bench/soak-bench.ts');
-      const { record, file } = await runRssProbe({
-        sessions: Number(o.sessions),
-        screen: o.screen,
-        outDir: o.out,
-        progress: progressLine('bench'),
-      });
-      process.stdout.write(`\n${JSON.stringify(record.perSessionMiB)}\nrecord: ${file}\n`);
-    });
-  bench
-    .command('sessions')
-    .description('lifecycle latency and memory per added session, against the session-core bars')
-    .option('--quick', 'a few sessions, few runs (CI)')
-    .option('--image <name>', 'image', 'default')
-    .option('--runs <n>', 'sequential runs per latency')
-    .option('--n <list>', 'session counts for the memory slope, e.g. 1,4,8,12,16')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .option('--json', 'print the record')
-    .action(async (o: { quick?: boolean; image: string; runs?: string; n?: string; out: string; json?: boolean }) => {
-      const { runSessionsBench } = await import('../../bench/sessions-bench.ts');
-      await withDaemon(async (c) => {
-        const { record, file } = await runSessionsBench({
-          client: c,
-          image: o.image,
-          quick: !!o.quick,
-          outDir: o.out,
-          runs: Number(o.runs ?? (o.quick ? 3 : 10)),
-          memoryNs: (o.n ?? (o.quick ? '1,2,3' : '1,4,8,12,16')).split(',').map(Number),
-          settleMs: o.quick ? 1000 : 5000,
-          progress: progressLine('bench'),
-        });
-        process.stderr.write('\n');
-        if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
-        printBars(record.bars);
-        process.stdout.write(`record: ${file}\n`);
-      });
-    });
+  for (const b of BENCHES) registerRecordBench(bench, b);
 
   bench
     .command('preregister')
@@ -235,96 +391,5 @@ export function registerBench(program: Command): void {
         );
       process.stdout.write(`status: ${record.status}${record.complete ? '' : ' (incomplete)'}\nrecord: ${file}\n`);
       if (!record.complete) process.exitCode = 4;
-    });
-  bench
-    .command('ops')
-    .description('observe/act latency through the API vs exec-spawned tools, and N sessions driven at once')
-    .option('--quick', 'few runs, 4 sessions (CI)')
-    .option('--runs <n>', 'runs per measurement')
-    .option('--sessions <n>', 'sessions driven at once', '16')
-    .option('--seconds <n>', 'how long to drive them', '10')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .option('--json', 'print the record')
-    .action(async (o: { quick?: boolean; runs?: string; sessions: string; seconds: string; out: string; json?: boolean }) => {
-      const { runOpsBench } = await import('../../bench/ops-bench.ts');
-      await withDaemon(async (c) => {
-        const { record, file } = await runOpsBench({
-          client: c,
-          quick: !!o.quick,
-          outDir: o.out,
-          runs: Number(o.runs ?? (o.quick ? 10 : 30)),
-          sessions: o.quick ? Math.min(4, Number(o.sessions)) : Number(o.sessions),
-          parallelSeconds: o.quick ? 5 : Number(o.seconds),
-          progress: progressLine('bench'),
-        });
-        process.stderr.write('\n');
-        if (o.json) process.stdout.write(JSON.stringify(record, null, 2) + '\n');
-        const r = record.results as Record<string, Record<string, { p50?: number; p95?: number } | number>>;
-        for (const group of ['api', 'peers']) {
-          for (const [k, v] of Object.entries(r[group] ?? {}))
-            process.stdout.write(
-              `${group.padEnd(6)} ${k.padEnd(32)} p50 ${(v as { p50: number }).p50.toFixed(1).padStart(8)} ms  p95 ${(v as { p95: number }).p95.toFixed(1).padStart(8)} ms\n`,
-            );
-        }
-        process.stdout.write(`ratios ${JSON.stringify(r.ratios)}\nparallel ${JSON.stringify(r.parallel)}\nrecord: ${file}\n`);
-      });
-    });
-
-  bench
-    .command('steps')
-    .description('step throughput (click + PNG) of this checkout vs another checkout in the same run; CPU per step by format; streaming')
-    .option('--base <dir>', 'checkout of the code to compare with (e.g. git worktree add DIR 4c106a9), with node_modules and .runtime')
-    .option('--sessions <list>', 'N ladder of Chromium sessions', '10,50,100')
-    .option('--clients <n>', 'closed-loop clients', '8')
-    .option('--seconds <n>', 'seconds per measurement', '20')
-    .option('--offered <n>', 'open-loop offered steps/s', '50')
-    .option('--trials <n>', 'trials (arms alternate, order rotated)', '1')
-    .option('--quick', 'N=2, 4 s (a harness check)')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { base?: string; sessions: string; clients: string; seconds: string; offered: string; trials: string; quick?: boolean; out: string }) => {
-      const { runStepsBench } = await import('../../bench/steps-bench.ts');
-      const { resolve, join } = await import('node:path');
-      const here = resolve(import.meta.dirname, '..', '..', '..');
-      const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
-      if (o.base) arms.push({ name: 'base', bin: join(resolve(o.base), 'bin', 'drums'), description: `the checkout at ${resolve(o.base)}` });
-      const { record, file } = await runStepsBench({
-        arms,
-        sessions: o.quick ? [2] : o.sessions.split(',').map(Number),
-        clients: o.quick ? 2 : Number(o.clients),
-        seconds: o.quick ? 4 : Number(o.seconds),
-        offered: o.quick ? 5 : Number(o.offered),
-        trials: Number(o.trials),
-        quick: !!o.quick,
-        outDir: o.out,
-        command: `bin/drums ${process.argv.slice(2).join(' ')}`,
-        progress: progressLine('bench'),
-      });
-      process.stderr.write('\n');
-      process.stdout.write(`${record.summary}\nrecord: ${file}\n`);
-    });
-  bench
-    .command('density')
-    .description('how many Chromium sessions the host holds at once (bar: 50)')
-    .option('--sessions <n>', 'sessions to hold', '50')
-    .option('--concurrency <n>', 'creates in flight', '4')
-    .option('--image <name>', 'image', 'default')
-    .option('--out <dir>', 'record directory', 'bench/records')
-    .action(async (o: { sessions: string; concurrency: string; image: string; out: string }) => {
-      const { runDensityBench } = await import('../../bench/density-bench.ts');
-      await withDaemon(async (c) => {
-        const { record, file } = await runDensityBench({
-          client: c,
-          image: o.image,
-          sessions: Number(o.sessions),
-          concurrency: Number(o.concurrency),
-          outDir: o.out,
-          progress: progressLine('density'),
-        });
-        process.stderr.write('\n');
-        const b = record.bars.concurrentBrowserSessions;
-        process.stdout.write(
-          `${b.pass ? 'PASS' : 'FAIL'}  concurrent Chromium sessions ${b.value} (bar >= ${b.bar}); host used ${JSON.stringify(record.results.hostUsedMiB)} MiB\nrecord: ${file}\n`,
-        );
-      });
     });
 }

@@ -1,47 +1,11 @@
+/**
+ * `Idempotency-Key` on POST /v1/sessions (mounted in app.ts in front of the create route).
+ */
 import type { Context, MiddlewareHandler } from 'hono';
 import { createHash } from 'node:crypto';
-import { DrumsError } from '../../common/errors.ts';
-import type { SessionManager } from '../../session/manager.ts';
-import type { RouteContext } from '../context.ts';
-
-const ID_RE = /^s[0-9a-f]{10}$/;
-const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/.*)?$/;
-
-function sessionIdOf(path: string): string | undefined {
-  const m = SESSION_PATH.exec(path);
-  return m && ID_RE.test(m[1]!) ? m[1] : undefined;
-}
-
-/**
- * For every route under /v1/sessions/:id:
- * - an expected generation in the query or the `x-drums-generation` request
- *   header is checked here, once, before the route runs (409 stale_generation /
- *   session_resetting), on reset and delete too. Routes check only a generation
- *   given in their own body (actions, reset);
- * - the response carries the session's current generation in `x-drums-generation`.
- */
-export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
-  return async (c, next) => {
-    const id = sessionIdOf(c.req.path);
-    const s = id ? ctx.mgr.list().find((x) => x.id === id) : undefined;
-    if (s) {
-      try {
-        ctx.checkGeneration(c, s);
-      } catch (e) {
-        c.header('x-drums-generation', String(s.generation));
-        throw e;
-      }
-    }
-    await next();
-    if (s && ctx.mgr.list().includes(s) && !c.res.headers.has('x-drums-generation')) {
-      try {
-        c.res.headers.set('x-drums-generation', String(s.generation));
-      } catch {
-        /* immutable headers */
-      }
-    }
-  };
-}
+import { DrumsError } from '../common/errors.ts';
+import type { SessionManager } from '../session/manager.ts';
+import type { RouteContext } from './request.ts';
 
 interface IdemEntry {
   hash: string;

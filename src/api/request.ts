@@ -1,0 +1,470 @@
+/**
+ * The request pipeline: what every request passes through around its route, in the order app.ts
+ * mounts it (outermost first), then the helpers every route module gets (`RouteContext`).
+ *   1. observe: counts and times the request into the /metrics registry (metrics.ts);
+ *   2. security: the Host and Origin headers, then the bearer token;
+ *   3. limits: the per-token rate limit, then the body size limit;
+ *   4. fair share: a slot in the round robin between sessions (observe/act routes only);
+ *   5. generation: an expected generation in the query or header, its one check
+ *      (`checkGeneration`; a route checks one given in its body with the same function).
+ * A request no route matches ends in `notFoundOr405`. Each stage is a few lines over the same
+ * Hono context, none is used outside the pipeline, and read top to bottom they are the order a
+ * request meets them. (Idempotency of POST /v1/sessions is the create route's, in idempotency.ts.)
+ */
+import type { Readable } from 'node:stream';
+import { timingSafeEqual } from 'node:crypto';
+import { cpus } from 'node:os';
+import type { Context, Hono, MiddlewareHandler } from 'hono';
+import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
+import type { DaemonConfig } from '../common/config.ts';
+import { DrumsError } from '../common/errors.ts';
+import type { Session as SessionView } from '../protocol/generated/types.ts';
+import type { DisplayService } from '../session/display-service.ts';
+import type { Session, SessionManager } from '../session/manager.ts';
+import { metrics } from './metrics.ts';
+
+const ID_RE = /^s[0-9a-f]{10}$/;
+
+// ─── 1. observe ───
+
+/** The operation a request is, for the latency histograms (undefined = not timed). */
+function opOf(method: string, path: string): string | undefined {
+  if (method === 'POST' && path === '/v1/sessions') return 'create';
+  const m = /^\/v1\/sessions\/[^/]+\/([a-z]+)$/.exec(path);
+  if (!m) return undefined;
+  if (method === 'POST' && m[1] === 'reset') return 'reset';
+  if (method === 'POST' && m[1] === 'exec') return 'exec';
+  if (method === 'POST' && m[1] === 'actions') return 'action';
+  if (method === 'GET' && m[1] === 'screenshot') return 'screenshot';
+  return undefined;
+}
+
+/** A bounded route label: session ids become `:id`. */
+function routeOf(path: string): string {
+  const parts = path.split('/');
+  if (parts[1] === 'v1' && parts[2] === 'sessions' && parts.length > 3) parts[3] = ':id';
+  return parts.slice(0, 6).join('/').slice(0, 80);
+}
+
+/** Counts every request and error code, and times the operations the histograms cover. */
+export function observe(): MiddlewareHandler {
+  return async (c, next) => {
+    const t0 = performance.now();
+    await next();
+    const status = c.res.status;
+    // A create answered from a warm pool (x-drums-pool) is timed as a claim.
+    const op = opOf(c.req.method, c.req.path) === 'create' && c.res.headers.has('x-drums-pool') ? 'claim' : opOf(c.req.method, c.req.path);
+    if (op && status < 400) metrics.ops.observe({ op }, (performance.now() - t0) / 1000);
+    if (op === 'create' && status === 201) metrics.creates.inc();
+    if (op === 'reset' && status === 200) metrics.resets.inc();
+    if (c.req.method === 'DELETE' && status === 204) metrics.destroys.inc({ reason: 'requested' });
+    let code: string | undefined;
+    if (status >= 400 && (c.res.headers.get('content-type') ?? '').includes('json')) {
+      try {
+        code = ((await c.res.clone().json()) as { error?: { code?: string } }).error?.code;
+      } catch {}
+      if (code) metrics.errors.inc({ code: code.slice(0, 40) });
+    }
+    metrics.requests.inc({ method: c.req.method.slice(0, 10), route: code === 'not_found' ? 'unmatched' : routeOf(c.req.path), status: String(status) });
+  };
+}
+
+// ─── 2. security ───
+
+/** Routes anyone on loopback may read without the token (nothing secret in them). */
+const PUBLIC = new Set(['/healthz', '/openapi.json', '/docs']);
+/** Routes the dashboard calls with an Origin header (its same-origin GETs carry none). */
+const DASHBOARD_ORIGIN_ROUTES = /^\/v1\/sessions\/s[0-9a-f]{10}\/(stream|takeover)$/;
+
+/**
+ * Host and Origin checks, then the bearer token, before anything else.
+ * - Host must be a loopback name or the listen address (DNS rebinding defence).
+ * - Any Origin header is refused: browsers send one on every cross-origin
+ *   fetch, and no web page may drive the daemon, with one exception: the
+ *   daemon's own origin (its dashboard, /ui) on the stream and take-over
+ *   routes (the Host check above pins that origin to the daemon).
+ */
+export function security(opts: { token: string; allowedHosts: string[] }): MiddlewareHandler {
+  const tokenBuf = Buffer.from(opts.token);
+  return async (c, next) => {
+    const host = (c.req.header('host') ?? '').replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+    if (!opts.allowedHosts.includes(host))
+      throw new DrumsError('forbidden_host', `Host '${host.slice(0, 100)}' is not allowed; use one of ${opts.allowedHosts.join(', ')}`);
+    // The one page allowed to call the daemon is its own dashboard (/ui): its own origin, and
+    // only on the routes a browser sends an Origin to (WebSocket, POST/DELETE take-over).
+    const origin = c.req.header('origin');
+    if (origin !== undefined && !(origin === `http://${c.req.header('host')}` && DASHBOARD_ORIGIN_ROUTES.test(c.req.path))) {
+      throw new DrumsError(
+        'forbidden_origin',
+        "requests from web pages are refused (an Origin header was sent); only the daemon's own dashboard may open streams and take sessions over",
+      );
+    }
+    if (PUBLIC.has(c.req.path) && c.req.method === 'GET') return next();
+    const auth = c.req.header('authorization') ?? '';
+    // Opening the dashboard in a browser: GET /ui?token=... (the page then drops it from the URL).
+    const uiToken = c.req.method === 'GET' && c.req.path === '/ui' ? c.req.query('token') : undefined;
+    const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice(7) : (uiToken ?? ''));
+    if (given.length !== tokenBuf.length || !timingSafeEqual(given, tokenBuf)) {
+      throw new DrumsError('unauthorized', 'missing or wrong bearer token (Authorization: Bearer <token>; see DRUMS_TOKEN or <state dir>/token)');
+    }
+    return next();
+  };
+}
+
+// ─── 3. limits ───
+
+/** 413 payload_too_large for bodies over `maxBytes`, by Content-Length or while streaming a chunked body. */
+export function bodyLimit(maxBytes: number): MiddlewareHandler {
+  const limit = honoBodyLimit({
+    maxSize: maxBytes,
+    onError: () => {
+      throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
+    },
+  });
+  return async (c, next) => {
+    const len = c.req.header('content-length');
+    if (len !== undefined && Number(len) > maxBytes) {
+      // Note: read and discard the refused body before answering. A client still writing it
+      // would otherwise hit EPIPE and never see the 413: the server gives an unread body only
+      // 500 ms after the response before it closes the socket, too little on a loaded host.
+      const incoming = (c.env as { incoming?: Readable } | undefined)?.incoming;
+      if (incoming) await discard(incoming, Number(len) <= DRAIN_MAX_BYTES ? DRAIN_TIMEOUT_MS : 0);
+      throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
+    }
+    return limit(c, next);
+  };
+}
+
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+const DRAIN_TIMEOUT_MS = 15_000;
+
+/** Reads and drops a request body; resolves when it ended, failed, or after `waitMs`. */
+function discard(body: Readable, waitMs: number): Promise<void> {
+  body.resume();
+  if (body.readableEnded || body.destroyed || waitMs <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      body.off('end', done);
+      body.off('error', done);
+      body.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, waitMs);
+    body.on('end', done);
+    body.on('error', done);
+    body.on('close', done);
+  });
+}
+
+export interface RateLimitOptions {
+  /** Sustained requests per second per token (0 = no limit). */
+  perSecond: number;
+  /** Bucket size: how many requests may come at once. */
+  burst: number;
+}
+
+/** From the config's DRUMS_RATE_LIMIT and DRUMS_RATE_BURST (default twice the rate). */
+export function rateLimitOf(c: Pick<DaemonConfig, 'rateLimit' | 'rateBurst'>): RateLimitOptions {
+  return { perSecond: c.rateLimit, burst: c.rateBurst ?? Math.max(1, c.rateLimit * 2) };
+}
+
+/** A token bucket per bearer token (runs after authentication): 429 rate_limited with Retry-After. */
+export function rateLimit(opts: RateLimitOptions): MiddlewareHandler {
+  const buckets = new Map<string, { tokens: number; at: number }>();
+  return async (c, next) => {
+    if (!opts.perSecond) return next();
+    const who = c.req.header('authorization') ?? '';
+    const now = performance.now();
+    let b = buckets.get(who);
+    if (!b) {
+      if (buckets.size > 1024) buckets.clear();
+      buckets.set(who, (b = { tokens: opts.burst, at: now }));
+    }
+    b.tokens = Math.min(opts.burst, b.tokens + ((now - b.at) / 1000) * opts.perSecond);
+    b.at = now;
+    if (b.tokens < 1) {
+      const wait = Math.ceil((1 - b.tokens) / opts.perSecond);
+      c.header('retry-after', String(Math.max(1, wait)));
+      throw new DrumsError('rate_limited', `more than ${opts.perSecond} requests/s (burst ${opts.burst}) for this token; retry after ${Math.max(1, wait)} s`, {
+        details: { perSecond: opts.perSecond, burst: opts.burst },
+      });
+    }
+    b.tokens -= 1;
+    return next();
+  };
+}
+
+// ─── 4. fair share ───
+
+/**
+ * Fair share of the daemon between sessions. The observe/act routes of a
+ * session (screenshots, actions, the accessibility tree, windows, files) cost
+ * the daemon CPU; without this, one client flooding its own session takes the
+ * daemon from every other session. Here at most `slots` such requests run at
+ * once, and:
+ *  - while other sessions are active (running or waiting), a session runs one
+ *    request at a time; the rest wait in its own queue, in order;
+ *  - a freed slot goes to the waiting session that has used the least daemon
+ *    time (start fair queueing: a session that becomes active starts level
+ *    with the least-served active one, so idleness banks no credit).
+ * So a flood on one id costs the others about what one more well-behaved
+ * client would, however many connections it opens. Work-conserving: a lone
+ * session still gets every slot. A session with more than `maxQueue` waiting
+ * requests gets 429 `rate_limited` (details.scope 'session') at once.
+ * Streams and exec (whose work runs in the session's own cgroup) are not queued.
+ */
+export interface FairShareOptions {
+  slots: number;
+  maxQueue: number;
+}
+
+/** The share from the daemon's config: DRUMS_FAIR_SLOTS (default max(4, 2 × cores)) and DRUMS_FAIR_QUEUE. */
+export function fairShareOf(c: { fairSlots: number | undefined; fairQueue: number }): FairShareOptions {
+  return { slots: c.fairSlots ?? Math.max(4, 2 * cpus().length), maxQueue: c.fairQueue };
+}
+
+const QUEUED = /^\/v1\/sessions\/([^/]+)\/(screenshot|actions|a11y|windows|files|terminal)(\/|$)/;
+
+/** One session's requests: how many run, who waits, and how much daemon time it has used (ms). */
+interface Lane {
+  running: number;
+  waiting: (() => void)[];
+  used: number;
+}
+
+export class FairScheduler {
+  private _busy = 0;
+  private readonly _lanes = new Map<string, Lane>();
+  readonly opts: FairShareOptions;
+  constructor(opts: FairShareOptions) {
+    this.opts = opts;
+  }
+
+  async run<T>(session: string, fn: () => Promise<T>): Promise<T> {
+    let lane = this._lanes.get(session);
+    if (!lane) {
+      // Level with the least-served active session: time spent idle is not credit.
+      let floor = Number.POSITIVE_INFINITY;
+      for (const l of this._lanes.values()) floor = Math.min(floor, l.used);
+      lane = { running: 0, waiting: [], used: Number.isFinite(floor) ? floor : 0 };
+      this._lanes.set(session, lane);
+    }
+    if (!lane.waiting.length && this._busy < this.opts.slots && this._mayRun(lane)) {
+      this._busy++;
+      lane.running++;
+    } else {
+      if (lane.waiting.length >= this.opts.maxQueue) {
+        throw new DrumsError('rate_limited', `session '${session}' has ${lane.waiting.length} requests waiting; wait for answers before sending more`, {
+          details: { scope: 'session', waiting: lane.waiting.length },
+        });
+      }
+      // The dispatcher counts it as running when it wakes it.
+      await new Promise<void>((resolve) => lane!.waiting.push(resolve));
+    }
+    const t0 = performance.now();
+    try {
+      return await fn();
+    } finally {
+      lane.used += performance.now() - t0;
+      lane.running--;
+      this._busy--;
+      if (!lane.running && !lane.waiting.length) this._lanes.delete(session);
+      this._dispatch();
+    }
+  }
+
+  /** A session runs a second request at once only while no other session is active. */
+  private _mayRun(lane: Lane): boolean {
+    if (lane.running === 0) return true;
+    for (const l of this._lanes.values()) if (l !== lane && (l.running || l.waiting.length)) return false;
+    return true;
+  }
+
+  /** Fills free slots from the waiting sessions, least-served first. */
+  private _dispatch(): void {
+    while (this._busy < this.opts.slots) {
+      let pick: Lane | undefined;
+      for (const l of this._lanes.values()) {
+        if (!l.waiting.length || !this._mayRun(l)) continue;
+        if (!pick || l.running < pick.running || (l.running === pick.running && l.used < pick.used)) pick = l;
+      }
+      if (!pick) return;
+      this._busy++;
+      pick.running++;
+      pick.waiting.shift()!();
+    }
+  }
+}
+
+export function fairShare(opts: FairShareOptions): MiddlewareHandler {
+  const sched = new FairScheduler(opts);
+  return async (c, next) => {
+    const m = QUEUED.exec(c.req.path);
+    if (!m || (m[2] === 'actions' && c.req.query('stream'))) return next();
+    // The key only groups requests: a malformed escape (%ff) keys on the raw id, and the route answers it.
+    let id = m[1]!;
+    try {
+      id = decodeURIComponent(id);
+    } catch {}
+    await sched.run(id, () => next());
+  };
+}
+
+// ─── 5. generation ───
+
+const SESSION_PATH = /^\/v1\/sessions\/([^/]+)(\/.*)?$/;
+
+function sessionIdOf(path: string): string | undefined {
+  const m = SESSION_PATH.exec(path);
+  return m && ID_RE.test(m[1]!) ? m[1] : undefined;
+}
+
+/**
+ * For every route under /v1/sessions/:id:
+ * - an expected generation in the query or the `x-drums-generation` request
+ *   header is checked here, once, before the route runs (409 stale_generation /
+ *   session_resetting), on reset and delete too. Routes check only a generation
+ *   given in their own body (actions, reset);
+ * - the response carries the session's current generation in `x-drums-generation`.
+ */
+export function sessionGeneration(ctx: RouteContext): MiddlewareHandler {
+  return async (c, next) => {
+    const id = sessionIdOf(c.req.path);
+    const s = id ? ctx.mgr.list().find((x) => x.id === id) : undefined;
+    if (s) {
+      try {
+        checkGeneration(c, s);
+      } catch (e) {
+        c.header('x-drums-generation', String(s.generation));
+        throw e;
+      }
+    }
+    await next();
+    if (s && ctx.mgr.list().includes(s) && !c.res.headers.has('x-drums-generation')) {
+      try {
+        c.res.headers.set('x-drums-generation', String(s.generation));
+      } catch {
+        /* immutable headers */
+      }
+    }
+  };
+}
+
+/**
+ * Checks an optional expected generation (`fromBody`, else the query `generation` or the
+ * `x-drums-generation` header): 409 stale_generation when it is not the session's, 409
+ * session_resetting while the session resets.
+ */
+export function checkGeneration(c: Context, s: Session, fromBody?: unknown): void {
+  const raw = fromBody ?? c.req.query('generation') ?? c.req.header('x-drums-generation');
+  if (raw === undefined || raw === null) return;
+  const g = typeof raw === 'number' ? raw : Number(raw);
+  if (!Number.isInteger(g) || g < 1)
+    throw new DrumsError('invalid_request', `generation: must be a positive integer, got ${JSON.stringify(raw)}`, { details: { field: 'generation' } });
+  if (s.state === 'resetting')
+    throw new DrumsError('session_resetting', `session ${s.id} is resetting to generation ${s.generation}`, { details: { generation: s.generation } });
+  if (g !== s.generation) {
+    throw new DrumsError('stale_generation', `generation ${g} is stale; session ${s.id} is at generation ${s.generation}`, {
+      details: { expected: g, current: s.generation },
+    });
+  }
+}
+
+// ─── the end of the line: no route ───
+
+/**
+ * notFound handler: a path that some route serves with another method is a
+ * 405 method_not_allowed (with Allow), anything else 404 not_found. Works for
+ * every route module, including ones added later.
+ */
+export function notFoundOr405(app: Hono) {
+  const cache = new Map<string, RegExp>();
+  const re = (path: string) => {
+    let r = cache.get(path);
+    if (!r)
+      cache.set(
+        path,
+        (r = new RegExp(
+          '^' +
+            path
+              .split('/')
+              .map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+              .join('/') +
+            '/?$',
+        )),
+      );
+    return r;
+  };
+  return (c: Context) => {
+    const allowed = new Set<string>();
+    for (const r of app.routes) {
+      if (r.method === 'ALL' || r.path.endsWith('*')) continue;
+      if (re(r.path).test(c.req.path)) allowed.add(r.method);
+    }
+    if (allowed.size && !allowed.has(c.req.method)) {
+      if (allowed.has('GET')) allowed.add('HEAD');
+      return c.json(
+        {
+          error: {
+            code: 'method_not_allowed',
+            message: `${c.req.method} is not allowed on ${c.req.path.slice(0, 200)}; allowed: ${[...allowed].join(', ')}`,
+            details: { allowed: [...allowed] },
+          },
+        },
+        405,
+        { allow: [...allowed].join(', ') },
+      );
+    }
+    return c.json({ error: { code: 'not_found', message: `no route ${c.req.method} ${c.req.path.slice(0, 200)}; see GET /openapi.json` } }, 404);
+  };
+}
+
+// ─── what every route module gets ───
+
+/** What every route module gets: the manager, the display service and request helpers. */
+export interface RouteContext {
+  mgr: SessionManager;
+  display: DisplayService;
+  maxBodyBytes: number;
+  /** The public view of a session (with the fields features add through `AppOptions.viewExtras`). */
+  view(s: Session): SessionView;
+  /** The request body as JSON ({} when empty); 400 invalid_json / 413 on bad input. */
+  body(c: Context): Promise<unknown>;
+  /** The session named by `:id`, or 404 session_not_found. */
+  session(c: Context): Session;
+  /** Throws 409 session_resetting / session_broken unless the session is ready. */
+  usable(s: Session): void;
+  /**
+   * Checks an optional expected generation (query `generation` or header
+   * `x-drums-generation`): a stale one gets 409 stale_generation.
+   */
+  checkGeneration(c: Context, s: Session, fromBody?: unknown): void;
+}
+
+export function createRouteContext(mgr: SessionManager, display: DisplayService, maxBodyBytes: number, view: (s: Session) => SessionView): RouteContext {
+  return {
+    mgr,
+    display,
+    maxBodyBytes,
+    view,
+    async body(c) {
+      const text = await c.req.text();
+      if (Buffer.byteLength(text) > maxBodyBytes) throw new DrumsError('payload_too_large', `request body is over ${maxBodyBytes} bytes`);
+      if (!text.trim()) return {};
+      try {
+        return JSON.parse(text);
+      } catch (e) {
+        throw new DrumsError('invalid_json', `request body is not valid JSON: ${(e as Error).message}`);
+      }
+    },
+    session(c) {
+      const id = c.req.param('id') ?? '';
+      if (!ID_RE.test(id)) throw new DrumsError('session_not_found', `no session '${id.slice(0, 64)}' (ids look like s0123456789)`);
+      // A session waiting unclaimed in a warm pool does not exist for clients (the registry's lookup).
+      return mgr.lookup(id);
+    },
+    usable: (s) => mgr.requireReady(s),
+    checkGeneration,
+  };
+}
