@@ -111,7 +111,8 @@ pkill -x soffice.bin; for i in $(seq 30); do pgrep -x soffice.bin >/dev/null || 
 
   it('VLC serves its web interface on 8080 (password "password") to desktop_env\'s getters through the forwarded port', async () => {
     await sh('ffmpeg -loglevel error -f lavfi -i testsrc=duration=20:size=320x240:rate=25 -pix_fmt yuv420p ~/v.mp4');
-    await launch('VLC_VERBOSE=-1 vlc --no-audio --no-video-title-show ~/v.mp4');
+    // --loop: a 20 s video that ended before a loaded host's first poll left VLC stopped (fresh-ci saw it).
+    await launch('VLC_VERBOSE=-1 vlc --loop --no-audio --no-video-title-show ~/v.mp4');
     await waitWindow(/^v\.mp4 - VLC media player$/);
     let status: { text?: string } | undefined;
     const t0 = Date.now();

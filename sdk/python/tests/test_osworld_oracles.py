@@ -1,8 +1,9 @@
 """Oracles score 1.0 through the real evaluator: per domain, real OSWorld tasks (from
 ../shared/osworld-tasks, never copied into the repo) driven through env.step by the actions in
-tests/fixtures/osworld/oracles.py. The input files of cache tasks are made here, with the libraries
-the tasks' authors would use (openpyxl, python-docx, tarfile), served from a loopback stand-in for
-OSWorld's file store and fetched into the run's cache with `drums osworld assets fetch --mirror`.
+tests/fixtures/osworld/oracles.py; without the actions the same tasks score 0.0. The input files
+of cache tasks are made here, with the libraries the tasks' authors would use (openpyxl,
+python-docx, python-pptx, tarfile), served from a loopback stand-in for OSWorld's file store and
+fetched into the run's cache with `drums osworld assets fetch --mirror`.
 (The os domain's are run by tests/integration/osworld-tasks.test.ts
 from oracle-os.json, and its cache tasks' by test_osworld_cache_run.py.)"""
 
@@ -53,7 +54,117 @@ def _weekly_sales(profit: bool) -> bytes:
     return b.getvalue()
 
 
-WEEKLY_SALES = {"WeeklySales.xlsx": lambda: _weekly_sales(False), "6_WeeklySales_gt1.xlsx": lambda: _weekly_sales(True)}
+def _xlsx(rows: list[list], freeze: str | None = None, zoom: int | None = None) -> bytes:
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    for row in rows:
+        ws.append(row)
+    if freeze:
+        ws.freeze_panes = freeze
+    if zoom:
+        ws.sheet_view.zoomScale = zoom
+    b = io.BytesIO()
+    wb.save(b)
+    return b.getvalue()
+
+
+def _docx(paragraphs: list[str], font: str | None = None) -> bytes:
+    import docx
+
+    d = docx.Document()
+    for text in paragraphs:
+        run = d.add_paragraph().add_run(text)
+        if font:
+            run.font.name = font
+    b = io.BytesIO()
+    d.save(b)
+    return b.getvalue()
+
+
+def _pptx(slides: list[tuple[str, str]], width_in: float = 13.333, height_in: float = 7.5) -> bytes:
+    """A deck of title-and-content slides, 16:9 landscape unless told otherwise."""
+    import pptx
+    from pptx.util import Inches
+
+    p = pptx.Presentation()
+    p.slide_width, p.slide_height = Inches(width_in), Inches(height_in)
+    for title, body in slides:
+        s = p.slides.add_slide(p.slide_layouts[1])
+        s.shapes.title.text = title
+        s.placeholders[1].text = body
+    b = io.BytesIO()
+    p.save(b)
+    return b.getvalue()
+
+
+# 4188d3a4 and 1334ca3e: a staff table; the gold files hold the same cells (the rules compare them
+# and, apart from that, the freeze pane / only the result's zoom).
+_STAFF = [["Name", "Dept", "Q1", "Q2"]] + [
+    [f"Person {i}", ("Sales", "Ops", "R&D")[i % 3], 100 + 7 * i, 200 + 3 * i] for i in range(1, 25)
+]
+# d53ff5ee: a text with capitals; the gold is the same text in lowercase.
+_INSTRUCTIONS = [
+    "PRESENTATION INSTRUCTIONS - FEBRUARY 2023",
+    "EACH GROUP PRESENTS ITS PROJECT FOR TEN MINUTES, FOLLOWED BY FIVE MINUTES OF QUESTIONS.",
+    "Slides Are Due By 9 AM On The Day Of The Presentation.",
+    "SEND THEM TO THE COURSE ADDRESS AS ONE PDF FILE.",
+]
+
+
+def _font_pack() -> bytes:
+    """OSWorld's font pack (a zip of fonts that a run installs for Impress tasks), here one small font."""
+    import zipfile
+
+    from fontTools.fontBuilder import FontBuilder
+    from fontTools.pens.ttGlyphPen import TTGlyphPen
+
+    fb = FontBuilder(1000, isTTF=True)
+    fb.setupGlyphOrder([".notdef", "A"])
+    fb.setupCharacterMap({65: "A"})
+    pen = TTGlyphPen(None)
+    pen.moveTo((0, 0))
+    pen.lineTo((500, 0))
+    pen.lineTo((250, 700))
+    pen.closePath()
+    fb.setupGlyf({".notdef": TTGlyphPen(None).glyph(), "A": pen.glyph()})
+    fb.setupHorizontalMetrics({".notdef": (500, 0), "A": (500, 0)})
+    fb.setupHorizontalHeader(ascent=800, descent=-200)
+    fb.setupNameTable({"familyName": "DrumsOracleFont", "styleName": "Regular"})
+    fb.setupOS2()
+    fb.setupPost()
+    ttf, z = io.BytesIO(), io.BytesIO()
+    fb.save(ttf)
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("fonts/DrumsOracleFont-Regular.ttf", ttf.getvalue())
+    return z.getvalue()
+
+
+# A cache file's maker by its name in the task (a download's cache name is "<uuid>_<its name>").
+MAKERS = {
+    os.path.basename(assets.FONTS_REL): _font_pack,
+    "WeeklySales.xlsx": lambda: _weekly_sales(False),
+    "6_WeeklySales_gt1.xlsx": lambda: _weekly_sales(True),
+    "Freeze_row_column.xlsx": lambda: _xlsx(_STAFF),
+    "Freeze_row_column_gold.xlsx": lambda: _xlsx(_STAFF, freeze="C2"),
+    "Zoom_Out_Oversized_Cells.xlsx": lambda: _xlsx(_STAFF, zoom=300),
+    "Zoom_Out_Oversized_Cells_gold.xlsx": lambda: _xlsx(_STAFF),
+    "presentation_instruction_2023_Feb.docx": lambda: _docx(_INSTRUCTIONS),
+    "presentation_instruction_2023_Feb_Gold.docx": lambda: _docx([t.lower() for t in _INSTRUCTIONS]),
+    "Dublin_Zoo_Intro.docx": lambda: _docx(
+        [
+            "Dublin Zoo",
+            "Dublin Zoo is a zoo in Phoenix Park, Dublin, Ireland, and one of the oldest in Europe.",
+            "It opened in 1831 and is home to some four hundred animals.",
+        ],
+        font="Calibri",
+    ),
+    "AM_Last_Page_Template.pptx": lambda: _pptx([("Thank you", "Questions?"), ("Contact", "am@example.org")]),
+    "multimedia_classroom_podium-2020.pptx": lambda: _pptx(
+        [("Multimedia classroom podium", "Turn on the projector"), ("Presenting", "Use the podium screen")]
+    ),
+}
 
 
 def _photo(fmt: str) -> bytes:
@@ -283,8 +394,8 @@ MULTI_APPS_FILES = {
 
 def make_file(path: str) -> bytes:
     """An input file for a cache task, by its name in the guest, as the task's author would make it."""
-    name = os.path.basename(path)  # a download's cache name is "<uuid>_<its name>"
-    for key, make in WEEKLY_SALES.items():
+    name = os.path.basename(path)
+    for key, make in MAKERS.items():
         if name == key or name.endswith("_" + key):
             return make()
     if path.endswith(".png"):
@@ -339,7 +450,7 @@ def make_file(path: str) -> bytes:
 
 def fill_cache(cache: Path, store_dir: Path, task_files: list[Path]) -> None:
     """The task files' downloads made here, served by a loopback store, fetched into ``cache``."""
-    need = {tf: assets.task_assets(json.loads(tf.read_text()), fonts=False) for tf in task_files}
+    need = {tf: assets.task_assets(json.loads(tf.read_text())) for tf in task_files}
     need = {tf: a for tf, a in need.items() if a}
     if not need:
         return
@@ -360,15 +471,18 @@ def fill_cache(cache: Path, store_dir: Path, task_files: list[Path]) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("domain", sorted(d for d in oracles.ORACLES if d != "os"))
-def test_domain_oracles_score_1(daemon, tmp_path, domain):
+def _run(daemon, tmp_path: Path, domain: str, tasks: list[str], oracle: dict | None) -> list[dict]:
+    """``drums osworld run`` of the domain's ``tasks`` (with ``oracle``'s actions, or none: the
+    score before acting), their cache files made here; the per-task results."""
     if not (TASKS / domain).is_dir():
         pytest.skip(f"no OSWorld task data at {TASKS / domain} (set DRUMS_OSWORLD_TASKS)")
-    orc = oracles.ORACLES[domain]
-    files = [TASKS / domain / f"{t}.json" for t in orc]
+    files = [TASKS / domain / f"{t}.json" for t in tasks]
     fill_cache(tmp_path / "cache", tmp_path / "store", files)
-    (tmp_path / "oracle.json").write_text(json.dumps(orc))
     out = tmp_path / "r.json"
+    args = ["--parallel", "2", "--out", str(out)]
+    if oracle is not None:
+        (tmp_path / "oracle.json").write_text(json.dumps(oracle))
+        args += ["--oracle", str(tmp_path / "oracle.json")]
     env = {
         **os.environ,
         "DRUMS_URL": daemon.url,
@@ -376,28 +490,30 @@ def test_domain_oracles_score_1(daemon, tmp_path, domain):
         "DRUMS_OSWORLD_CACHE": str(tmp_path / "cache"),
     }
     r = subprocess.run(
-        [
-            str(DRUMS),
-            "osworld",
-            "run",
-            *map(str, files),
-            "--parallel",
-            "2",
-            "--oracle",
-            str(tmp_path / "oracle.json"),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
+        [str(DRUMS), "osworld", "run", *map(str, files), *args], capture_output=True, text=True, env=env, timeout=900
     )
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())["results"]["tasks"]
-    assert len(res) == len(orc)
+    assert len(res) == len(tasks)
     lacking = [x for x in res if "lacks the app" in (x["error"] or "")]
     if lacking:
         pytest.skip(f"this checkout's osworld image lacks the {domain} app: {lacking[0]['error']}")
-    for x in res:
+    return res
+
+
+@pytest.mark.parametrize("domain", sorted(d for d in oracles.ORACLES if d != "os"))
+def test_domain_oracles_score_1(daemon, tmp_path, domain):
+    orc = oracles.ORACLES[domain]
+    for x in _run(daemon, tmp_path, domain, list(orc), orc):
         assert x["score"] == 1.0, json.dumps(x)
+
+
+# The same tasks without the oracle's actions score 0.0: an oracle's 1.0 is its own doing, not a
+# set-up (or a test-made file) that already passes. Infeasible tasks are left out (FAIL is the act).
+@pytest.mark.parametrize("domain", sorted(d for d in oracles.ORACLES if d != "os"))
+def test_domain_oracle_tasks_score_0_before_acting(daemon, tmp_path, domain):
+    tasks = [t for t, actions in oracles.ORACLES[domain].items() if actions != ["FAIL"]]
+    if not tasks:
+        pytest.skip(f"{domain} has only infeasible tasks' oracles")
+    for x in _run(daemon, tmp_path, domain, tasks, None):
+        assert x["setup_ok"] and x["score"] == 0.0, json.dumps(x)

@@ -54,9 +54,12 @@ export class VncService {
       cwd: '/home/user',
       env: this._mgr.sessionEnv(),
       caps: [],
-      // A day's backstop; the daemon stops it when the last viewer leaves.
+      // A day's backstop; the daemon stops it when the last viewer leaves. x11vnc can hang in
+      // its own SIGTERM handler (seen: stuck on a futex after a viewer's drag was let go), so
+      // timeout follows any TERM it passes on with a KILL 3 s later.
       args: [
         '/usr/bin/timeout',
+        '--kill-after=3',
         '--signal=TERM',
         '86400',
         'x11vnc',
