@@ -8,8 +8,13 @@
  * must be in the session's own cgroup. The kernel names the peer as a pidfd
  * (SO_PEERPIDFD), so no swap of the path and no pid reuse between connect and
  * check can pass (docs/security.md, "The daemon's connections into a session").
+ *
+ * pinSocket comes first, so that a planted symlink is not even connected to: it opens the socket file itself,
+ * never following a symlink at any component below the daemon's own directory, and the daemon connects through
+ * the descriptor (`/proc/self/fd/N`).
  */
 import { spawn } from 'node:child_process';
+import { closeSync, constants, fstatSync, openSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { USERNS_HELPER } from './userns.ts';
 
@@ -38,4 +43,43 @@ export function checkPeer(sock: Socket, cgroup: string, timeoutMs = 5000): Promi
       else reject(new Error(stderr.trim().replace(/^drums-userns: peer: /, '') || `the peer check ended with ${code ?? signal}`));
     });
   });
+}
+
+/** O_PATH: a descriptor naming a file without opening it (Linux; not in Node's constants). */
+const O_PATH = 0o10000000;
+
+/**
+ * A descriptor (O_PATH) of the unix socket at `dir/rel`, resolved one component at a time without following
+ * any symlink under `dir` (which the caller trusts); throws unless every component below is a directory and the
+ * last a socket. Connect through `/proc/self/fd/<fd>` and close it after.
+ */
+export function pinSocket(dir: string, rel: string): number {
+  const parts = rel.split('/').filter(Boolean);
+  if (!parts.length || parts.some((p) => p === '..' || p === '.')) throw new Error(`'${rel}' is not a plain relative path`);
+  let fd = openSync(dir, O_PATH | constants.O_DIRECTORY);
+  try {
+    for (const [i, part] of parts.entries()) {
+      const last = i === parts.length - 1;
+      const next = openSync(`/proc/self/fd/${fd}/${part}`, O_PATH | constants.O_NOFOLLOW);
+      closeSync(fd);
+      fd = next;
+      const st = fstatSync(fd);
+      if (last ? !st.isSocket() : !st.isDirectory())
+        throw new Error(`${[dir, ...parts.slice(0, i + 1)].join('/')} is ${st.isSymbolicLink() ? 'a symlink' : 'not a socket'}: refused`);
+    }
+    return fd;
+  } catch (e) {
+    closeSync(fd);
+    throw e;
+  }
+}
+
+/** `fn` with a path that names the pinned socket `dir/rel` (pinSocket), the descriptor closed once `fn` settles. */
+export async function withPinnedSocket<T>(dir: string, rel: string, fn: (path: string) => Promise<T>): Promise<T> {
+  const fd = pinSocket(dir, rel);
+  try {
+    return await fn(`/proc/self/fd/${fd}`);
+  } finally {
+    closeSync(fd);
+  }
 }

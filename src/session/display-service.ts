@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
 import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
 import { createConnection, type Socket } from 'node:net';
-import { checkPeer } from '../host/peer.ts';
+import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
 import { DESKTOP_UID } from './desktop-user.ts';
 import { hostIds } from './userns.ts';
@@ -108,7 +108,12 @@ export class DisplayService {
     this.dropDisplay(s.id);
     const generation = s.generation;
     // The socket's directory is the session's to write: only a socket its own X server serves is used (docs/security.md).
-    const display = XDisplay.open(s.x11Socket, { timeoutMs: 5000, verify: (sock) => ownPeer(sock, s, 'X socket') });
+    // It is connected through a descriptor of the socket file itself (no symlink followed), then its peer checked.
+    const display = withPinnedSocket(dirname(s.x11Socket), basename(s.x11Socket), (path) =>
+      XDisplay.open(path, { timeoutMs: 5000, verify: (sock) => ownPeer(sock, s, 'X socket') }),
+    ).catch((e: Error) => {
+      throw e instanceof DrumsError ? e : new Error(`the X socket of session ${s.id} is not the session's own: ${e.message}`);
+    });
     const conn: Conn = { generation, display, dropping: false };
     this._conns.set(s.id, conn);
     display.then(
@@ -159,7 +164,9 @@ export class DisplayService {
     const ids = s.uids ? hostIds(s.uids) : undefined;
     // Either way the bus must be served from inside the session: a symlink the session planted at bus_0 is refused.
     const open = async () => {
-      const sock = ids ? await connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000) : await connectPath(bus, 2000);
+      const sock = ids
+        ? await connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000)
+        : await withPinnedSocket(s.runDir, 'xdg/at-spi/bus_0', (path) => connectPath(path, 2000));
       try {
         await ownPeer(sock, s, 'AT-SPI bus');
       } catch (e) {

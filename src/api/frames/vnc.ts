@@ -9,13 +9,13 @@
  * daemon parses each viewer's RFB and drops its input otherwise (rfb-gate.ts).
  * For standard VNC viewers, `drums session vnc ID` bridges a local TCP port to this socket.
  */
-import { existsSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import type { WebSocket } from 'ws';
 import { DrumsError } from '../../common/errors.ts';
-import { checkPeer } from '../../host/peer.ts';
+import { checkPeer, pinSocket } from '../../host/peer.ts';
 import { log } from '../../common/log.ts';
 import type { Session, SessionManager } from '../../session/manager.ts';
 import { RfbGateError, RfbInputGate } from './rfb-gate.ts';
@@ -138,7 +138,20 @@ export class VncService {
     server.ready.then(
       () => {
         if (!server.viewers.has(ws)) return;
-        const vs = connect(server.hostSocket);
+        // The socket file itself, no symlink followed (pinSocket), then its peer checked (below).
+        let fd: number;
+        try {
+          fd = pinSocket(dirname(server.hostSocket), SOCKET_NAME);
+        } catch (e) {
+          log('warn', 'vnc viewer closed: the vnc socket is not the session’s own', { id: s.id, error: (e as Error).message });
+          ws.close(1011, 'vnc socket not the session’s own');
+          leave();
+          return;
+        }
+        const vs = connect(`/proc/self/fd/${fd}`);
+        const unpin = () => closeSync(fd);
+        vs.once('connect', unpin);
+        vs.once('error', unpin);
         sock = vs;
         vs.on('close', () => ws.close(1000, 'vnc connection closed'));
         vs.on('error', () => ws.close(1011, 'vnc connection failed'));
