@@ -1,9 +1,11 @@
 /*
- * drums-userns: the three host operations a per-session user namespace needs
+ * drums-userns: the host operations a per-session user namespace needs
  * that no tool on a Debian 12 host does (util-linux's X-mount.idmap came in
  * 2.39, runc's idmapped mounts in 1.2) and Node cannot do itself (a
  * multi-threaded process cannot unshare a user namespace, and Node has no
- * binding for the mount API). Built by scripts/setup.sh; see docs/security.md.
+ * binding for the mount API), and the peer check of the daemon's connections
+ * into a session (Node has no SO_PEERPIDFD). Built by scripts/setup.sh; see
+ * docs/security.md.
  *
  *   drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN
  *       A user namespace mapping 0..COUNT-1 to host BASE..BASE+COUNT-1, created
