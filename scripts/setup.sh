@@ -11,9 +11,10 @@ NODE_VERSION=24.22.3
 HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip
   gcc libc6-dev)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
-# display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture.
+# display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture; the OSWorld
+# oracle test makes a vlc task's song with ffmpeg.
 TEST_PACKAGES=(chromium xvfb openbox xterm x11-utils x11-xserver-utils xdotool dbus at-spi2-core
-  python3-pyatspi python3-lxml python3-gi gir1.2-gtk-3.0 gnome-terminal)
+  python3-pyatspi python3-lxml python3-gi gir1.2-gtk-3.0 gnome-terminal ffmpeg)
 
 missing=()
 for p in "${HOST_PACKAGES[@]}" ${DRUMS_SETUP_TEST:+"${TEST_PACKAGES[@]}"}; do

@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
@@ -383,6 +383,27 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
       result: near(pb, GREEN) ? 'pass' : 'fail',
       detail: `B pixel ${pb} (own page ${GREEN})`,
     });
+    // The daemon's own connections: a fresh A (whose display the daemon has not opened yet) swaps its X socket for a
+    // symlink to B's; the daemon must not then show B as A (docs/security.md, "The daemon's connections into a session").
+    progress('daemon connections: X0 symlinked to B');
+    {
+      const a3 = await c.createSession({ image: 'default', url: page(RED) });
+      sessions.push(a3);
+      const target = join(realpathSync(d.stateDir), 'rt', b.id, 'x11', 'X0');
+      const plant = await c.exec(a3.id, { shell: `ln -sfn ${target} /tmp/.X11-unix/X0 && [ -L /tmp/.X11-unix/X0 ]`, timeoutMs: 15_000 });
+      const px = await centerPixel(c, a3.id).catch((e: Error) => e);
+      const shot = px instanceof Error ? `refused: ${px.message.slice(0, 200)}` : `pixel ${px}`;
+      probes.push({
+        arm,
+        id: 'daemon.x-socket-symlink-reaches-only-own',
+        category: 'daemon',
+        as: 'user',
+        result: plant.exitCode !== 0 ? 'invalid' : !(px instanceof Error) && near(px, GREEN) ? 'fail' : 'pass',
+        detail: plant.exitCode !== 0 ? `could not plant the symlink: ${plant.stderr.slice(-200)}` : `A's screenshot with X0 -> B's socket: ${shot}`,
+      });
+      await c.destroySession(a3.id).catch(() => {});
+      sessions.pop();
+    }
     // Blast radius: kill each process kind in a fresh A; B must be unaffected.
     for (const [kind, comm] of Object.entries(KINDS)) {
       progress(`blast radius: kill ${comm} in a fresh A`);

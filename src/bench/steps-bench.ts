@@ -148,14 +148,41 @@ async function openLoop(c: DrumsClient, ids: string[], rate: number, seconds: nu
   return { offered: rate, sent: total, errors, latency: dist(lat), samples: lat };
 }
 
+/** Windows per format for the CPU-per-step figures (median reported), and the idle window before them. */
+const CPU_WINDOWS = 5;
+const IDLE_WINDOW_S = 3;
+
+/**
+ * Daemon CPU per step by format, made robust against a shared host: the daemon's own utime+stime
+ * (/proc/PID/stat) over CPU_WINDOWS short windows per format, the formats interleaved window by
+ * window (so drifting load hits every format alike), and the median window reported. First an
+ * idle window (no requests) gives the daemon's background rate (damage events of N ticking
+ * pages, the CPU guard, liveness polls): `netOfIdleMsPerStep` is each window's CPU minus that
+ * rate, per step.
+ */
 async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
-  const out: Record<string, { steps: number; daemonCpuMsPerStep: number; stepsPerSec: number }> = {};
+  type Row = {
+    steps: number;
+    daemonCpuMsPerStep: number;
+    stepsPerSec: number;
+    windowsMsPerStep: number[];
+    netOfIdleMsPerStep: number;
+    sameAsPrevious?: number;
+  };
+  const out: Record<string, Row> & { idle?: { seconds: number; daemonCpuMsPerSec: number } } = {};
+  const i0 = cpuMs(pid),
+    it0 = performance.now();
+  await new Promise((r) => setTimeout(r, IDLE_WINDOW_S * 1000));
+  const idleWall = (performance.now() - it0) / 1000;
+  const idleRate = (cpuMs(pid) - i0) / idleWall; // ms of CPU per s
+  const acc: Record<string, { steps: number; wall: number; per: number[]; net: number[] }> = {};
+  const windowS = Math.max(1, seconds / CPU_WINDOWS);
+  let k = 0;
   const run = async (name: string, step: (id: string, n: number) => Promise<unknown>) => {
-    let steps = 0,
-      k = 0;
+    let steps = 0;
     const cpu0 = cpuMs(pid);
     const t0 = performance.now();
-    const end = t0 + seconds * 1000;
+    const end = t0 + windowS * 1000;
     await Promise.all(
       Array.from({ length: clients }, async (_, i) => {
         const mine = ids.filter((_, j) => j % clients === i);
@@ -171,30 +198,50 @@ async function cpuPerFormat(c: DrumsClient, ids: string[], clients: number, seco
       }),
     );
     const wall = (performance.now() - t0) / 1000;
-    out[name] = { steps, daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2), stepsPerSec: round(steps / wall) };
+    const used = cpuMs(pid) - cpu0;
+    const a = (acc[name] ??= { steps: 0, wall: 0, per: [], net: [] });
+    a.steps += steps;
+    a.wall += wall;
+    if (steps > 0) {
+      a.per.push(used / steps);
+      a.net.push(Math.max(0, used - idleRate * wall) / steps);
+    }
   };
-  for (const f of FORMATS) {
-    await run(f, (id, n) =>
-      c.actImage(id, {
-        actions: [{ type: 'move', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }],
-        screenshot: { format: f, ...(f === 'jpeg' || f === 'webp' ? { quality: 80 } : {}) },
-      }),
-    );
-  }
   // Unchanged: the same screen and cursor asked again (GET /screenshot, nothing moves): each
   // client asks its own session back to back, so only the page's once-a-second tick changes it.
   let hits = 0,
     asked = 0;
   const last = new Map<string, Buffer>();
-  await run('unchanged', async (id) => {
+  const unchanged = async (id: string) => {
     const own = ids[ids.indexOf(id) % clients]!;
     const r = await c.screenshotEx(own, { format: 'png' });
     asked++;
     const prev = last.get(own);
     if (prev?.equals(r.data)) hits++;
     last.set(own, r.data);
-  });
-  out.unchanged = { ...out.unchanged!, sameAsPrevious: round(hits / Math.max(1, asked), 3) } as (typeof out)['unchanged'];
+  };
+  for (let w = 0; w < CPU_WINDOWS; w++) {
+    for (const f of FORMATS) {
+      await run(f, (id, n) =>
+        c.actImage(id, {
+          actions: [{ type: 'move', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }],
+          screenshot: { format: f, ...(f === 'jpeg' || f === 'webp' ? { quality: 80 } : {}) },
+        }),
+      );
+    }
+    await run('unchanged', unchanged);
+  }
+  const med = (xs: number[]) => (xs.length ? quantile(xs, 0.5) : Number.NaN);
+  for (const [name, a] of Object.entries(acc))
+    out[name] = {
+      steps: a.steps,
+      daemonCpuMsPerStep: round(med(a.per), 2),
+      stepsPerSec: round(a.steps / Math.max(a.wall, 1e-9)),
+      windowsMsPerStep: a.per.map((x) => round(x, 2)),
+      netOfIdleMsPerStep: round(med(a.net), 2),
+    };
+  if (out.unchanged) out.unchanged.sameAsPrevious = round(hits / Math.max(1, asked), 3);
+  out.idle = { seconds: round(idleWall, 2), daemonCpuMsPerSec: round(idleRate, 1) };
   return out;
 }
 
@@ -440,6 +487,23 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
           'ms',
         ),
       );
+    results.push(
+      row(
+        a.name,
+        'daemon_cpu_ms_per_s.idle',
+        val(a.name, (d) => d.cpuPerFormat?.idle?.daemonCpuMsPerSec),
+        'ms/s',
+        `the daemon's own CPU with ${maxN} sessions and no requests`,
+      ),
+    );
+    results.push(
+      row(
+        a.name,
+        'daemon_cpu_ms_per_step.png.net_of_idle',
+        val(a.name, (d) => d.cpuPerFormat?.png?.netOfIdleMsPerStep),
+        'ms',
+      ),
+    );
     for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent'])
       results.push(
         row(
@@ -513,7 +577,7 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
       sessions: `default image (Chromium), 1280x800, diskMb ${BENCH_DISK_MB} where the checkout has disk quotas, a page with a clock ticking once a second; created 4 at a time`,
       closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: png} with Accept: image/png (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64)`,
       openLoop: `${o.offered} steps/s sent on schedule over all sessions for ${o.seconds} s; latency from the scheduled send time (no coordinated omission)`,
-      cpu: 'utime+stime of the daemon node process (/proc/PID/stat) over the run ÷ steps; formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor',
+      cpu: `utime+stime of the daemon node process (/proc/PID/stat) ÷ steps, per window; ${CPU_WINDOWS} windows per format, formats interleaved window by window, the median window reported (windowsMsPerStep has them all; netOfIdleMsPerStep subtracts the daemon's rate in a ${IDLE_WINDOW_S} s idle window before); formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor`,
       streaming:
         'every session streamed at fps=2 scale=0.25 jpeg q60, one more stream at fps=30 full size jpeg q80 on session 0 while it is driven with ~30 moves/s',
       noise:

@@ -263,8 +263,15 @@ export function compositeCursorBgrx(bgrx: Buffer, width: number, height: number,
   }
 }
 
-/** Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the end). */
-async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void): Promise<Buffer> {
+/**
+ * Captures a rectangle as BGRX into `out` (a scratch buffer with at least one spare byte at the
+ * end). `rowsWanted`, called once the capture's reply is in, may name the only row ranges
+ * ([y0, y1) of the region) the caller will read: then only those are copied out of the MIT-SHM
+ * segment (the banded PNG path reads the few bands that changed, not all 4 MB; the copy of a
+ * whole 1280x800 frame cost ~1-2 ms of the daemon's CPU per step); the other rows of `out` are
+ * left as they were.
+ */
+async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: () => void, rowsWanted?: () => Array<[number, number]> | null): Promise<Buffer> {
   const bytes = r.width * r.height * 4;
   if (c.shm) {
     const got = await c.shmLock.run(async () => {
@@ -276,7 +283,12 @@ async function captureBgrx(c: XConnection, r: Region, out: Buffer, beforeGet: ()
       );
       if (rep.size < bytes) throw new DisplayError('x_error', `ShmGetImage returned ${rep.size} bytes, expected ${bytes}`);
       // pread from the tmpfs segment straight into this frame's buffer (the client does not mmap it).
-      fs.readSync(shm.fd, out, 0, bytes, 0);
+      const ranges = rowsWanted?.();
+      if (!ranges) fs.readSync(shm.fd, out, 0, bytes, 0);
+      else {
+        const stride = r.width * 4;
+        for (const [y0, y1] of ranges) fs.readSync(shm.fd, out, y0 * stride, (y1 - y0) * stride, y0 * stride);
+      }
       return true;
     });
     if (got) return out;
@@ -305,6 +317,59 @@ export interface ResolvedShot {
   region: Region;
   scale: { width: number; height: number } | null;
   wantCursor: boolean;
+  /** A whole-factor downscale as a box average (ScreenshotOptions.boxScale). */
+  boxScale?: boolean;
+}
+
+/** The whole factor f (2..16) by which `scale` shrinks `region` both ways, or 0. */
+export function boxFactor(region: Region, scale: { width: number; height: number }): number {
+  const f = region.width / scale.width;
+  return Number.isInteger(f) && f >= 2 && f <= 16 && region.height === scale.height * f ? f : 0;
+}
+
+/**
+ * BGRX (width x height) → RGB shrunk by a whole factor f, each output pixel the rounded mean
+ * of its f x f box. One pass over the capture, on 32-bit words: B and R are summed in the two
+ * 16-bit lanes of one word (at most 16 x 16 x 255 < 2^16, so no lane overflows), G apart.
+ * About 1 ms for 1280x800 → 320x200, where a libvips resize of the same frame costs ~8 ms CPU
+ * (its 3-band copy of the whole frame first, then the resize).
+ */
+export function shrinkBgrx(bgrx: Buffer, width: number, height: number, f: number): Buffer {
+  const ow = width / f,
+    oh = height / f,
+    n = f * f,
+    half = n >> 1;
+  const src = bgrx.byteOffset % 4 === 0 ? bgrx : Buffer.from(bgrx.subarray(0, width * height * 4));
+  const px = new Uint32Array(src.buffer, src.byteOffset, width * height);
+  const out = Buffer.allocUnsafe(ow * oh * 3);
+  const rb = new Uint32Array(ow),
+    gg = new Uint32Array(ow);
+  let o = 0;
+  for (let oy = 0; oy < oh; oy++) {
+    rb.fill(0);
+    gg.fill(0);
+    for (let dy = 0; dy < f; dy++) {
+      let i = (oy * f + dy) * width;
+      for (let ox = 0; ox < ow; ox++) {
+        let a = 0,
+          g = 0;
+        for (let dx = 0; dx < f; dx++) {
+          const p = px[i++]!;
+          a += p & 0xff00ff;
+          g += (p >>> 8) & 0xff;
+        }
+        rb[ox]! += a;
+        gg[ox]! += g;
+      }
+    }
+    for (let ox = 0; ox < ow; ox++) {
+      const a = rb[ox]!;
+      out[o++] = ((a >>> 16) + half) / n;
+      out[o++] = (gg[ox]! + half) / n;
+      out[o++] = ((a & 0xffff) + half) / n;
+    }
+  }
+  return out;
 }
 
 // ─── Resolving screenshot options: checked once against the screen, then captured as given ───
@@ -369,7 +434,7 @@ export function resolveShot(options: ScreenshotOptions, screen: { width: number;
     throw new DisplayError('invalid_action', `${prefix}quality: must be an integer within 1..100`, { field: `${prefix}quality` });
   const region = validateRegion(options.region, screen, `${prefix}region`);
   const scale = resolveScale(options.scale, region.width, region.height, prefix);
-  return { format, quality, region, scale, wantCursor: options.cursor !== false };
+  return { format, quality, region, scale, wantCursor: options.cursor !== false, ...(options.boxScale && scale ? { boxScale: true } : {}) };
 }
 
 /** A frame on this connection (the pointer drawn only where the server has XFIXES). */
@@ -384,8 +449,11 @@ export async function captureScreenshot(c: XConnection, options: ScreenshotOptio
 /** Encodes a BGRX frame (consumed: swapped in place) as a screenshot result. */
 export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<ScreenshotResult> {
   const { region, scale, format, quality } = o;
-  let img = rgbPipeline(bgrxPlus, region.width, region.height);
-  if (scale) {
+  const f = scale && o.boxScale ? boxFactor(region, scale) : 0;
+  let img = f
+    ? sharp(shrinkBgrx(bgrxPlus, region.width, region.height, f), { raw: { width: scale!.width, height: scale!.height, channels: 3 } })
+    : rgbPipeline(bgrxPlus, region.width, region.height);
+  if (scale && !f) {
     // Flatten to 3 bands before the resize, so the spare byte never acts as alpha.
     const rgb = await img.raw().toBuffer();
     img = sharp(rgb, { raw: { width: region.width, height: region.height, channels: 3 } }).resize(scale.width, scale.height, { fit: 'fill' });
@@ -422,19 +490,27 @@ export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<Scr
 
 function cacheKey(o: ResolvedShot): string {
   const r = o.region;
-  return `${o.format}/${o.quality}/${r.x},${r.y},${r.width},${r.height}/${o.scale ? `${o.scale.width}x${o.scale.height}` : '-'}/${o.wantCursor ? 1 : 0}`;
+  return `${o.format}/${o.quality}/${r.x},${r.y},${r.width},${r.height}/${o.scale ? `${o.scale.width}x${o.scale.height}` : '-'}/${o.wantCursor ? 1 : 0}${o.boxScale ? '/box' : ''}`;
 }
 
 /** Banded encoders kept per connection (region × cursor); each holds only compressed bands. */
 const PNG_ENCODERS = 2;
 
+interface BandPlan {
+  e: { enc: BandPngEncoder; seq: number; cursorRows: [number, number] | null };
+  /** Per band: encode it anew (it may have changed, or was never encoded). */
+  need: boolean[];
+  cur: [number, number] | null;
+}
+
 /**
  * Unscaled PNG (the step's default): only the bands that may have changed since this
  * encoder's last frame are encoded again: rows with damage numbered at or after that frame's
  * capture, and the rows of the pointer then and now (the cursor is drawn in, not damage).
- * The event carrying any damage before this GetImage has arrived with (before) its reply.
+ * Planned once the capture's reply is in: the event carrying any damage before its GetImage
+ * has arrived with (before) the reply, and later damage is the next frame's.
  */
-function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number, cursor: CursorImage | null): ScreenshotResult {
+function planBands(st: FrameState, o: ResolvedShot, cursor: CursorImage | null): BandPlan {
   const r = o.region;
   const key = `${r.x},${r.y},${r.width},${r.height}/${cursor ? 1 : 0}`;
   let e = st.png.get(key);
@@ -448,7 +524,7 @@ function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number,
   const since = e.seq;
   const cur: [number, number] | null = cursor ? [cursor.y - cursor.yhot - r.y, cursor.y - cursor.yhot - r.y + cursor.height] : null;
   const was = e.cursorRows;
-  const out = e.enc.encode(bgrx, (k) => {
+  const need = e.enc.pending((k) => {
     const y0 = k * BAND_ROWS,
       y1 = Math.min(r.height, y0 + BAND_ROWS);
     if (cur && cur[0] < y1 && cur[1] > y0) return true;
@@ -456,8 +532,28 @@ function encodeBands(st: FrameState, bgrx: Buffer, o: ResolvedShot, seq: number,
     for (let y = r.y + y0; y < r.y + y1; y++) if (rows[y]! >= since) return true;
     return false;
   });
-  e.seq = seq;
-  e.cursorRows = cur;
+  return { e, need, cur };
+}
+
+/** The row ranges of the bands a plan encodes (adjacent bands merged). */
+function planRows(p: BandPlan, height: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (let k = 0; k < p.need.length; k++) {
+    if (!p.need[k]) continue;
+    const y0 = k * BAND_ROWS,
+      y1 = Math.min(height, y0 + BAND_ROWS);
+    const last = out[out.length - 1];
+    if (last && last[1] === y0) last[1] = y1;
+    else out.push([y0, y1]);
+  }
+  return out;
+}
+
+function encodeBands(p: BandPlan, bgrx: Buffer, o: ResolvedShot, seq: number): ScreenshotResult {
+  const r = o.region;
+  const out = p.e.enc.encode(bgrx, (k) => p.need[k]!);
+  p.e.seq = seq;
+  p.e.cursorRows = p.cur;
   return { data: out.png, width: r.width, height: r.height, format: 'png', mimeType: MIME.png };
 }
 
@@ -480,18 +576,32 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   let epoch = st.epoch;
   let seq = 0;
   const buf = scratch.take(o.region.width * o.region.height * 4 + 4);
+  const banded = o.format === 'png' && !o.scale && st.rowSeq !== null;
+  let plan: BandPlan | null = null;
   let result: ScreenshotResult;
   try {
-    const bgrx = await captureBgrx(c, o.region, buf, () => {
-      epoch = st.epoch;
-      st.subtract();
-      // The GetImage goes out next: damage numbered >= this happened after the last request
-      // before it (so possibly after the capture), anything lower is in the capture.
-      seq = c.x.seq_num;
-    });
+    const bgrx = await captureBgrx(
+      c,
+      o.region,
+      buf,
+      () => {
+        epoch = st.epoch;
+        st.subtract();
+        // The GetImage goes out next: damage numbered >= this happened after the last request
+        // before it (so possibly after the capture), anything lower is in the capture.
+        seq = c.x.seq_num;
+      },
+      banded
+        ? () => {
+            plan = planBands(st, o, cursor);
+            return planRows(plan, o.region.height);
+          }
+        : undefined,
+    );
     st.captures++;
+    // The pointer's rows are always in a plan's bands, so the cursor lands on rows that were read.
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
-    result = o.format === 'png' && !o.scale && st.rowSeq ? encodeBands(st, bgrx, o, seq, cursor) : await encodeBgrx(bgrx, o);
+    result = banded ? encodeBands(plan ?? planBands(st, o, cursor), bgrx, o, seq) : await encodeBgrx(bgrx, o);
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
     scratch.give(buf);

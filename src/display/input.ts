@@ -316,6 +316,11 @@ export class Keyboard {
     this.held.set(sym, { keycode: loc.keycode, withShift });
   }
 
+  /** Forgets every key held by key_down (the caller releases what the server has down). */
+  forgetHeld(): void {
+    this.held.clear();
+  }
+
   async release(sym: number): Promise<void> {
     const h = this.held.get(sym);
     if (h) {

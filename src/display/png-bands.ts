@@ -178,6 +178,13 @@ export class BandPngEncoder {
     this._bands = [];
   }
 
+  /** Per band: whether encode() with this `changed` would encode it anew (changed, or never encoded). */
+  pending(changed: (band: number) => boolean): boolean[] {
+    const out = new Array<boolean>(this.bands);
+    for (let k = 0; k < this.bands; k++) out[k] = !this._bands[k] || changed(k);
+    return out;
+  }
+
   /**
    * Encodes `bgrx` (width*height*4 bytes, or more; read only during the call). `changed(k)`
    * says whether band k (rows k*BAND_ROWS..) may differ from the previous frame; bands never

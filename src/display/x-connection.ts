@@ -49,6 +49,11 @@ export interface XConnectionOpenOptions {
   openTimeoutMs?: number;
   /** Try MIT-SHM (default true). false forces core GetImage. */
   shm?: boolean;
+  /**
+   * Runs on the connected socket before a byte is sent (within the open deadline); a rejection fails the open with
+   * `connect_failed`. The daemon checks there that the socket is served by the session's own X server.
+   */
+  verify?: (sock: net.Socket) => Promise<void>;
 }
 
 /** The MIT-SHM segment the server writes GetImage replies into; read back with pread. */
@@ -146,6 +151,15 @@ export class XConnection extends EventEmitter {
     try {
       stream = await Promise.race([connectStream(socketPath, wantShm), deadline]);
       const s = stream;
+      if (options.verify) {
+        const verify = options.verify;
+        await Promise.race([
+          verify(s).catch((err: Error) => {
+            throw new DisplayError('connect_failed', `X socket ${socketPath} refused: ${err.message}`, { socketPath });
+          }),
+          deadline,
+        ]);
+      }
       const { c, info } = await Promise.race([handshake(s), deadline]);
       const ext = (name: string) => Promise.race([requireExt(c, name), deadline]);
       const xtest = await ext('xtest').catch((err: Error) => {

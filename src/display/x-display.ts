@@ -10,7 +10,7 @@ import { captureScreenshot } from './frames.ts';
 import type { ScreenshotOptions, ScreenshotResult } from './screenshot.ts';
 import * as windows from './windows.ts';
 import type { WaitForWindowOptions, WindowInfo } from './windows.ts';
-import { XConnection, type XConnectionOpenOptions } from './x-connection.ts';
+import { FAKE, XConnection, type XConnectionOpenOptions } from './x-connection.ts';
 
 export { DEFAULT_TIMEOUT_MS } from './x-connection.ts';
 export type XDisplayOpenOptions = XConnectionOpenOptions;
@@ -131,6 +131,31 @@ export class XDisplay extends EventEmitter {
    */
   restoreKeymap(): Promise<void> {
     return this.conn.inputLock.run(() => this.keyboard.restoreNow());
+  }
+
+  /**
+   * Releases every mouse button and key the X server has down, whoever pressed them (XTEST from
+   * this connection, or another client such as x11vnc): a take-over released mid-drag must not
+   * leave the button pressed. Buttons 1..5 and keys from the server's own state (QueryPointer's
+   * mask, QueryKeymap); the back/forward buttons (8, 9), which the core mask does not show, are
+   * released anyway (the server ignores the release of a button that is up).
+   */
+  releaseAll(): Promise<{ buttons: number[]; keycodes: number[] }> {
+    const c = this.conn;
+    return c.inputLock.run(async () => {
+      const p = await c.request<{ keyMask: number }>('QueryPointer', (cb) => c.x.QueryPointer(c.root, cb));
+      const keys = await c.request<Buffer>('QueryKeymap', (cb) => (c.x as any).QueryKeymap(cb));
+      const buttons: number[] = [];
+      for (let b = 1; b <= 5; b++) if (p.keyMask & (1 << (7 + b))) buttons.push(b);
+      const keycodes: number[] = [];
+      for (let i = 0; i < 32; i++) for (let bit = 0; bit < 8; bit++) if (keys[i]! & (1 << bit)) keycodes.push(i * 8 + bit);
+      for (const b of buttons) c.fakeInput(FAKE.buttonRelease, b);
+      for (const b of [8, 9]) c.fakeInput(FAKE.buttonRelease, b);
+      for (const k of keycodes) c.fakeInput(FAKE.keyRelease, k);
+      this.keyboard.forgetHeld();
+      await c.sync();
+      return { buttons, keycodes };
+    });
   }
 
   // ---- windows ----

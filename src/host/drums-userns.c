@@ -1,9 +1,11 @@
 /*
- * drums-userns: the three host operations a per-session user namespace needs
+ * drums-userns: the host operations a per-session user namespace needs
  * that no tool on a Debian 12 host does (util-linux's X-mount.idmap came in
  * 2.39, runc's idmapped mounts in 1.2) and Node cannot do itself (a
  * multi-threaded process cannot unshare a user namespace, and Node has no
- * binding for the mount API). Built by scripts/setup.sh; see docs/security.md.
+ * binding for the mount API), and the peer check of the daemon's connections
+ * into a session (Node has no SO_PEERPIDFD). Built by scripts/setup.sh; see
+ * docs/security.md.
  *
  *   drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN
  *       A user namespace mapping 0..COUNT-1 to host BASE..BASE+COUNT-1, created
@@ -26,6 +28,14 @@
  *       namespace sees as the mapped in-session ids. The connected descriptor
  *       goes to the parent over a Node IPC channel (NODE_CHANNEL_FD) as one
  *       `net.Socket` handle message; see connectAs in src/host/userns.ts.
+ *   drums-userns peer CGROUP
+ *       Whether the unix socket on descriptor 3 (connected by the caller) is
+ *       served by a process of cgroup CGROUP (a path like /drums-x/ID, or a
+ *       cgroup below it) in any hierarchy: exit 0 if so, else a reason and
+ *       exit 1. The peer is the process that called listen(), taken from the
+ *       kernel as a pidfd (SO_PEERPIDFD), so a pid that exits and is reused
+ *       while this runs cannot pass: the pidfd must still be alive after its
+ *       cgroup was read. See checkPeer in src/host/peer.ts.
  *
  * Exit 0 on success; otherwise a one-line reason on stderr and exit 1, with
  * nothing left behind by `ns` (pins unmounted and removed).
@@ -303,6 +313,63 @@ static int cmd_connect(unsigned long uid, unsigned long gid, const char *dir, co
   return 0;
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* The pid a pidfd names in our pid namespace (its fdinfo), or -1 once the process is gone. */
+static long pidfd_pid(int pidfd) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  long pid = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "Pid:", 4) == 0) pid = strtol(line + 4, NULL, 10);
+  fclose(f);
+  return pid > 0 ? pid : -1;
+}
+
+/* Whether /proc/PID/cgroup puts the process at CGROUP or below it in some hierarchy. */
+static int in_cgroup(long pid, const char *cgroup) {
+  char path[64], line[4096];
+  snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  size_t n = strlen(cgroup);
+  int hit = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *p = strchr(line, ':');
+    p = p ? strchr(p + 1, ':') : NULL;
+    if (p && strncmp(p + 1, cgroup, n) == 0 && (p[1 + n] == 0 || p[1 + n] == '/')) hit = 1;
+  }
+  fclose(f);
+  return hit;
+}
+
+static int cmd_peer(const char *cgroup) {
+  if (cgroup[0] != '/' || strlen(cgroup) < 2 || strstr(cgroup, "/../") || cgroup[strlen(cgroup) - 1] == '/') {
+    fprintf(stderr, "drums-userns: peer: '%s' is not a cgroup path\n", cgroup);
+    return 2;
+  }
+  int pidfd = -1;
+  socklen_t len = sizeof pidfd;
+  if (getsockopt(3, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0 || pidfd < 0) {
+    fprintf(stderr, "drums-userns: peer: no live peer process on the socket: %s\n", strerror(errno));
+    return 1;
+  }
+  long pid = pidfd_pid(pidfd);
+  int ok = pid > 0 && in_cgroup(pid, cgroup);
+  /* The pid was read through /proc: it counts only if the pidfd's process is still the one behind it. */
+  if (ok && pidfd_pid(pidfd) != pid) ok = 0;
+  if (!ok) {
+    fprintf(stderr, "drums-userns: peer: the socket is served by a process outside %s (pid %ld)\n", cgroup, pid);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   unsigned long a, b, c;
   const unsigned long max_id = 4294967294UL;
@@ -319,10 +386,12 @@ int main(int argc, char **argv) {
     if (parse_id(argv[2], max_id, &a) || parse_id(argv[3], max_id, &b)) return 2;
     return cmd_connect(a, b, argv[4], argv[5]);
   }
+  if (argc == 3 && strcmp(argv[1], "peer") == 0) return cmd_peer(argv[2]);
   fprintf(stderr,
           "usage: drums-userns ns BASE COUNT USERNS_PIN NETNS_PIN\n"
           "       drums-userns idmap USERNS_PIN SOURCE TARGET\n"
           "       drums-userns shift DIR FROM TO COUNT\n"
-          "       drums-userns connect UID GID DIR NAME\n");
+          "       drums-userns connect UID GID DIR NAME\n"
+          "       drums-userns peer CGROUP\n");
   return 2;
 }

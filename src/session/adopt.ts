@@ -7,6 +7,7 @@ import type { OciRuntime } from '../host/oci-runtime.ts';
 import type { UidRange } from '../host/userns.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { isAlive } from '../host/proc.ts';
+import { checkPeer } from '../host/peer.ts';
 import type { SessionSpec } from './spec.ts';
 
 /**
@@ -88,9 +89,11 @@ export function readRecords(sessionsDir: string, instance: string): ReadRecords 
 
 /**
  * Whether an X server answers on a path socket: sends the connection setup
- * (no authorization) and expects "success" (1) as the first reply byte.
+ * (no authorization) and expects "success" (1) as the first reply byte. With
+ * `cgroup`, only a server of that cgroup counts, and nothing is sent to another
+ * (the socket's directory is the session's to write; docs/security.md).
  */
-export function xAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
+export function xAnswers(socketPath: string, timeoutMs = 2000, cgroup?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = createConnection(socketPath);
     const done = (ok: boolean) => {
@@ -105,7 +108,14 @@ export function xAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean>
       const req = Buffer.alloc(12);
       req.write('l', 0);
       req.writeUInt16LE(11, 2);
-      sock.write(req);
+      if (!cgroup) sock.write(req);
+      else
+        checkPeer(sock, cgroup, timeoutMs).then(
+          () => {
+            if (!sock.destroyed) sock.write(req);
+          },
+          () => done(false),
+        );
     });
     sock.once('data', (d: Buffer) => done(d[0] === 1));
   });
@@ -136,7 +146,7 @@ export async function whyNotAdoptable(
       : []),
   ];
   for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
-  if (!(await xAnswers(paths.x11Socket))) return 'its X server does not answer';
+  if (!(await xAnswers(paths.x11Socket, 2000, rec.names.cgroup))) return 'its X server does not answer (from inside the session)';
   return undefined;
 }
 

@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
 import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
+import { createConnection, type Socket } from 'node:net';
+import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
 import { DESKTOP_UID } from './desktop-user.ts';
 import { hostIds } from './userns.ts';
@@ -105,7 +107,13 @@ export class DisplayService {
     if (cur && cur.generation === s.generation) return this._await(s, cur.display);
     this.dropDisplay(s.id);
     const generation = s.generation;
-    const display = XDisplay.open(s.x11Socket, { timeoutMs: 5000 });
+    // The socket's directory is the session's to write: only a socket its own X server serves is used (docs/security.md).
+    // It is connected through a descriptor of the socket file itself (no symlink followed), then its peer checked.
+    const display = withPinnedSocket(dirname(s.x11Socket), basename(s.x11Socket), (path) =>
+      XDisplay.open(path, { timeoutMs: 5000, verify: (sock) => ownPeer(sock, s, 'X socket') }),
+    ).catch((e: Error) => {
+      throw e instanceof DrumsError ? e : new Error(`the X socket of session ${s.id} is not the session's own: ${e.message}`);
+    });
     const conn: Conn = { generation, display, dropping: false };
     this._conns.set(s.id, conn);
     display.then(
@@ -154,12 +162,20 @@ export class DisplayService {
     this.dropA11y(s.id);
     const bus = join(s.runDir, 'xdg', 'at-spi', 'bus_0');
     const ids = s.uids ? hostIds(s.uids) : undefined;
-    const client = A11yClient.connect(
-      bus,
-      ids
-        ? { timeoutMs: 2000, authUid: DESKTOP_UID, open: () => connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000) }
-        : { timeoutMs: 2000 },
-    );
+    // Either way the bus must be served from inside the session: a symlink the session planted at bus_0 is refused.
+    const open = async () => {
+      const sock = ids
+        ? await connectAs(ids.desktopUid, ids.desktopGid, s.runDir, 'xdg/at-spi/bus_0', 2000)
+        : await withPinnedSocket(s.runDir, 'xdg/at-spi/bus_0', (path) => connectPath(path, 2000));
+      try {
+        await ownPeer(sock, s, 'AT-SPI bus');
+      } catch (e) {
+        sock.destroy();
+        throw e;
+      }
+      return sock;
+    };
+    const client = A11yClient.connect(bus, ids ? { timeoutMs: 2000, authUid: DESKTOP_UID, open } : { timeoutMs: 2000, open });
     const conn = { generation: s.generation, client };
     this._a11y.set(s.id, conn);
     client.catch(() => {
@@ -201,4 +217,32 @@ export class DisplayService {
   closeAll(): void {
     for (const id of new Set([...this._conns.keys(), ...this._a11y.keys()])) this.drop(id);
   }
+}
+
+/** Rejects unless the connected socket is served by a process of the session's own cgroup. */
+async function ownPeer(sock: Socket, s: Session, what: string): Promise<void> {
+  try {
+    await checkPeer(sock, s.names.cgroup, 3000);
+  } catch (e) {
+    throw new Error(`the ${what} of session ${s.id} is not served from inside the session (${(e as Error).message})`);
+  }
+}
+
+function connectPath(path: string, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = createConnection(path);
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new Error(`connecting to ${path} timed out after ${timeoutMs} ms`));
+    }, timeoutMs);
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.removeAllListeners('error');
+      resolve(sock);
+    });
+    sock.once('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+  });
 }

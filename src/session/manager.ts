@@ -650,8 +650,10 @@ export class SessionManager {
 function readTail(path: string, lines = 6): string[] {
   let fd: number | undefined;
   try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-    const size = fstatSync(fd).size;
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    const st = fstatSync(fd);
+    if (!st.isFile()) return [];
+    const size = st.size;
     const buf = Buffer.alloc(Math.min(size, 16 * 1024));
     readSync(fd, buf, 0, buf.length, Math.max(0, size - buf.length));
     return buf.toString('utf8').trim().split('\n').slice(-lines).filter(Boolean);

@@ -1,4 +1,4 @@
-import { watch, openSync, readSync, closeSync, type FSWatcher } from 'node:fs';
+import { watch, openSync, readSync, closeSync, fstatSync, constants, type FSWatcher } from 'node:fs';
 import { EventEmitter } from 'node:events';
 
 /**
@@ -23,11 +23,15 @@ export class StatusWatcher extends EventEmitter {
   poll(): void {
     let fd: number;
     try {
-      fd = openSync(this._path, 'r');
+      // The file is in the session's run directory, which the session can write: never follow a symlink it planted
+      // (to a host file, /dev/zero) and never block on a FIFO; only a regular file is read.
+      fd = openSync(this._path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
     } catch {
       return;
     }
     try {
+      // (A regular file there is bounded by the session's 16 MiB run tmpfs.)
+      if (!fstatSync(fd).isFile()) return;
       const buf = Buffer.alloc(4096);
       for (;;) {
         const n = readSync(fd, buf, 0, buf.length, this._offset);

@@ -5,8 +5,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
+import { join } from 'node:path';
 import WebSocket from 'ws';
 import type { SessionInfo } from '../../src/client/client.ts';
+import { XDisplay } from '../../src/display/x-display.ts';
 import { DRUMS, startDaemon, type TestDaemon } from '../helpers.ts';
 
 /** Reads RFB bytes from a stream of chunks. */
@@ -168,6 +170,50 @@ describe('on-demand VNC (minimal image)', () => {
       watcher.ws.close();
       holder?.ws.close();
       await d.client.releaseTakeover(s.id).catch(() => {});
+    }
+    await until('x11vnc to stop after the last viewer', async () => !(await running()));
+  });
+
+  it('releasing a take-over mid-drag releases the button and keys the holder still has down', { timeout: 120_000 }, async () => {
+    // The session's X server as the test sees it: its own connection on the session's socket
+    // (the X server's state, not the daemon's idea of it).
+    const x = await XDisplay.open(join(d.stateDir, 'rt', s.id, 'x11', 'X0'), { timeoutMs: 10_000 });
+    const held = async () => {
+      const c = x.conn;
+      const p = await c.request<{ keyMask: number }>('QueryPointer', (cb) => c.x.QueryPointer(c.root, cb));
+      const keys = await c.request<Buffer>('QueryKeymap', (cb) => (c.x as any).QueryKeymap(cb));
+      return { button1: (p.keyMask & 0x100) !== 0, keys: [...keys.subarray(0, 32)].reduce((n, b) => n + (b ? 1 : 0), 0) };
+    };
+    const t = await d.client.takeOver(s.id, 'drag-test');
+    const ws = d.client.webSocket(`/v1/sessions/${s.id}/vnc?takeover=${t.id}`, 'binary');
+    try {
+      const rfb = new Rfb();
+      ws.on('message', (m) => rfb.push(m as Buffer));
+      await new Promise((res, rej) => {
+        ws.once('open', res);
+        ws.once('error', rej);
+      });
+      const send = (b: Buffer) => ws.send(b);
+      await handshake(rfb, send);
+      assert.deepEqual(await held(), { button1: false, keys: 0 }, 'nothing down before the drag');
+      // A drag begun (button 1 down, moving) with Shift held, then the take-over let go.
+      send(Buffer.from([5, 1, 0, 100, 0, 100]));
+      send(Buffer.from([4, 1, 0, 0, 0, 0, 0xff, 0xe1])); // KeyEvent down, XK_Shift_L
+      send(Buffer.from([5, 1, 0, 150, 0, 120]));
+      await roundTrip(rfb, send);
+      await until('x11vnc to press the button and the key', async () => {
+        const h = await held();
+        return h.button1 && h.keys > 0;
+      });
+      await d.client.releaseTakeover(s.id, t.id);
+      // The release answered: nothing is down any more, so the agent's next click is a click.
+      assert.deepEqual(await held(), { button1: false, keys: 0 }, 'the take-over release left input held');
+      await d.client.act(s.id, { actions: [{ type: 'click', x: 20, y: 20 }] });
+      assert.deepEqual(await held(), { button1: false, keys: 0 });
+    } finally {
+      ws.close();
+      await d.client.releaseTakeover(s.id).catch(() => {});
+      await x.close();
     }
     await until('x11vnc to stop after the last viewer', async () => !(await running()));
   });

@@ -167,6 +167,9 @@ test('banded PNGs stay exact while other clients draw, also during the capture',
     // One small change at a time, somewhere new each round (band edges included), and the pointer moves.
     for (let i = 0; i < 6; i++) {
       await paint((i * 211) % 1200, (i * 131 + 15) % 760, 40, 18);
+      // Another connection's JPEG swaps a shared capture buffer in place: a banded frame reads
+      // only its changed bands into such a buffer, and must never encode a band it did not read.
+      await painter.screenshot({ format: 'jpeg' });
       await d.move(100 + i * 150, 50 + i * 120);
       const png = await d.screenshot({ format: 'png' });
       assert.ok((await sharp(png.data).raw().toBuffer()).equals(await reference(full)), `round ${i}`);

@@ -152,7 +152,13 @@ async def test_discovery_from_endpointslices_places_client_side():
     try:
         for addr in ("127.0.0.2", "127.0.0.3"):
             daemons.append(
-                Daemon({"DRUMS_LISTEN": addr, "DRUMS_PORT": str(port), "DRUMS_TOKEN": token}, ["--allow-remote"])
+                # A session cap below what memory allows makes both hosts report the same capacity, so the
+                # placement below is deterministic (a memory-derived capacity differs between two reports
+                # taken moments apart on a busy host: fresh-ci once saw 3/1).
+                Daemon(
+                    {"DRUMS_LISTEN": addr, "DRUMS_PORT": str(port), "DRUMS_TOKEN": token, "DRUMS_MAX_SESSIONS": "8"},
+                    ["--allow-remote"],
+                )
             )
         disc = EndpointSliceDiscovery(
             "drums",

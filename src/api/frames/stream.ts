@@ -93,7 +93,7 @@ function sendJson(ws: WebSocket, o: unknown): void {
 
 function runStream(ctx: RouteContext, s: Session, o: StreamOptions, ws: WebSocket): void {
   const reg = ctx.display.takeovers;
-  const shot: ScreenshotOptions = { format: o.format, quality: o.quality, cursor: o.cursor, ...(o.scale ? { scale: o.scale } : {}) };
+  const shot: ScreenshotOptions = { format: o.format, quality: o.quality, cursor: o.cursor, boxScale: true, ...(o.scale ? { scale: o.scale } : {}) };
   const interval = 1000 / o.fps;
   const width = o.scale?.width ?? s.spec.screen.width;
   const height = o.scale?.height ?? s.spec.screen.height;

@@ -6,7 +6,8 @@
  * `takeover_held`. A take-over belongs to one generation: a reset or destroy ends it.
  */
 import { Hono } from 'hono';
-import { DrumsError } from '../../common/errors.ts';
+import { DrumsError, errorMessage } from '../../common/errors.ts';
+import { log } from '../../common/log.ts';
 import type { DisplayService, Takeover } from '../../session/display-service.ts';
 import type { RouteContext } from '../request.ts';
 import type { ViewExtras } from '../routes/sessions.ts';
@@ -48,9 +49,21 @@ export function takeoverRoutes(ctx: RouteContext) {
     const t = reg.take(s, holder);
     return c.json({ id: t.id, holder: t.holder, since: t.since, generation: t.generation }, 201);
   });
-  app.delete('/v1/sessions/:id/takeover', (c) => {
+  app.delete('/v1/sessions/:id/takeover', async (c) => {
     const s = ctx.session(c);
-    reg.release(s, c.req.header(TAKEOVER_HEADER) ?? c.req.query('takeover'));
+    const t = reg.release(s, c.req.header(TAKEOVER_HEADER) ?? c.req.query('takeover'));
+    // The holder's input is gated off from here on; what it still holds down (a VNC or dashboard
+    // drag let go mid-way, a key_down) is released before agent input resumes, so the agent
+    // does not start with a button pressed. Best effort: a session whose X server is gone has
+    // nothing held.
+    if (s.state === 'ready' && s.generation === t.generation) {
+      try {
+        const held = await (await ctx.display.connection(s)).releaseAll();
+        if (held.buttons.length || held.keycodes.length) log('info', 'take-over released with input held: released it', { session: s.id, ...held });
+      } catch (e) {
+        log('warn', 'take-over release: could not release held input', { session: s.id, error: errorMessage(e) });
+      }
+    }
     return c.body(null, 204);
   });
   return app;

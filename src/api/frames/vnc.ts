@@ -9,12 +9,13 @@
  * daemon parses each viewer's RFB and drops its input otherwise (rfb-gate.ts).
  * For standard VNC viewers, `drums session vnc ID` bridges a local TCP port to this socket.
  */
-import { existsSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import type { WebSocket } from 'ws';
 import { DrumsError } from '../../common/errors.ts';
+import { checkPeer, pinSocket } from '../../host/peer.ts';
 import { log } from '../../common/log.ts';
 import type { Session, SessionManager } from '../../session/manager.ts';
 import { RfbGateError, RfbInputGate } from './rfb-gate.ts';
@@ -53,9 +54,12 @@ export class VncService {
       cwd: '/home/user',
       env: this._mgr.sessionEnv(),
       caps: [],
-      // A day's backstop; the daemon stops it when the last viewer leaves.
+      // A day's backstop; the daemon stops it when the last viewer leaves. x11vnc can hang in
+      // its own SIGTERM handler (seen: stuck on a futex after a viewer's drag was let go), so
+      // timeout follows any TERM it passes on with a KILL 3 s later.
       args: [
         '/usr/bin/timeout',
+        '--kill-after=3',
         '--signal=TERM',
         '86400',
         'x11vnc',
@@ -134,23 +138,36 @@ export class VncService {
     server.ready.then(
       () => {
         if (!server.viewers.has(ws)) return;
-        sock = connect(server.hostSocket);
-        sock.on('data', (d) => {
-          if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
-        });
-        sock.on('close', () => ws.close(1000, 'vnc connection closed'));
-        sock.on('error', () => ws.close(1011, 'vnc connection failed'));
-        const gate = new RfbInputGate(allowInput);
-        ws.on('message', (d) => {
-          try {
-            const pass = gate.feed(d as Buffer);
-            if (pass.length) sock?.write(pass);
-          } catch (e) {
-            if (!(e instanceof RfbGateError)) throw e;
-            log('warn', 'vnc viewer closed: unparsable RFB', { id: s.id, error: e.message });
-            ws.close(1008, `refused: ${e.message}`.slice(0, 120));
-            leave();
-          }
+        // The socket file itself, no symlink followed (pinSocket), then its peer checked (below).
+        let fd: number;
+        try {
+          fd = pinSocket(dirname(server.hostSocket), SOCKET_NAME);
+        } catch (e) {
+          log('warn', 'vnc viewer closed: the vnc socket is not the session’s own', { id: s.id, error: (e as Error).message });
+          ws.close(1011, 'vnc socket not the session’s own');
+          leave();
+          return;
+        }
+        const vs = connect(`/proc/self/fd/${fd}`);
+        const unpin = () => closeSync(fd);
+        vs.once('connect', unpin);
+        vs.once('error', unpin);
+        sock = vs;
+        vs.on('close', () => ws.close(1000, 'vnc connection closed'));
+        vs.on('error', () => ws.close(1011, 'vnc connection failed'));
+        // The socket's directory is the session's to write: nothing flows until the socket is known to be served
+        // from inside the session (a symlink to a sibling's x11vnc is refused; docs/security.md).
+        vs.once('connect', () => {
+          checkPeer(vs, s.names.cgroup, 3000).then(
+            () => {
+              if (server.viewers.has(ws)) wire(vs);
+            },
+            (e: Error) => {
+              log('warn', 'vnc viewer closed: the vnc socket is not served from inside the session', { id: s.id, error: e.message });
+              ws.close(1011, 'vnc socket not the session’s own');
+              leave();
+            },
+          );
         });
       },
       (e: Error) => {
@@ -158,6 +175,24 @@ export class VncService {
         leave();
       },
     );
+    const wire = (vs: Socket) => {
+      vs.on('data', (d) => {
+        if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
+      });
+      const sock = vs;
+      const gate = new RfbInputGate(allowInput);
+      ws.on('message', (d) => {
+        try {
+          const pass = gate.feed(d as Buffer);
+          if (pass.length) sock.write(pass);
+        } catch (e) {
+          if (!(e instanceof RfbGateError)) throw e;
+          log('warn', 'vnc viewer closed: unparsable RFB', { id: s.id, error: e.message });
+          ws.close(1008, `refused: ${e.message}`.slice(0, 120));
+          leave();
+        }
+      });
+    };
   }
 
   closeAll(): void {

@@ -278,7 +278,7 @@ const BENCHES: RecordBench[] = [
     run: async (o, { progress }) => {
       const { runStepsBench } = await import('../../bench/steps-bench.ts');
       const { resolve, join } = await import('node:path');
-      const here = resolve(import.meta.dirname, '..', '..');
+      const here = resolve(import.meta.dirname, '..', '..', '..');
       const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
       if (o.base) arms.push({ name: 'base', bin: join(resolve(String(o.base)), 'bin', 'drums'), description: `the checkout at ${resolve(String(o.base))}` });
       return runStepsBench({

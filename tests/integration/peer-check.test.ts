@@ -1,0 +1,82 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { checkPeer, pinSocket, withPinnedSocket } from '../../src/host/peer.ts';
+
+// The two guards on the daemon's connections into a session (docs/security.md, "The daemon's connections into a
+// session"), on real sockets with the real helper: the peer must be in the given cgroup, and the socket file is
+// opened without following any symlink.
+const ownCgroup = (() => {
+  const lines = readFileSync('/proc/self/cgroup', 'utf8').trim().split('\n');
+  // The deepest path of any hierarchy (on a hybrid host, the others may be /).
+  return lines.map((l) => l.split(':').slice(2).join(':')).sort((a, b) => b.length - a.length)[0]!;
+})();
+
+function connected(path: string): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = connect(path);
+    s.once('connect', () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+describe('checkPeer and pinSocket', () => {
+  let dir: string;
+  let server: Server;
+  before(async () => {
+    dir = mkdtempSync('/tmp/drums-test-peer-');
+    mkdirSync(join(dir, 'sub'));
+    server = createServer((c) => c.end('hello'));
+    await new Promise<void>((r) => server.listen(join(dir, 'sub', 'sock'), r));
+  });
+  after(() => {
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('accepts a peer in the cgroup or below it, refuses any other cgroup', { skip: ownCgroup === '/' && 'this process is in the root cgroup' }, async () => {
+    const sock = await connected(join(dir, 'sub', 'sock'));
+    try {
+      await checkPeer(sock, ownCgroup);
+      const parent = ownCgroup.slice(0, ownCgroup.lastIndexOf('/')) || undefined;
+      if (parent) await checkPeer(sock, parent);
+      await assert.rejects(checkPeer(sock, `${ownCgroup}x`), /served by a process outside/);
+      await assert.rejects(checkPeer(sock, '/drums-nobody/s0000000000'), /served by a process outside/);
+      await assert.rejects(checkPeer(sock, 'relative'), /not a cgroup path/);
+      // The check did not disturb the connection: the server's bytes are still there to read.
+      let got = '';
+      for await (const chunk of sock) got += chunk;
+      assert.equal(got, 'hello');
+    } finally {
+      sock.destroy();
+    }
+  });
+
+  it('pins the socket file itself; a symlink at any component, or a non-socket, is refused', async () => {
+    const fd = pinSocket(dir, 'sub/sock');
+    try {
+      assert.ok(fstatSync(fd).isSocket());
+    } finally {
+      closeSync(fd);
+    }
+    assert.equal(
+      await withPinnedSocket(dir, 'sub/sock', async (p) => {
+        const s = await connected(p);
+        let got = '';
+        for await (const chunk of s) got += chunk;
+        return got;
+      }),
+      'hello',
+    );
+    symlinkSync(join(dir, 'sub', 'sock'), join(dir, 'link'));
+    symlinkSync(join(dir, 'sub'), join(dir, 'linkdir'));
+    writeFileSync(join(dir, 'file'), 'x');
+    assert.throws(() => pinSocket(dir, 'link'), /is a symlink: refused/);
+    assert.throws(() => pinSocket(dir, 'linkdir/sock'), /is a symlink: refused/);
+    assert.throws(() => pinSocket(dir, 'file'), /is not a socket: refused/);
+    assert.throws(() => pinSocket(dir, '../x'), /not a plain relative path/);
+    assert.throws(() => pinSocket(dir, 'missing'), /ENOENT/);
+  });
+});
