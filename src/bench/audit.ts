@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
@@ -488,18 +488,29 @@ async function auditSharedBrowser(progress: (s: string) => void): Promise<Probe[
         execFileSync('sh', ['-c', `ps -o pid= --ppid ${process.pid}`], { encoding: 'utf8' })
           .trim()
           .split('\n')
-          .find((p) => /chrom/.test(readFileSync(`/proc/${p.trim()}/comm`, 'utf8')))
+          .find((p) => {
+            // Another child of this process can exit between ps and the read (the probe was lost to that once).
+            try {
+              return /chrom/.test(readFileSync(`/proc/${p.trim()}/comm`, 'utf8'));
+            } catch {
+              return false;
+            }
+          })
           ?.trim(),
       );
     const walk = (p: number) => {
       for (const k of kids(p)) {
-        const cmd = readFileSync(`/proc/${k}/cmdline`, 'utf8');
-        if (cmd.includes('--type=renderer'))
-          renderers.push({
-            pid: k,
-            uid: /Uid:\s+(\d+)/.exec(readFileSync(`/proc/${k}/status`, 'utf8'))![1]!,
-            pidns: execFileSync('readlink', [`/proc/${k}/ns/pid`], { encoding: 'utf8' }).trim(),
-          });
+        try {
+          const cmd = readFileSync(`/proc/${k}/cmdline`, 'utf8');
+          if (cmd.includes('--type=renderer'))
+            renderers.push({
+              pid: k,
+              uid: /Uid:\s+(\d+)/.exec(readFileSync(`/proc/${k}/status`, 'utf8'))![1]!,
+              pidns: readlinkSync(`/proc/${k}/ns/pid`),
+            });
+        } catch {
+          continue; // exited meanwhile
+        }
         walk(k);
       }
     };
