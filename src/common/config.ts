@@ -142,9 +142,9 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   subnetPool: { env: 'DRUMS_SUBNET_POOL', doc: 'IPv4 pool cut into one /30 per session', default: '10.231.0.0/16', parse: str },
   userns: {
     env: 'DRUMS_USERNS',
-    doc: 'a user namespace per session by default (each its own host uid range; a spec may ask otherwise with `userns`)',
-    default: false,
-    defaultDoc: '`0`',
+    doc: 'a user namespace per session by default (each its own host uid range; a spec may ask otherwise with `userns`; `0` gives sessions the host ids)',
+    default: true,
+    defaultDoc: '`1`',
     parse: bool,
   },
   usernsUidBase: {

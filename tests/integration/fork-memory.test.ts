@@ -18,7 +18,8 @@ describe('fork (memory)', () => {
 
   // A default session: without a user namespace its Chromium runs --no-zygote (the zygote's unread
   // hello, SCM_CREDENTIALS, can't be dumped), so it can be memory-forked as it is.
-  const spec = { image: 'default', url: 'about:blank', labels: { task: 'm1' } };
+  // Host ids (userns false): a default session has a user namespace, whose sandboxed Chromium CRIU refuses (below).
+  const spec = { image: 'default', url: 'about:blank', labels: { task: 'm1' }, userns: false };
 
   // Let the browser finish starting: a dump taken while Chromium still opens its short-lived
   // sockets can be refused by CRIU (SO_PASSCRED on a socket that is going away), a refusal (409)
@@ -243,7 +244,7 @@ describe('fork (memory) of a Chromium with its zygote', () => {
   });
 
   it('is refused (409 memory_fork_refused naming the zygote, disk offered), not retried; the source is untouched', async () => {
-    const src = await d.client.createSession({ image: 'default', url: 'about:blank' });
+    const src = await d.client.createSession({ image: 'default', url: 'about:blank', userns: false });
     try {
       assert.match((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--type=zygote/);
       const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));

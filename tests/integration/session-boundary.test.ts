@@ -126,9 +126,11 @@ describe('the daemon reaches only the session’s own sockets', () => {
 
   it('a bus_0 symlink to a sibling’s AT-SPI bus: the a11y tree is never the sibling’s', async () => {
     const marker = `victim-${prefix}`;
+    // Host ids (userns false): the path where the daemon connects as root (a userns session's bus is
+    // reached as the session's own uid, which cannot even open a sibling's socket).
     const [a, b] = await Promise.all([
-      d.client.createSession({ image: 'default', url: page(`own-${prefix}`) }),
-      d.client.createSession({ image: 'default', url: page(marker) }),
+      d.client.createSession({ image: 'default', url: page(`own-${prefix}`), userns: false }),
+      d.client.createSession({ image: 'default', url: page(marker), userns: false }),
     ]);
     try {
       // The sibling's tree shows its page (which also makes sure its AT-SPI bus is up).

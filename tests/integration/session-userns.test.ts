@@ -43,7 +43,7 @@ async function waitFor<T>(what: string, fn: () => T | undefined | Promise<T | un
   }
 }
 
-// A user namespace per session (spec userns, or DRUMS_USERNS=1 for every session).
+// A user namespace per session (the default; spec userns false or DRUMS_USERNS=0 gives the host ids).
 describe('user namespace per session', () => {
   let d: TestDaemon;
   let env: NodeJS.ProcessEnv;
@@ -59,7 +59,7 @@ describe('user namespace per session', () => {
   it('each session gets its own host uid range; the image is owned right; root-in-session is unprivileged on the host', async () => {
     const a = await d.client.createSession({ image: 'minimal', userns: true });
     const b = await d.client.createSession({ image: 'minimal', userns: true });
-    const c = await d.client.createSession({ image: 'minimal' });
+    const c = await d.client.createSession({ image: 'minimal', userns: false });
     try {
       const ra = a.userns!,
         rb = b.userns!;
@@ -124,7 +124,7 @@ describe('user namespace per session', () => {
   it('Chromium runs with its own sandbox in a userns session (renderers in a nested namespace), --no-sandbox without one', async () => {
     const url = 'data:text/html,<title>sandboxed</title><body style="background:%2322cc22"></body>';
     const a = await d.client.createSession({ image: 'default', url, userns: true });
-    const c = await d.client.createSession({ image: 'default', url });
+    const c = await d.client.createSession({ image: 'default', url, userns: false });
     try {
       const pa = hostProcs(d.instance, a.id).filter((p) => p.cmd.includes('/usr/lib/chromium/chromium'));
       const browser = pa.find((p) => !p.cmd.includes('--type='));
