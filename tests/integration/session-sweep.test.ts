@@ -9,11 +9,16 @@ describe('sweep after a killed daemon', () => {
   it('kill -9 of the daemon, then `drums sweep`, leaves nothing of the instance', async () => {
     const d = await startDaemon();
     try {
-      await Promise.all([d.client.createSession({ image: 'minimal' }), d.client.createSession({ image: 'minimal', egress: true, hostPorts: [18555] })]);
+      // One session with a user namespace (the default), one with the host ids.
+      await Promise.all([
+        d.client.createSession({ image: 'minimal' }),
+        d.client.createSession({ image: 'minimal', egress: true, hostPorts: [18555], userns: false }),
+      ]);
       const before = residue(d.instance, d.stateDir);
       assert.equal(before.netns.length, 2);
-      // Per session: the overlay root, its disk (the writable layer's filesystem) and its runtime tmpfs.
-      assert.equal(before.mounts.length, 6);
+      // Per session: the overlay root, its disk (the writable layer's filesystem) and its runtime
+      // tmpfs; with a user namespace two more (the bind mount pinning it, and the idmapped image).
+      assert.equal(before.mounts.length, 5 + 3, before.mounts.join('\n'));
       assert.equal(before.loops.length, 2);
       assert.ok(before.procs.length > 4, 'session processes are running');
       // SIGKILL the daemon process itself (bin/drums runs it under tini, which then exits too).
