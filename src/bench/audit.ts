@@ -234,8 +234,12 @@ async function forkedPair(c: DrumsClient, sessions: SessionInfo[], mode: 'disk' 
   }
 }
 
-/** One audit at a time per host (a lock file of pid and start time; a dead holder's is taken over). */
-const AUDIT_LOCK = '/run/drums-audit.lock';
+/**
+ * Whoever routes the metadata and private target addresses host-wide (the audit, the network
+ * policy test) holds this lock meanwhile: one at a time per host (a lock file of pid and start
+ * time; a dead holder's is taken over).
+ */
+export const HOST_ROUTES_LOCK = '/run/drums-audit.lock';
 
 async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, arm = 'baseline'): Promise<{ probes: Probe[]; blast: unknown[] }> {
   const c = d.client;
@@ -254,7 +258,7 @@ async function auditBaseline(d: PrivateDaemon, progress: (s: string) => void, ar
   try {
     // The targets' addresses are routed host-wide (169.254.169.254 and the rest, via one fixed
     // veth address), so two audits on one host take turns instead of failing on each other.
-    hostWide = await acquireLock(AUDIT_LOCK, { timeoutMs: 20 * 60_000, onWait: (pid) => progress(`waiting for the audit of pid ${pid} to end`) });
+    hostWide = await acquireLock(HOST_ROUTES_LOCK, { timeoutMs: 20 * 60_000, onWait: (pid) => progress(`waiting for the audit of pid ${pid} to end`) });
     hostAny = await hostListener('0.0.0.0');
     hostLo = await hostListener('127.0.0.1');
     const targetPort = 20000 + Math.floor(Math.random() * 20000);

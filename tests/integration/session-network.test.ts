@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { HOST_ROUTES_LOCK } from '../../src/bench/audit.ts';
 import type { SessionInfo } from '../../src/client/client.ts';
+import { acquireLock, type LockHandle } from '../../src/image/lock.ts';
 import { assertClean, removeStateDir, runPrefix, startDaemon, type TestDaemon } from '../helpers.ts';
 
 /**
@@ -44,8 +46,11 @@ describe('network policy', () => {
       hostServers.push(srv);
     });
 
+  let routes: LockHandle | undefined;
   before(async () => {
-    // The fake world: a namespace holding every target address, routed via the host.
+    // The fake world: a namespace holding every target address, routed via the host (host-wide
+    // routes, as the isolation audit makes: one of the two at a time).
+    routes = await acquireLock(HOST_ROUTES_LOCK, { timeoutMs: 20 * 60_000 });
     ip('netns', 'add', ns);
     ip('link', 'add', vh, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns);
     ip('addr', 'add', '198.51.100.1/30', 'dev', vh);
@@ -96,6 +101,7 @@ describe('network policy', () => {
     for (const a of Object.values(FAKE)) quiet(() => execFileSync('ip', ['route', 'del', `${a}/32`], { stdio: 'ignore' }));
     quiet(() => execFileSync('ip', ['netns', 'del', ns]));
     quiet(() => execFileSync('ip', ['link', 'del', vh], { stdio: 'ignore' }));
+    routes?.release();
     assert.ok(!ip('netns', 'list').includes(ns));
     assert.ok(!ip('link', 'show').includes(vh + ':'));
     if (d) {

@@ -286,16 +286,7 @@ def _thunderbird_profile() -> bytes:
     )
 
 
-# --- multi_apps: the inputs of the tasks with oracles (python-docx, openpyxl, odfpy, zipfile, csv) ---
-def _docx(paragraphs: list[str]) -> bytes:
-    import docx
-
-    d = docx.Document()
-    for t in paragraphs:
-        d.add_paragraph(t)
-    b = io.BytesIO()
-    d.save(b)
-    return b.getvalue()
+# --- multi_apps: the inputs of the tasks with oracles (python-docx via _docx above, openpyxl, odfpy, zipfile, csv) ---
 
 
 def _binder_zip() -> bytes:
