@@ -5,6 +5,28 @@ import { hostUsedMiB } from './host-facts.ts';
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The host's 1-, 5- and 15-minute load averages. */
+export const hostLoad = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
+
+/** Memory (bytes) charged to a session's cgroup (`rel` under the memory hierarchy), inactive page cache left out (v1 or v2). */
+export function cgroupMemoryBytes(rel: string): number | null {
+  for (const [usage, statKey, dir] of [
+    ['memory.usage_in_bytes', 'total_inactive_file', join('/sys/fs/cgroup/memory', rel)],
+    ['memory.current', 'inactive_file', join('/sys/fs/cgroup', rel)],
+  ] as const) {
+    if (!existsSync(join(dir, usage))) continue;
+    const stat = Object.fromEntries(
+      readFileSync(join(dir, 'memory.stat'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' '))
+        .map(([k, v]) => [k, Number(v)]),
+    );
+    return Number(readFileSync(join(dir, usage), 'utf8')) - (stat[statKey] ?? 0);
+  }
+  return null;
+}
+
 /** A session's cgroup directory for one controller (v1: /sys/fs/cgroup/<ctl>/drums-<inst>/<id>; v2: unified). */
 export function cgroupDir(instance: string, sessionId: string, controller: string): string {
   const rel = `drums-${instance}/${sessionId}`;

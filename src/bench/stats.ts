@@ -12,6 +12,9 @@ export function summary(xs: number[]) {
   return { n: xs.length, p50: quantile(xs, 0.5), p95: quantile(xs, 0.95), min: Math.min(...xs), max: Math.max(...xs) };
 }
 
+/** summary() with p90 too, or null for no samples. */
+export const summaryP90 = (xs: number[]) => (xs.length ? { ...summary(xs), p90: quantile(xs, 0.9) } : null);
+
 /** Least-squares line y = a + b x, with R². */
 export function linearFit(xs: number[], ys: number[]) {
   const n = xs.length;

@@ -1,10 +1,10 @@
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { hostFacts } from './host-facts.ts';
-import { sleep } from './measure.ts';
-import { quantile, summary } from './stats.ts';
+import { cgroupMemoryBytes, hostLoad, sleep } from './measure.ts';
+import { quantile, summaryP90 as stats } from './stats.ts';
 
 /**
  * `drums bench userns`: what a user namespace per session costs against
@@ -26,28 +26,7 @@ export interface UsernsBenchOptions {
 type Arm = 'hostUids' | 'userns';
 const ARMS: Arm[] = ['hostUids', 'userns'];
 
-/** Memory (bytes) charged to a session's cgroup, inactive page cache left out (v1 or v2). */
-function memoryBytes(rel: string): number | null {
-  for (const [usage, statKey, dir] of [
-    ['memory.usage_in_bytes', 'total_inactive_file', join('/sys/fs/cgroup/memory', rel)],
-    ['memory.current', 'inactive_file', join('/sys/fs/cgroup', rel)],
-  ] as const) {
-    if (!existsSync(join(dir, usage))) continue;
-    const stat = Object.fromEntries(
-      readFileSync(join(dir, 'memory.stat'), 'utf8')
-        .trim()
-        .split('\n')
-        .map((l) => l.split(' '))
-        .map(([k, v]) => [k, Number(v)]),
-    );
-    return Number(readFileSync(join(dir, usage), 'utf8')) - (stat[statKey] ?? 0);
-  }
-  return null;
-}
-
-const hostLoad = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
-const stats = (xs: number[]) => (xs.length ? { ...summary(xs), p90: quantile(xs, 0.9) } : null);
 
 export async function runUsernsBench(o: UsernsBenchOptions) {
   const progress = o.progress ?? (() => {});
@@ -87,7 +66,7 @@ export async function runUsernsBench(o: UsernsBenchOptions) {
     await sleep(o.settleSeconds * 1000);
     for (const arm of ARMS) {
       for (const s of held[arm]) {
-        const m = memoryBytes(`drums-${d.instance}/${s.id}`);
+        const m = cgroupMemoryBytes(`drums-${d.instance}/${s.id}`);
         if (m !== null) memMiB[arm].push(m / 2 ** 20);
         // Host disk the session holds: its disk image's allocated blocks (the lower is the shared image either way).
         diskKiB[arm].push((statSync(join(d.stateDir, 'sessions', s.id, 'disk.img')).blocks * 512) / 1024);

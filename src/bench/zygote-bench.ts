@@ -1,11 +1,11 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsClient, SessionInfo } from '../client/client.ts';
 import { DrumsApiError } from '../client/client.ts';
 import { type PrivateDaemon, startPrivateDaemon } from '../client/private-daemon.ts';
 import { hostFacts } from './host-facts.ts';
-import { sleep } from './measure.ts';
-import { quantile, summary } from './stats.ts';
+import { cgroupMemoryBytes, hostLoad, sleep } from './measure.ts';
+import { quantile, summaryP90 as stats } from './stats.ts';
 
 /**
  * `drums bench zygote`: what Chromium without its zygote (`--no-zygote`, which a memory fork
@@ -31,27 +31,7 @@ const ARMS: Arm[] = ['zygote', 'noZygote'];
 const COLOUR = [0x22, 0x66, 0xcc];
 const PAGE = 'data:text/html,<title>zygote</title><body style="background:%232266cc;margin:0"></body>';
 
-/** Memory (bytes) charged to a session's cgroup, inactive page cache left out (v1 or v2), as `bench userns` reads it. */
-function memoryBytes(rel: string): number | null {
-  for (const [usage, statKey, dir] of [
-    ['memory.usage_in_bytes', 'total_inactive_file', join('/sys/fs/cgroup/memory', rel)],
-    ['memory.current', 'inactive_file', join('/sys/fs/cgroup', rel)],
-  ] as const) {
-    if (!existsSync(join(dir, usage))) continue;
-    const stat = Object.fromEntries(
-      readFileSync(join(dir, 'memory.stat'), 'utf8')
-        .trim()
-        .split('\n')
-        .map((l) => l.split(' ')),
-    );
-    return Number(readFileSync(join(dir, usage), 'utf8')) - Number(stat[statKey] ?? 0);
-  }
-  return null;
-}
-
-const hostLoad = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 const round = (x: number, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
-const stats = (xs: number[]) => (xs.length ? { ...summary(xs), p90: quantile(xs, 0.9) } : null);
 
 /** True when the screenshot's centre pixel is the page's colour. */
 async function painted(c: DrumsClient, id: string): Promise<boolean> {
@@ -107,7 +87,7 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
     await sleep(o.settleSeconds * 1000);
     for (const arm of ARMS)
       for (const s of held[arm]) {
-        const m = memoryBytes(`drums-${daemons[arm]!.instance}/${s.id}`);
+        const m = cgroupMemoryBytes(`drums-${daemons[arm]!.instance}/${s.id}`);
         if (m !== null) memMiB[arm].push(m / 2 ** 20);
         const p = await cl(arm).exec(s.id, { shell: 'ls -d /proc/[0-9]* | wc -l; pgrep -c chromium || true' });
         const [all, chrom] = p.stdout.trim().split('\n').map(Number);
