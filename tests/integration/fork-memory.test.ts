@@ -211,21 +211,7 @@ describe('fork (memory)', () => {
     try {
       await settle(src.id);
       assert.doesNotMatch((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--no-sandbox/);
-      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
-      const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
-      assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
-      assert.match(details?.criu ?? '', /nested \w+ namespace/);
-      assert.match(e.message, /sandbox/);
-      assert.equal(details?.attempts, 1);
-      assert.equal((await d.client.getSession(src.id)).state, 'ready');
-      assert.deepEqual(
-        (await d.client.listSessions()).map((s) => s.id),
-        [src.id],
-      );
-      assert.deepEqual(
-        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
-        [],
-      );
+      await assertRefused(d, src.id, /nested \w+ namespace/, /sandbox/);
     } finally {
       await d.client.destroySession(src.id).catch(() => {});
     }
@@ -247,24 +233,32 @@ describe('fork (memory) of a Chromium with its zygote', () => {
     const src = await d.client.createSession({ image: 'default', url: 'about:blank', userns: false });
     try {
       assert.match((await d.client.exec(src.id, { shell: 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "' })).stdout, /--type=zygote/);
-      const e = await apiError(() => d.client.forkSession(src.id, { count: 1, mode: 'memory' }));
-      const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
-      assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
-      assert.match(details?.criu ?? '', /Control messages in queue/);
-      assert.match(e.message, /zygote/);
-      // The zygote's message lasts: not retried.
-      assert.equal(details?.attempts, 1);
-      assert.equal((await d.client.getSession(src.id)).state, 'ready');
-      assert.deepEqual(
-        (await d.client.listSessions()).map((s) => s.id),
-        [src.id],
-      );
-      assert.deepEqual(
-        readdirSync(join(d.stateDir, 'sessions', src.id)).filter((f) => f.startsWith('ckpt-')),
-        [],
-      );
+      // The zygote's message lasts: not retried (as the sandbox's nesting).
+      await assertRefused(d, src.id, /Control messages in queue/, /zygote/);
     } finally {
       await d.client.destroySession(src.id).catch(() => {});
     }
   });
 });
+
+/**
+ * A memory fork of `id` is refused for good: 409 memory_fork_refused with CRIU's reason and the
+ * disk fork offered, tried once; the source is ready and alone, with no checkpoint left.
+ */
+async function assertRefused(d: TestDaemon, id: string, criu: RegExp, message: RegExp): Promise<void> {
+  const e = await apiError(() => d.client.forkSession(id, { count: 1, mode: 'memory' }));
+  const details = e.details as { alternative?: string; criu?: string; attempts?: number } | undefined;
+  assert.deepEqual([e.status, e.code, details?.alternative], [409, 'memory_fork_refused', 'disk'], e.message);
+  assert.match(details?.criu ?? '', criu);
+  assert.match(e.message, message);
+  assert.equal(details?.attempts, 1);
+  assert.equal((await d.client.getSession(id)).state, 'ready');
+  assert.deepEqual(
+    (await d.client.listSessions()).map((s) => s.id),
+    [id],
+  );
+  assert.deepEqual(
+    readdirSync(join(d.stateDir, 'sessions', id)).filter((f) => f.startsWith('ckpt-')),
+    [],
+  );
+}
