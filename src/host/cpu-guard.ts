@@ -7,21 +7,36 @@ import { cgroupMode } from './oci-runtime.ts';
  * Demotes CPU hogs. A session's quota caps what it takes, but at the default
  * weight a session that spins all the time still competes with every
  * interactive neighbour, and each of their wake-ups can wait out its slice.
- * So twice a second the guard reads each session's CPU time over the last
- * `windowS` (2) seconds. A session is a hog if it used at least `hogCores`
- * (0.6), or at least `minCores` (0.2) and `ratio` (2.5) times the median of
- * the other sessions (on a busy host the weights already hold a spinning
- * session near its neighbours' share, so an absolute bar alone misses it).
- * A hog is demoted for `holdS` (10) seconds: cpu.idle 1 where the kernel has
- * it (5.15+, v1 and v2: it runs when nothing else wants the CPU, and a waking
+ *
+ * The rule. Every `intervalMs` (500 ms) the guard reads each session's CPU
+ * time; the last `windowS` (2 s) of readings give two numbers per session:
+ *  - mean: the cores it used over the window;
+ *  - floor: the least it used in any one tick of the window.
+ * A spinner is runnable all the time, so it takes its share in every tick:
+ * its floor is close to its mean. An interactive session (a browser driven by
+ * a client, a desktop starting an app) works in bursts: a page load or a
+ * warm-up can lift its mean for a second or two, but some tick of the window
+ * is quiet, and its floor stays low. So the verdict is on the floor: a hog is
+ * a session whose floor is at least `hogCores` (0.6), or at least `minCores`
+ * (0.2) and `ratio` (2.5) times the median mean of the other undemoted
+ * sessions (on a busy host the weights already hold a spinner near its
+ * neighbours' share, so an absolute bar alone misses it). A session is not
+ * judged in its first `graceS` (10 s) after it was created or reset (a new
+ * cgroup, or its counter starting again): a desktop and a browser starting
+ * up are busy for seconds at a stretch.
+ *
+ * A hog is demoted for `holdS` (10 s): cpu.idle 1 where the kernel has it
+ * (5.15+, v1 and v2: it runs when nothing else wants the CPU, and a waking
  * neighbour preempts it at once), and a 16th of the weight either way (v1
  * cpu.shares 64, v2 cpu.weight 6). Then it is back at the normal weight on
- * probation and judged again after a window; a hog that still spins spends
- * about 2 s of every 12 at the normal weight. What a demoted session gets says
- * nothing about what it wants (its neighbours go first), hence the probation.
+ * probation and judged again after a full window of new readings (what a
+ * demoted session gets says nothing of what it wants); a hog that still spins
+ * spends about 2 s of every 12 at the normal weight. A reset ends a
+ * demotion (the new desktop starts clean, and is in its grace time).
  * Demotion is work-conserving: on an idle host a demoted session runs at full
  * speed. A session whose quota is below `minCores` is never demoted (its
- * quota bounds it).
+ * floor can't reach the bar; the quota bounds it). Same rule on cgroup v1 (cpuacct.usage, cpu.shares) and
+ * v2 (cpu.stat usage_usec, cpu.weight).
  */
 export interface CpuGuardOptions {
   hogCores: number;
@@ -29,13 +44,15 @@ export interface CpuGuardOptions {
   ratio: number;
   holdS: number;
   windowS: number;
+  /** A session is not judged for this long after it was created or reset (s). */
+  graceS: number;
   intervalMs: number;
   /** Where the cgroup filesystem is, and its version (for tests). */
   root: string;
   v2: boolean;
 }
 
-export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, minCores: 0.2, ratio: 2.5, holdS: 10, windowS: 2, intervalMs: 500, root: '/sys/fs/cgroup' };
+export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, minCores: 0.2, ratio: 2.5, holdS: 10, windowS: 2, graceS: 10, intervalMs: 500, root: '/sys/fs/cgroup' };
 
 const V1 = { usage: 'cpuacct/%/cpuacct.usage', weight: 'cpu/%/cpu.shares', normal: 1024, low: 64 };
 const V2 = { usage: '%/cpu.stat', weight: '%/cpu.weight', normal: 100, low: 6 };
@@ -58,6 +75,22 @@ interface Track {
   demoted: boolean;
   /** When it was last demoted or restored (ms). */
   since: number;
+  /** When the guard first saw this cgroup, or saw its counter start again (a reset) (ms). */
+  born: number;
+  /** How often it was demoted. */
+  demotions: number;
+}
+
+/** Mean and floor (the least of the per-tick rates) over a sample window, in cores. */
+function rates(samples: [number, number][]): { mean: number; floor: number } {
+  const [t0, u0] = samples[0]!;
+  const [t1, u1] = samples.at(-1)!;
+  let floor = Infinity;
+  for (let i = 1; i < samples.length; i++) {
+    const dt = samples[i]![0] - samples[i - 1]![0];
+    if (dt > 0) floor = Math.min(floor, (samples[i]![1] - samples[i - 1]![1]) / 1e6 / dt);
+  }
+  return { mean: (u1 - u0) / 1e6 / (t1 - t0), floor };
 }
 
 function median(xs: number[]): number {
@@ -94,51 +127,64 @@ export class CpuGuard {
     return [...this._tracks].filter(([, t]) => t.demoted).map(([id]) => id);
   }
 
+  /** How often it demoted this session (0 for one it does not know). */
+  demotionsOf(id: string): number {
+    return this._tracks.get(id)?.demotions ?? 0;
+  }
+
   /** One sample of every session (exposed for tests). */
   tick(now: number): void {
     const live = this.cgroups();
     const win = this.opts.windowS * 1000;
     for (const id of this._tracks.keys()) if (!live.has(id)) this._tracks.delete(id);
-    // 1. Each session's CPU over its window (undefined until the window is full).
-    const use = new Map<string, number>();
+    // 1. Each session's mean and floor over its window (none until the window is full).
+    const use = new Map<string, { mean: number; floor: number }>();
     for (const [id, cgroup] of live) {
       const ns = usageNs(this.opts.root, this.opts.v2, cgroup);
       if (ns === undefined) continue;
       let t = this._tracks.get(id);
-      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false, since: now }));
-      // A reset makes a new cgroup: its counter starts again from 0.
-      if (t.samples.length && ns < t.samples.at(-1)![1]) t.samples = [];
+      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false, since: now, born: now, demotions: 0 }));
+      // A reset makes a new cgroup: its counter starts again from 0. The new desktop starts
+      // clean (at the default weight) and gets its grace time; a demotion ends with the old one.
+      if (t.samples.length && ns < t.samples.at(-1)![1]) {
+        t.samples = [];
+        t.born = now;
+        if (t.demoted) {
+          this._set(id, cgroup, false, 0);
+          t.demoted = false;
+          t.since = now;
+        }
+      }
       t.samples.push([now, ns]);
       while (t.samples.length > 2 && now - t.samples[1]![0] >= win) t.samples.shift();
-      const [t0, u0] = t.samples[0]!;
-      if (now - t0 >= win * 0.9) use.set(id, (ns - u0) / 1e6 / (now - t0));
+      if (now - t.samples[0]![0] >= win * 0.9) use.set(id, rates(t.samples));
     }
-    // 2. Verdicts. A hog: at least hogCores, or at least minCores and `ratio` times the median
-    // of the other undemoted sessions (on a busy host the weights already hold a spinning
-    // session near its neighbours' share, so an absolute bar alone never sees it).
+    // 2. Verdicts on the floor (see the header): at least hogCores, or at least minCores and
+    // `ratio` times the median mean of the other undemoted sessions.
     const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
     for (const [id, cgroup] of live) {
       const t = this._tracks.get(id);
       if (!t) continue;
-      const cores = use.get(id);
+      const u = use.get(id);
       if (t.demoted) {
         // Demoted: what it gets says little (its neighbours take the CPU first), so after
         // holdS it is put back on probation at the normal weight, and judged again.
         if (now - t.since >= this.opts.holdS * 1000) {
-          this._set(id, cgroup, false, cores ?? 0);
+          this._set(id, cgroup, false, u?.mean ?? 0);
           t.demoted = false;
           t.since = now;
           t.samples = t.samples.slice(-1);
-        } else this._set(id, cgroup, true, cores ?? 0); // again: a reset's new cgroup starts at the default
+        } else this._set(id, cgroup, true, u?.mean ?? 0); // again, should anything have put the weight back
         continue;
       }
-      if (cores === undefined) continue;
-      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c);
-      const hog = cores >= this.opts.hogCores || (others.length > 0 && cores >= this.opts.minCores && cores >= this.opts.ratio * median(others));
+      if (!u || now - t.born < this.opts.graceS * 1000) continue;
+      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
+      const hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * median(others));
       if (!hog) continue;
-      this._set(id, cgroup, true, cores);
+      this._set(id, cgroup, true, u.floor);
       t.demoted = true;
       t.since = now;
+      t.demotions++;
       this.demotions++;
     }
   }
