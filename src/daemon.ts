@@ -69,8 +69,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const mgr = new SessionManager(inst, { config });
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
-  // Sessions that keep the CPU busy get a low weight, so interactive neighbours go first.
-  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, s.names.cgroup])));
+  // Sessions that keep a contended host's CPU busy are demoted (cpu.idle, low weight, a small quota), so interactive neighbours go first.
+  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus }])));
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
