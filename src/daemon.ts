@@ -70,7 +70,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
   // Sessions that keep a contended host's CPU busy are demoted (cpu.idle, low weight, a small quota), so interactive neighbours go first.
-  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus }])));
+  const cpuGuard = new CpuGuard(
+    () => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: s.state === 'creating' || s.state === 'resetting' }])),
+  );
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);

@@ -22,8 +22,8 @@ import { cgroupMode } from './oci-runtime.ts';
  * (0.2) and `ratio` (2.5) times the median mean of the other undemoted
  * sessions (on a busy host the weights hold a spinner near its neighbours'
  * share, so an absolute bar alone misses it). Not judged: a session in its
- * first `graceS` (10 s) after it was created or reset (a new cgroup, or its
- * counter starting again), as a desktop and a browser starting up are busy
+ * first `graceS` (10 s) after its create or reset ended (or its counter
+ * started again: a new cgroup), as a desktop and a browser starting up are busy
  * for seconds at a stretch; and any session while the host is not contended
  * for it. Contended means: the rest of the host (everything but this
  * session) used at least `minCores` over the window, and that plus this
@@ -95,6 +95,8 @@ export const CPU_GUARD_DEFAULTS = {
 export interface GuardedSession {
   cgroup: string;
   cpus: number;
+  /** Being created or reset: not judged, and its grace time starts when this ends. */
+  starting?: boolean;
 }
 
 const V1 = {
@@ -263,6 +265,7 @@ export class CpuGuard {
       }
       t.cgroup = s.cgroup;
       t.cpus = s.cpus;
+      if (s.starting) t.born = now;
       // A reset makes a new cgroup: its counter starts again from 0. The new desktop starts
       // clean (its own quota, the default weight) and gets its grace time; the demotion ends.
       if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {

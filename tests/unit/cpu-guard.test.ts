@@ -43,10 +43,19 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
     used[id] = periods[id] = throttled[id] = 0;
     set(id);
   }
-  const guard = new CpuGuard(() => new Map(ids.map((id) => [id, { cgroup: cg(id), cpus: cpusOf(id) }])), { root, v2, procStat, cores: 2, ...opts });
+  /** Sessions being created or reset. */
+  const starting = new Set<string>();
+  const guard = new CpuGuard(() => new Map(ids.map((id) => [id, { cgroup: cg(id), cpus: cpusOf(id), starting: starting.has(id) }])), {
+    root,
+    v2,
+    procStat,
+    cores: 2,
+    ...opts,
+  });
   let now = 0;
   return {
     guard,
+    starting,
     normal,
     weight,
     idle,
@@ -163,7 +172,7 @@ for (const v2 of [false, true]) {
       }
     });
 
-    it('gives a session graceS after its create and after a reset, and a reset ends a demotion', () => {
+    it('gives a session graceS after its create and after a reset, none while it is starting, and a reset ends a demotion', () => {
       const f = fixture(v2, ['spin', 'a', 'b']);
       try {
         const use = { spin: 0.9, a: 0.05, b: 0.05 };
@@ -190,6 +199,24 @@ for (const v2 of [false, true]) {
         f.step(500, use);
         assert.deepEqual(f.guard.demoted(), ['spin']);
         assert.equal(f.guard.demotions, 2);
+        // While a session is being created or reset it is not judged; its grace starts when that ends.
+        f.starting.add('spin');
+        f.reset('spin');
+        const startedAt = f.now;
+        while (f.now < startedAt + 20_000) {
+          f.step(500, use);
+          assert.deepEqual(f.guard.demoted(), [], `starting, at ${f.now - startedAt} ms`);
+        }
+        f.starting.delete('spin');
+        const readyAt = f.now;
+        while (f.now < readyAt + 9500) {
+          f.step(500, use);
+          assert.deepEqual(f.guard.demoted(), [], `ready, at ${f.now - readyAt} ms`);
+        }
+        f.step(500, use);
+        f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.equal(f.guard.demotions, 3);
         // stop() gives it back its own quota and the normal weight.
         f.guard.stop();
         assert.ok(f.normalNow('spin'));
