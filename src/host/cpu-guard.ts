@@ -31,8 +31,9 @@ import { cgroupMode } from './oci-runtime.ts';
  * host a spinner hurts no one and keeps the whole of its quota.
  *
  * What demotion does: cpu.idle 1 where the kernel has it (5.15+, v1 and v2:
- * a waking sibling preempts it at once), a 16th of the weight (v1 cpu.shares
- * 64, v2 cpu.weight 6), and a quota of `capCores` (0.1 core; v1
+ * a waking sibling preempts it at once; the kernel then gives it the idle
+ * weight), else a 16th of the weight (v1 cpu.shares 64, v2 cpu.weight 6),
+ * and a quota of `capCores` (0.1 core; v1
  * cpu.cfs_quota_us, v2 cpu.max). cpu.idle and the weight only rank it against
  * its sibling sessions: above them, the sessions' parent cgroup stays
  * runnable as long as the hog is, so the daemon and the clients, which wake
@@ -261,7 +262,7 @@ export class CpuGuard {
       if (!t) {
         this._tracks.set(id, (t = { cgroup: s.cgroup, cpus: s.cpus, samples: [], demoted: false, since: now, born: now, demotions: 0 }));
         // Demoted by a daemon that died: demoted from now on, so the rule below restores it.
-        t.demoted = read(this._file('weight', s.cgroup))?.trim() === String((this.opts.v2 ? V2 : V1).low);
+        t.demoted = read(this._file('weight', s.cgroup))?.trim() === String((this.opts.v2 ? V2 : V1).low) || read(this._file('idle', s.cgroup))?.trim() === '1';
       }
       t.cgroup = s.cgroup;
       t.cpus = s.cpus;
@@ -326,16 +327,19 @@ export class CpuGuard {
       const quotaText = this.opts.v2 ? `${quota} ${period}` : quota;
       const idleNow = existsSync(idle) ? read(idle)?.trim() : undefined;
       const quotaNow = read(quotaFile)?.trim();
-      if (read(weight)?.trim() === value && (idleNow === undefined || idleNow === (low ? '1' : '0')) && (quotaNow === undefined || quotaNow === quotaText))
-        return;
+      const weightNow = read(weight)?.trim();
+      // With cpu.idle 1 the kernel gives the group the idle weight (cpu.shares reads 3, and writing it
+      // is EINVAL), and cpu.idle 0 puts back the default: the weight is written only without cpu.idle, or on restore.
+      const rankOk = idleNow === undefined ? weightNow === value : low ? idleNow === '1' : idleNow === '0' && weightNow === value;
+      if (rankOk && (quotaNow === undefined || quotaNow === quotaText)) return;
       if (low) {
         // The quota first, so the hog is off the CPU at once; then its rank among its siblings.
         if (quotaNow !== undefined) writeFileSync(quotaFile, quotaText);
-        writeFileSync(weight, value);
-        if (idleNow !== undefined) writeFileSync(idle, '1');
+        if (idleNow === undefined) writeFileSync(weight, value);
+        else if (idleNow !== '1') writeFileSync(idle, '1');
       } else {
-        if (idleNow !== undefined) writeFileSync(idle, '0');
-        writeFileSync(weight, value);
+        if (idleNow !== undefined && idleNow !== '0') writeFileSync(idle, '0');
+        if (read(weight)?.trim() !== value) writeFileSync(weight, value);
         if (quotaNow !== undefined) writeFileSync(quotaFile, quotaText);
       }
       log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to its CPU quota and the normal weight', {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
 
 /** A cgroup tree and a /proc/stat in a temporary directory with the v1 or v2 file names, and a guard over it. */
-function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}, cpus: Record<string, number> = {}) {
+function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}, cpus: Record<string, number> = {}, withIdle = true) {
   const root = mkdtempSync(join(tmpdir(), 'drums-cpu-guard-'));
   const cg = (id: string) => `/drums-t/${id}`;
   const usage = (id: string) => join(root, v2 ? `${cg(id)}/cpu.stat` : `cpuacct${cg(id)}/cpuacct.usage`);
@@ -37,7 +37,7 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
   for (const id of ids) {
     for (const f of [usage(id), weight(id)]) mkdirSync(join(f, '..'), { recursive: true });
     writeFileSync(weight(id), normal);
-    writeFileSync(idle(id), '0');
+    if (withIdle) writeFileSync(idle(id), '0');
     writeFileSync(quota(id), ownQuota(id));
     if (!v2) writeFileSync(join(dir(id), 'cpu.cfs_period_us'), '100000');
     used[id] = periods[id] = throttled[id] = 0;
@@ -90,13 +90,15 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
       used[id] = periods[id] = throttled[id] = 0;
       set(id);
       writeFileSync(weight(id), normal);
-      writeFileSync(idle(id), '0');
+      if (withIdle) writeFileSync(idle(id), '0');
       writeFileSync(quota(id), ownQuota(id));
     },
+    // With cpu.idle the kernel gives the group the idle weight itself; without it the weight is a 16th.
     demotedNow: (id: string) =>
-      readFileSync(weight(id), 'utf8') !== normal && readFileSync(idle(id), 'utf8') === '1' && readFileSync(quota(id), 'utf8') === capQuota,
+      (withIdle ? readFileSync(idle(id), 'utf8') === '1' : readFileSync(weight(id), 'utf8') === (v2 ? '6' : '64')) &&
+      readFileSync(quota(id), 'utf8') === capQuota,
     normalNow: (id: string) =>
-      readFileSync(weight(id), 'utf8') === normal && readFileSync(idle(id), 'utf8') === '0' && readFileSync(quota(id), 'utf8') === ownQuota(id),
+      readFileSync(weight(id), 'utf8') === normal && (!withIdle || readFileSync(idle(id), 'utf8') === '0') && readFileSync(quota(id), 'utf8') === ownQuota(id),
     done: () => rmSync(root, { recursive: true, force: true }),
   };
 }
@@ -149,6 +151,20 @@ for (const v2 of [false, true]) {
         assert.equal(f.guard.demotions, 2);
         assert.equal(f.guard.demotionsOf('spin'), 1);
         assert.equal(f.guard.demotionsOf('a'), 0);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('without cpu.idle (kernels before 5.15) a demotion is a 16th of the weight and the cap', () => {
+      const f = fixture(v2, ['spin', 'a'], { graceS: 0 }, {}, false);
+      try {
+        for (let i = 0; i < 6; i++) f.step(500, { spin: 0.9, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.ok(f.demotedNow('spin'));
+        for (let i = 0; i < 6; i++) f.step(500, { spin: 0, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), []);
+        assert.ok(f.normalNow('spin'));
       } finally {
         f.done();
       }
