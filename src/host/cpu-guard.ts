@@ -96,7 +96,7 @@ export const CPU_GUARD_DEFAULTS = {
 export interface GuardedSession {
   cgroup: string;
   cpus: number;
-  /** Being created or reset: not judged, and its grace time starts when this ends. */
+  /** Being created or reset: not judged nor written, and its grace time starts when this ends. */
   starting?: boolean;
 }
 
@@ -256,6 +256,13 @@ export class CpuGuard {
     // 1. Each session's numbers over its window (none until the window is full).
     const use = new Map<string, ReturnType<typeof rates>>();
     for (const [id, s] of live) {
+      // Being created or reset: runc is writing the new cgroup's weight, which the kernel refuses
+      // (EINVAL) on a group the guard has made idle; so hands off, and its grace starts when ready.
+      if (s.starting) {
+        const t = this._tracks.get(id);
+        if (t) t.born = now;
+        continue;
+      }
       const sample = this._sample(now, s.cgroup);
       if (!sample) continue;
       let t = this._tracks.get(id);
@@ -266,7 +273,6 @@ export class CpuGuard {
       }
       t.cgroup = s.cgroup;
       t.cpus = s.cpus;
-      if (s.starting) t.born = now;
       // A reset makes a new cgroup: its counter starts again from 0. The new desktop starts
       // clean (its own quota, the default weight) and gets its grace time; the demotion ends.
       if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {
@@ -280,9 +286,9 @@ export class CpuGuard {
     }
     // 2. Verdicts (see the header).
     const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
-    for (const [id] of live) {
+    for (const [id, s] of live) {
       const t = this._tracks.get(id);
-      if (!t) continue;
+      if (!t || s.starting) continue;
       const u = use.get(id);
       if (t.demoted) {
         // Judged on what the kernel saw since the demotion: throttled in most periods, it still wants the CPU.
