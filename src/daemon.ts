@@ -70,7 +70,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
   // Sessions that keep the CPU busy get a low weight, so interactive neighbours go first.
-  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, s.names.cgroup])));
+  // Only ready sessions: while a create or reset makes the cgroup, runc writes its cpu.shares, which the
+  // kernel refuses (EINVAL) once the guard has set cpu.idle there (a reset of a demoted session broke so).
+  const cpuGuard = new CpuGuard(() => new Map(mgr.list().flatMap((s) => (s.state === 'ready' ? [[s.id, s.names.cgroup] as const] : []))));
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
