@@ -11,6 +11,7 @@ import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
+import { startIdleGc } from './api/idle-gc.ts';
 import { fairShareOf, rateLimitOf } from './api/request.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
@@ -101,6 +102,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   http.headersTimeout = 70_000;
   // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
   const closeUpgrades = attachUpgrades(http, app.fetch);
+  const idleGc = startIdleGc(http);
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
@@ -112,6 +114,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     (stopping ??= (async () => {
       server.close();
       closeUpgrades();
+      idleGc.stop();
       cpuGuard.stop();
       await poolsOf(mgr).stop();
       osworld.closeAll();
