@@ -35,7 +35,7 @@ import { defaultSessionCpus, oomKills } from '../host/resources.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
-import { parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
+import { diskRates, parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
 import { DESKTOP_ENV } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { runSteps, type Stage, type Step } from './steps.ts';
@@ -268,6 +268,9 @@ export class SessionManager {
     const { signal } = opts;
     const spec = parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
+    // The daemon's disk bandwidth limits, unless the spec asks for less (admission refuses more); kept in the record.
+    if (spec.diskReadMbps === undefined && this.config.diskReadMbps > 0) spec.diskReadMbps = this.config.diskReadMbps;
+    if (spec.diskWriteMbps === undefined && this.config.diskWriteMbps > 0) spec.diskWriteMbps = this.config.diskWriteMbps;
     if (spec.userns && !this.config.userns) this._checkUserns();
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
@@ -396,7 +399,7 @@ export class SessionManager {
         do: async () => {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
-          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, this.config.diskWriteMbps * 1024 ** 2);
+          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, diskRates(s.spec, this.config).writeBytesPerSecond);
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);

@@ -118,6 +118,8 @@ def _spec(kw: dict[str, Any]) -> m.SessionSpec:
     names = {
         "memory_mb": "memoryMb",
         "disk_mb": "diskMb",
+        "disk_read_mbps": "diskReadMbps",
+        "disk_write_mbps": "diskWriteMbps",
         "host_ports": "hostPorts",
         "browser_flags": "browserFlags",
         "ttl_seconds": "ttlSeconds",
