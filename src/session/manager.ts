@@ -29,7 +29,16 @@ import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
-import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
+import {
+  checkUidBase,
+  claimUidRange,
+  HOST_IDS_INOTIFY_INSTANCES,
+  lowInotifyForHostIds,
+  releaseUidRange,
+  shiftOwnership,
+  usernsUnavailable,
+  type UidRange,
+} from '../host/userns.ts';
 import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
 import { defaultSessionCpus, oomKills } from '../host/resources.ts';
 import { identify, isAlive } from '../host/proc.ts';
@@ -102,6 +111,7 @@ export class SessionManager {
   /** Sweeps what a previous daemon of this instance left, then installs the firewall table. */
   async init(): Promise<void> {
     if (this.config.userns) this._checkUserns();
+    else this._warnHostIds('DRUMS_USERNS=0');
     // Adopt the live sessions a previous daemon of this instance left; sweep everything else of it.
     const plan = await planAdoption(this.inst, this.runtime);
     await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
@@ -131,6 +141,19 @@ export class SessionManager {
       for (const s of this._sessions.values()) if (s.init && s.state === 'ready' && !isAlive(s.init)) this._onSessionExit(s, s.generation);
     }, LIVENESS_POLL_MS);
     this._poller.unref();
+  }
+
+  private _warnedHostIds = false;
+  /** Once per daemon: sessions with host ids share uid 1000's inotify budget, which the kernel's default keeps small. */
+  private _warnHostIds(why: string): void {
+    const value = lowInotifyForHostIds();
+    if (this._warnedHostIds || value === undefined) return;
+    this._warnedHostIds = true;
+    log(
+      'warn',
+      `sessions without a user namespace (${why}) share host uid 1000's inotify instances; fs.inotify.max_user_instances=${value} holds about ${Math.floor(value / 3)} of them: raise it to ${HOST_IDS_INOTIFY_INSTANCES} or more (docs/security.md), or give sessions their user namespace`,
+      { value },
+    );
   }
 
   /** Refuses user-namespace sessions on a host that cannot make them, with what to do. */
@@ -272,6 +295,7 @@ export class SessionManager {
     if (spec.diskReadMbps === undefined && this.config.diskReadMbps > 0) spec.diskReadMbps = this.config.diskReadMbps;
     if (spec.diskWriteMbps === undefined && this.config.diskWriteMbps > 0) spec.diskWriteMbps = this.config.diskWriteMbps;
     if (spec.userns && !this.config.userns) this._checkUserns();
+    if (!spec.userns) this._warnHostIds('spec userns false');
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
     if (!image) {
