@@ -94,6 +94,14 @@ describe('session disk quota and admission', () => {
       [{ image: 'minimal', pids: 2 ** 40 }, 400, 'invalid_spec'],
       [{ image: 'minimal', diskMb: 2 ** 53 }, 400, 'invalid_spec'],
       [{ image: 'minimal', ttlSeconds: -1 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskReadMbps: 0 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskReadMbps: -8 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskReadMbps: '8' }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskReadMbps: 2 ** 40 }, 400, 'invalid_spec'],
+      [{ image: 'minimal', diskWriteMbps: 1.5 }, 400, 'invalid_spec'],
+      // More bandwidth than the daemon allows a session (DRUMS_DISK_READ_MBPS 200, DRUMS_DISK_WRITE_MBPS 100 by default).
+      [{ image: 'minimal', diskReadMbps: 201 }, 422, 'limit_exceeds_host'],
+      [{ image: 'minimal', diskWriteMbps: 101 }, 422, 'limit_exceeds_host'],
     ];
     for (const [body, status, code] of cases) {
       await assert.rejects(d.client.createSession(body), (e: DrumsApiError) => e.status === status && e.code === code, JSON.stringify(body));
@@ -103,6 +111,7 @@ describe('session disk quota and admission', () => {
       [{ image: 'minimal', memoryMb: 65536 }, 422, 'limit_exceeds_host'],
       [{ image: 'minimal', cpus: 256 }, 422, 'limit_exceeds_host'],
       [{ image: 'minimal', diskMb: -1 }, 400, 'invalid_pool'],
+      [{ image: 'minimal', diskReadMbps: 1000 }, 422, 'limit_exceeds_host'],
     ] as const) {
       await assert.rejects(
         d.client.putPool('bad-limits', { size: 1, template }),

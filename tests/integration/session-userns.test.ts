@@ -222,7 +222,9 @@ describe('user namespace per session', () => {
       assert.equal(held[1], 'EMFILE', held.join(' '));
       assert.ok(nA <= limit && nA >= limit - 64, `a opened ${nA} of ${limit}`);
       const host = (uid: number, n: number) =>
-        execFileSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'python3', '-c', INOTIFY_PY, String(n)], { encoding: 'utf8' }).trim();
+        execFileSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '/usr/bin/python3', '-c', INOTIFY_PY, String(n)], {
+          encoding: 'utf8',
+        }).trim();
       // The count sits on the owner of a's namespace, its base uid: that uid has none left on the host...
       assert.equal(host(a.userns!.hostUidBase, 10), '0 EMFILE');
       // ...and not on the uid its processes run as (the desktop, base + 1000), nor on the host's uid 1000.
@@ -234,10 +236,11 @@ describe('user namespace per session', () => {
       assert.equal(errB, 'EMFILE', rb.stdout + rb.stderr);
       assert.ok(Number(nB) >= limit - 64, `b opened ${nB} of ${limit} while a held ${nA}`);
       assert.ok(nA + Number(nB) > Math.max(limit, 128));
+      console.log(`# inotify: per-uid limit ${limit}; a held ${nA}, b opened ${nB} meanwhile`);
       // A new session's desktop (D-Bus, which watches with inotify) comes up while a holds all of its own.
       c = await d.client.createSession({ image: 'minimal' });
       assert.equal(c.state, 'ready');
-      const rc = await d.client.exec(c.id, { shell: install + ' && python3 /tmp/ino.py 10' });
+      const rc = await d.client.exec(c.id, { shell: `${install}\npython3 /tmp/ino.py 10` });
       assert.equal(rc.stdout.trim(), '10 none', rc.stderr);
       // Let go: a's instances are given back with its processes.
       await d.client.exec(a.id, { shell: 'kill $(cat /tmp/ino.pid)' });
