@@ -294,7 +294,7 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   },
   diskReadMbps: {
     env: 'DRUMS_DISK_READ_MBPS',
-    doc: "a session's read bandwidth in MiB/s, from its disk and from the image's device each, so a session reading in a loop does not starve the host's disk (0: no limit); a spec may ask for less with `diskReadMbps`",
+    doc: "a session's read bandwidth in MiB/s on its disk's loop device and on the disk under the images, so a session reading in a loop does not starve the host's disk (0: no limit); a spec may ask for less with `diskReadMbps`",
     default: 200,
     parse: number(0),
   },

@@ -12,6 +12,9 @@ import { cgroupMode } from './oci-runtime.ts';
  * (blkio.throttle.read_bps_device) and v2 (io.max rbps): the bundle's blockIO
  * names the loop device and the whole disk under the image store
  * (`blockDeviceOf`). Those rules live in the session's cgroup and go with it.
+ * The loop worker's reads of the image file are charged to the session as
+ * well, so on a host whose state directory and images share a disk a
+ * session's reads of both layers share the one rule on that disk.
  * A page already in the host's page cache (an image file another session
  * read) costs no disk read and is not limited.
  *
