@@ -194,6 +194,9 @@ describe('session disk read bandwidth', () => {
         dd.client.createSession({ image: 'minimal', diskReadMbps: 64 }),
         (e: DrumsApiError) => e.status === 422 && e.code === 'limit_exceeds_host' && /DRUMS_DISK_READ_MBPS=32/.test(e.message),
       );
+      const viaCli = dd.cli(['session', 'create', '--image', 'minimal', '--disk-read-mbps', '64']);
+      assert.notEqual(viaCli.status, 0);
+      assert.match(viaCli.stderr + viaCli.stdout, /limit_exceeds_host|DRUMS_DISK_READ_MBPS=32/);
       const slow = await dd.client.createSession({ image: 'minimal', diskReadMbps: 8 });
       const fast = await dd.client.createSession({ image: 'minimal' });
       assert.equal(slow.limits.diskReadMbps, 8);
