@@ -257,10 +257,15 @@ export class CpuGuard {
     const use = new Map<string, ReturnType<typeof rates>>();
     for (const [id, s] of live) {
       // Being created or reset: runc is writing the new cgroup's weight, which the kernel refuses
-      // (EINVAL) on a group the guard has made idle; so hands off, and its grace starts when ready.
+      // (EINVAL) on a group the guard has made idle; so hands off. The new cgroup starts at the
+      // defaults (a reset ends a demotion) and its grace starts when it is ready.
       if (s.starting) {
         const t = this._tracks.get(id);
-        if (t) t.born = now;
+        if (t) {
+          t.born = now;
+          t.samples = [];
+          t.demoted = false;
+        }
         continue;
       }
       const sample = this._sample(now, s.cgroup);

@@ -226,6 +226,7 @@ for (const v2 of [false, true]) {
           assert.equal(readFileSync(f.weight('spin'), 'utf8'), '333', 'written while starting');
         }
         writeFileSync(f.weight('spin'), f.normal);
+        assert.deepEqual(f.guard.demoted(), [], 'a reset ends a demotion');
         f.starting.delete('spin');
         const readyAt = f.now;
         while (f.now < readyAt + 9500) {
