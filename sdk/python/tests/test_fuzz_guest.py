@@ -96,15 +96,17 @@ def _to_bytes(p: str) -> bytes:
 def _host_view(p: str):
     """What the host has at the path the guest route resolves `p` to (the session's home is the base of
     a relative path): None if nothing, else (type, size, mtime) of the entry itself, not followed. A route
-    that wrote on the host instead of in the session would change it. Paths the route expands (~, $VAR)
-    and ones the host cannot name are not compared (None for both sides)."""
+    that wrote on the host instead of in the session would change it. Paths the route expands (~, $VAR),
+    ones the host cannot name, and /proc, /sys and /dev are not compared (None for both sides)."""
     if "~" in p or "$" in p:
         return None
     try:
-        host = os.path.normpath(os.path.join("/home/user", _to_bytes(p).decode("utf-8", "surrogateescape")))
+        host = "/" + os.path.normpath(os.path.join("/home/user", _to_bytes(p).decode("utf-8", "surrogateescape"))).lstrip("/")
         st_ = os.lstat(host)
     except (OSError, ValueError):
         return None
+    if host.split("/")[1] in ("proc", "sys", "dev"):
+        return None  # pseudo filesystems: their inodes' times are made up on lookup, nothing written there persists
     if stat.S_ISDIR(st_.st_mode):
         return ("dir",)  # other processes on the host may add entries to a host directory meanwhile
     return (st_.st_mode >> 12, st_.st_size, st_.st_mtime_ns)
