@@ -39,9 +39,10 @@ describe('admission', () => {
       assert.equal(cap.disk.moreSessions, 0);
       // A smaller new session still fits beside it.
       a.check(spec({ diskBytes: Q / 4 }), one);
-      // Overcommit 0.5 counts half of every quota: two more of Q fit.
+      // Overcommit 0.5 counts half of every quota: Q is left, and two more of 0.8 Q (0.4 Q each) fit where none did.
+      assert.equal(a.capacity(one, spec({ diskBytes: 0.8 * Q })).disk.moreSessions, 0);
       const half = new Admission(dir, { ...a.cfg, diskOvercommit: 0.5 });
-      assert.equal(half.capacity(one, spec({ diskBytes: Q })).disk.moreSessions, 2);
+      assert.equal(half.capacity(one, spec({ diskBytes: 0.8 * Q })).disk.moreSessions, 2);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

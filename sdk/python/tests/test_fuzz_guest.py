@@ -101,7 +101,9 @@ def _host_view(p: str):
     if "~" in p or "$" in p:
         return None
     try:
-        host = "/" + os.path.normpath(os.path.join("/home/user", _to_bytes(p).decode("utf-8", "surrogateescape"))).lstrip("/")
+        host = "/" + os.path.normpath(
+            os.path.join("/home/user", _to_bytes(p).decode("utf-8", "surrogateescape"))
+        ).lstrip("/")
         st_ = os.lstat(host)
     except (OSError, ValueError):
         return None
