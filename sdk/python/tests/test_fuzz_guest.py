@@ -219,16 +219,20 @@ def test_symlinks_resolve_in_the_session(guest):
         # Through a link to the session's root: the session's /etc/hostname, not the host's.
         r = requests.post(f"{base}/file", data={"file_path": "/home/user/link-root/etc/hostname"}, timeout=60)
         assert r.status_code == 200 and r.content == s.exec("cat /etc/hostname")["stdout"].encode(), r.content[:100]
-        # A link loop is a 4xx, not a hang or a 5xx.
+        # A link loop is a 4xx, not a hang or a 5xx (a loop of the test's own: the fuzzed uploads may have
+        # replaced the fixture's, since a failed upload removes what it could not write).
+        s.exec("ln -sfn link-loop2 /home/user/link-loop2")
         for route, kw in (
-            ("/file", {"data": {"file_path": "/home/user/link-loop"}}),
-            ("/list_directory", {"json": {"path": "/home/user/link-loop"}}),
-            ("/setup/upload", {"data": {"file_path": "/home/user/link-loop"}, "files": {"file_data": ("f", b"x")}}),
+            ("/file", {"data": {"file_path": "/home/user/link-loop2"}}),
+            ("/list_directory", {"json": {"path": "/home/user/link-loop2"}}),
+            ("/setup/upload", {"data": {"file_path": "/home/user/link-loop2"}, "files": {"file_data": ("f", b"x")}}),
+            # A file that cannot be made in an existing directory (sh: "Directory nonexistent"): was a 500.
+            ("/setup/upload", {"data": {"file_path": "/proc/drums-fuzz"}, "files": {"file_data": ("f", b"x")}}),
         ):
             r = requests.post(f"{base}{route}", timeout=60, **kw)
             assert 400 <= r.status_code < 500, (route, r.status_code, r.text[:200])
     finally:
-        s.exec(f"rm -rf {host_dir} /home/user/link-fresh", root=True)
+        s.exec(f"rm -rf {host_dir} /home/user/link-fresh /home/user/link-loop2", root=True)
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
