@@ -326,6 +326,11 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
   { env: 'DRUMS_URL', doc: 'daemon URL for the CLI and clients', default: '`daemon.json` in the state directory' },
   { env: 'DRUMS_PYTHON', doc: 'Python for `drums osworld run`', default: '`.runtime/venv/bin/python`' },
   { env: 'DRUMS_NODE', doc: 'Node for `bin/drums`', default: '`.runtime/node/bin/node`' },
+  {
+    env: 'DRUMS_MALLOC',
+    doc: "the daemon's allocator, chosen by `bin/drums serve`: `jemalloc` (libjemalloc2, which hands freed pages back within a second, so the daemon's RSS follows what is live; docs/bench.md, soak) or `glibc`",
+    default: '`jemalloc` where libjemalloc2 is installed',
+  },
   { env: 'DRUMS_OSWORLD_CACHE', doc: 'the shared OSWorld asset cache (`drums osworld run|assets --cache`)', default: '`<state dir>/osworld-cache`' },
   {
     env: 'DRUMS_OSWORLD_MIRROR',
