@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time (idempotent) host set-up for Drums on Debian 12 / Ubuntu 24.04, as root:
-# host packages, Node 24 in .runtime/, npm dependencies and host sysctls.
+# host packages, Node 24 in .runtime/, npm dependencies and the user-namespace helper (no host sysctl).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -56,11 +56,9 @@ if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runti
   mv .runtime/bin/drums-userns.new .runtime/bin/drums-userns
 fi
 
-# Each desktop session holds a few inotify instances (D-Bus, Chromium); the
-# default of 128 per user caps a host at about 40 sessions.
-if (( $(sysctl -n fs.inotify.max_user_instances) < 8192 )); then
-  sysctl -qw fs.inotify.max_user_instances=8192
-fi
+# No host sysctl is changed: a session with a user namespace (the default) is charged its inotify
+# instances as its own host uid, so the kernel's per-uid default (128) is per session. A host that runs
+# sessions with host ids (DRUMS_USERNS=0) must raise fs.inotify.max_user_instances itself (docs/security.md).
 # CRIU >= 4.1 for memory fork (docs/pools.md): a trixie tools rootfs, built like an image (content-addressed, cached).
 step "tools rootfs: criu-tools"
 "$root/bin/drums" image build criu-tools >/dev/null

@@ -62,10 +62,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   }
   const live = liveDaemon(inst);
   if (live) throw new DrumsError('daemon_running', `a daemon (pid ${live.pid}) already serves ${inst.stateDir} at ${live.url}`);
-  // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
-  const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
-  if (inotify < 1024)
-    log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
+  // (The per-uid inotify budget matters only to sessions without a user namespace: the manager warns for those.)
   const token = loadToken(inst, config.token);
   const mgr = new SessionManager(inst, { config });
   await mgr.init();

@@ -10,6 +10,10 @@ import type { Server } from 'node:http';
  * At most once per idle spell, so a busy daemon never pays for it. Needs Node's
  * `--expose-gc` (bin/drums serve passes it); without it this does nothing.
  */
+let collected = 0;
+/** Idle collections since the process started (for /metrics). */
+export const idleCollections = (): number => collected;
+
 export function startIdleGc(server: Server, idleMs = 2000): { stop(): void; collections(): number } {
   const gc = (globalThis as { gc?: () => void }).gc;
   let inflight = 0;
@@ -29,6 +33,7 @@ export function startIdleGc(server: Server, idleMs = 2000): { stop(): void; coll
     worked = false;
     gc();
     n++;
+    collected++;
   }, 500);
   timer.unref();
   return { stop: () => clearInterval(timer), collections: () => n };

@@ -163,6 +163,8 @@ export async function runSoakBench(o: SoakOptions) {
     httpSockets: number;
     byKind: Record<string, number>;
     daemon: Record<string, number>;
+    /** The daemon's idle collections so far (one should precede each checkpoint). */
+    idleGcs: number;
   }[] = [];
   let stopped = 0;
   let measuring = false;
@@ -192,6 +194,7 @@ export async function runSoakBench(o: SoakOptions) {
       httpSockets: httpSockets(pid, port),
       byKind: rssByKind(pid),
       daemon: { heapUsedMiB: own('heapUsed'), heapTotalMiB: own('heapTotal'), externalMiB: own('external'), arrayBuffersMiB: own('arrayBuffers') },
+      idleGcs: Number(/^drums_daemon_idle_gc_total (\d+)/m.exec(text)?.[1] ?? NaN),
     });
     o.progress?.(`checkpoint at step ${total}: ${JSON.stringify(checkpoints.at(-1))}`);
   };

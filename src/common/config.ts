@@ -51,6 +51,7 @@ export interface DaemonConfig {
   diskReserveMb: number;
   diskOvercommit: number;
   diskWriteMbps: number;
+  diskReadMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   browserZygote: boolean;
@@ -287,8 +288,14 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   },
   diskWriteMbps: {
     env: 'DRUMS_DISK_WRITE_MBPS',
-    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
+    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit); a spec may ask for less with `diskWriteMbps`",
     default: 100,
+    parse: number(0),
+  },
+  diskReadMbps: {
+    env: 'DRUMS_DISK_READ_MBPS',
+    doc: "a session's read bandwidth in MiB/s on its disk's loop device and on the disk under the images, so a session reading in a loop does not starve the host's disk (0: no limit); a spec may ask for less with `diskReadMbps`",
+    default: 200,
     parse: number(0),
   },
   browserZygote: {

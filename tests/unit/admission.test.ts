@@ -26,7 +26,14 @@ describe('admission', () => {
       const Q = GiB;
       const free = diskSpace(dir).freeBytes;
       // Room for 1.5 quotas above the reserve.
-      const a = new Admission(dir, { memoryReserveBytes: -64 * GiB, sessionMemoryBytes: MiB, diskReserveBytes: free - 1.5 * Q, diskOvercommit: 1 });
+      const a = new Admission(dir, {
+        memoryReserveBytes: -64 * GiB,
+        sessionMemoryBytes: MiB,
+        diskReserveBytes: free - 1.5 * Q,
+        diskOvercommit: 1,
+        diskReadMbps: 0,
+        diskWriteMbps: 0,
+      });
       a.check(spec({ diskBytes: Q }), []);
       // One session of quota Q that has written nothing yet (a sparse image): its whole quota is promised.
       const img = join(dir, 'disk.img');
@@ -54,7 +61,14 @@ describe('admission', () => {
       const per = 4 * GiB;
       const avail = meminfo().MemAvailable!;
       // Room for 1.5 sessions' footprint above the reserve (a 2 GiB margin either way for the host's own churn).
-      const a = new Admission(dir, { memoryReserveBytes: avail - 1.5 * per, sessionMemoryBytes: per, diskReserveBytes: 0, diskOvercommit: 1 });
+      const a = new Admission(dir, {
+        memoryReserveBytes: avail - 1.5 * per,
+        sessionMemoryBytes: per,
+        diskReserveBytes: 0,
+        diskOvercommit: 1,
+        diskReadMbps: 0,
+        diskWriteMbps: 0,
+      });
       const s = (state: string): AdmittedSession => ({ state, spec: spec({ memoryBytes: 8 * GiB, diskBytes: 0 }), diskImage: join(dir, 'none') });
       a.check(spec({ memoryBytes: 8 * GiB, diskBytes: MiB }), [s('ready'), s('ready')]);
       for (const busy of ['creating', 'resetting']) {
@@ -70,7 +84,14 @@ describe('admission', () => {
   it('a limit the host could never give is 422 limit_exceeds_host naming the field, whatever is free', () => {
     const dir = mkdtempSync(join(tmpdir(), 'drums-admission-'));
     try {
-      const a = new Admission(dir, { memoryReserveBytes: 0, sessionMemoryBytes: MiB, diskReserveBytes: 0, diskOvercommit: 1 });
+      const a = new Admission(dir, {
+        memoryReserveBytes: 0,
+        sessionMemoryBytes: MiB,
+        diskReserveBytes: 0,
+        diskOvercommit: 1,
+        diskReadMbps: 0,
+        diskWriteMbps: 0,
+      });
       const total = diskSpace(dir).totalBytes;
       for (const [s, field] of [
         [spec({ memoryBytes: meminfo().MemTotal! + MiB }), 'memoryMb'],
