@@ -33,9 +33,13 @@ describe('session disk quota and admission', () => {
 
   it('a write past diskMb fails with ENOSPC in that session only; df shows the quota; reset gives it back', async () => {
     const a = await d.client.createSession({ image: 'minimal', diskMb: 128 });
-    const b = await d.client.createSession({ image: 'minimal', diskMb: 128 });
+    const b = await d.client.createSession({ image: 'minimal' });
     try {
       assert.equal(a.limits.diskMb, 128);
+      // Without diskMb a session gets the default quota, and its df says so too.
+      assert.equal(b.limits.diskMb, 512);
+      const bdf = Number((await d.client.exec(b.id, { shell: 'df -B1 --output=size / | tail -1' })).stdout.trim());
+      assert.ok(bdf > 400 * MiB && bdf <= 512 * MiB, `df / in a default session shows ${bdf} bytes`);
       // df inside the session shows its own filesystem, not the host's disk.
       const df = await d.client.exec(a.id, { shell: 'df -B1 --output=size / | tail -1' });
       const size = Number(df.stdout.trim());

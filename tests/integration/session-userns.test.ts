@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
@@ -84,6 +84,25 @@ describe('user namespace per session', () => {
       // On the host, the file the desktop user made is owned by the session's own host uid.
       const upper = join(d.stateDir, 'sessions', a.id, 'disk', 'upper', 'home', 'user', 'mine');
       assert.equal(statSync(upper).uid, ra.hostUidBase + 1000);
+
+      // No copy of the image: the session's lower is a read-only idmapped mount of the image's own rootfs, and
+      // the session holds on the host only what it wrote (its sparse disk image and small files; minimal is ~490 MiB).
+      const sdir = join(d.stateDir, 'sessions', a.id);
+      const mi = readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .map((l) => l.split(' '));
+      const lower = mi.find((f) => f[4] === join(sdir, 'lower'));
+      assert.ok(lower, 'no lower mount');
+      assert.ok(lower[3]!.endsWith('/rootfs') && !lower[3]!.startsWith(sdir), lower.join(' '));
+      assert.match(lower[5]!, /(^|,)idmapped(,|$)/, lower.join(' '));
+      assert.match(lower[5]!, /(^|,)ro(,|$)/, lower.join(' '));
+      const mountpoints = new Set(mi.map((f) => f[4]).filter((m) => m?.startsWith(sdir + '/')));
+      const held = (p: string): number => {
+        const st = lstatSync(p);
+        if (!st.isDirectory()) return st.blocks * 512;
+        return readdirSync(p).reduce((n, e) => n + (mountpoints.has(join(p, e)) ? 0 : held(join(p, e))), st.blocks * 512);
+      };
+      assert.ok(held(sdir) < 64 * 1024 ** 2, `the session holds ${held(sdir)} bytes on the host`);
 
       // Host view: A's desktop processes run as base+1000, B's as its own, C's as host uid 1000.
       const pa = hostProcs(d.instance, a.id),

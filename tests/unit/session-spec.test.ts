@@ -14,6 +14,8 @@ describe('session spec validation', () => {
     assert.deepEqual(s.screen, { width: 1280, height: 800, depth: 24 });
     assert.equal(s.egress, false);
     assert.deepEqual(s.hostPorts, []);
+    // The limits' defaults (docs/api.md): 2 GiB memory, a 512 MiB disk quota, 1024 pids.
+    assert.deepEqual([s.memoryBytes, s.diskBytes, s.pids], [2 * 1024 ** 3, 512 * 1024 ** 2, 1024]);
   });
   it('parses screens in both forms and rejects absurd ones, naming the field', () => {
     assert.deepEqual(parseScreen('1920x1080'), { width: 1920, height: 1080, depth: 24 });
