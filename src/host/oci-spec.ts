@@ -41,6 +41,13 @@ export interface SpecInput {
   pids: number;
   /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
   cpus: number;
+  /**
+   * The host has cgroup v2 only: the CPU weight is set as cpu.weight itself (100, the v2
+   * default, which the CPU guard restores). The OCI `shares` 1024 would be converted by runc
+   * < 1.3.2 and crun < 1.23 (Debian trixie's) to weight 39, so a session the guard had demoted
+   * and restored came back with 2.5 times its never-demoted neighbours' weight.
+   */
+  cgroupV2?: boolean;
   /** The session disk's loop device and its write limit in bytes/s (0: none); see disk-throttle.ts. */
   disk?: { major: number; minor: number; writeBytesPerSecond: number };
   shmBytes: number;
@@ -102,7 +109,8 @@ export function buildSpec(i: SpecInput) {
         devices: [{ allow: false, access: 'rwm' }],
         memory: i.noSwap ? { limit: i.memoryBytes, swap: i.memoryBytes } : { limit: i.memoryBytes },
         pids: { limit: i.pids },
-        cpu: i.cpus > 0 ? { quota: Math.round(i.cpus * period), period, shares: 1024 } : { shares: 1024 },
+        cpu: { ...(i.cpus > 0 ? { quota: Math.round(i.cpus * period), period } : {}), ...(i.cgroupV2 ? {} : { shares: 1024 }) },
+        ...(i.cgroupV2 ? { unified: { 'cpu.weight': '100' } } : {}),
         ...(i.disk && i.disk.writeBytesPerSecond > 0
           ? { blockIO: { throttleWriteBpsDevice: [{ major: i.disk.major, minor: i.disk.minor, rate: Math.round(i.disk.writeBytesPerSecond) }] } }
           : {}),

@@ -7,6 +7,7 @@ import { chmodSync, chownSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonConfig } from '../common/config.ts';
 import type { Instance } from '../host/instance.ts';
+import { cgroupMode } from '../host/oci-runtime.ts';
 import { buildSpec } from '../host/oci-spec.ts';
 import { swapLimitSupported } from '../host/resources.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
@@ -77,6 +78,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
     noSwap: swapLimitSupported(),
     pids: s.spec.pids,
     cpus: s.spec.cpus,
+    cgroupV2: cgroupMode() === 'v2',
     ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: config.diskWriteMbps * 1024 ** 2 } } : {}),
     shmBytes: 256 * 1024 ** 2,
     tmpBytes: 512 * 1024 ** 2,
