@@ -9,6 +9,12 @@ import { startPrivateDaemon } from '../src/client/private-daemon.ts';
 export const ROOT = resolve(import.meta.dirname, '..');
 export const DRUMS = join(ROOT, 'bin', 'drums');
 
+/**
+ * How much slower than this host the tests may run: DRUMS_TEST_TIME_SCALE, set where they run in
+ * the software-emulated cgroup v2 VM (tests/integration/cgroup-v2-vm.test.ts); 1 elsewhere.
+ */
+export const TIME_SCALE = Math.max(1, Number(process.env.DRUMS_TEST_TIME_SCALE) || 1);
+
 /** A per-run prefix for every resource a test makes (instance names are ≤ 5 chars). */
 export function runPrefix(): string {
   return 't' + randomBytes(2).toString('hex');
@@ -36,7 +42,7 @@ export async function startDaemon(extraEnv: NodeJS.ProcessEnv = {}): Promise<Tes
   const d = await startPrivateDaemon(extraEnv, {
     instance: runPrefix(),
     stateDirPrefix: '/var/tmp/drums-test-',
-    readyTimeoutMs: 30_000,
+    readyTimeoutMs: 30_000 * TIME_SCALE,
     onStderr: (chunk) => {
       if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(chunk);
     },
