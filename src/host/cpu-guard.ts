@@ -153,6 +153,9 @@ export class CpuGuard {
     const value = String(low ? k.low : k.normal);
     try {
       const idleNow = existsSync(idle) ? readFileSync(idle, 'utf8').trim() : undefined;
+      // An idle group reports the minimum weight (v2 cpu.weight 1) and refuses weight writes
+      // (EINVAL), so cpu.idle 1 alone says it is demoted.
+      if (low && idleNow === '1') return;
       if (readFileSync(file, 'utf8').trim() === value && (idleNow === undefined || idleNow === (low ? '1' : '0'))) return;
       if (idleNow !== undefined && !low) writeFileSync(idle, '0');
       writeFileSync(file, value);

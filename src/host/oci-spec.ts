@@ -110,7 +110,8 @@ export function buildSpec(i: SpecInput) {
         memory: i.noSwap ? { limit: i.memoryBytes, swap: i.memoryBytes } : { limit: i.memoryBytes },
         pids: { limit: i.pids },
         cpu: { ...(i.cpus > 0 ? { quota: Math.round(i.cpus * period), period } : {}), ...(i.cgroupV2 ? {} : { shares: 1024 }) },
-        ...(i.cgroupV2 ? { unified: { 'cpu.weight': '100' } } : {}),
+        // memory.oom.group 0: an OOM kill takes the one process the kernel picks, never the whole session.
+        ...(i.cgroupV2 ? { unified: { 'cpu.weight': '100', 'memory.oom.group': '0' } } : {}),
         ...(i.disk && i.disk.writeBytesPerSecond > 0
           ? { blockIO: { throttleWriteBpsDevice: [{ major: i.disk.major, minor: i.disk.minor, rate: Math.round(i.disk.writeBytesPerSecond) }] } }
           : {}),

@@ -100,6 +100,6 @@ describe('generated host configuration', () => {
     assert.equal('unified' in spec.linux.resources, false);
     const v2 = buildSpec({ ...input, cpus: 1.5, cgroupV2: true }).linux.resources;
     assert.deepEqual(v2.cpu, { quota: 150_000, period: 100_000 });
-    assert.deepEqual((v2 as { unified?: Record<string, string> }).unified, { 'cpu.weight': '100' });
+    assert.deepEqual((v2 as { unified?: Record<string, string> }).unified, { 'cpu.weight': '100', 'memory.oom.group': '0' });
   });
 });
