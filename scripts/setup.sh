@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time (idempotent) host set-up for Drums on Debian 12 / Ubuntu 24.04, as root:
-# host packages, Node 24 in .runtime/, npm dependencies and host sysctls.
+# host packages, Node 24 in .runtime/, npm dependencies and the user-namespace helper (no host sysctl).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -8,7 +8,7 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root" >&2; exit 1; }
 
 NODE_VERSION=24.22.3
-HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip
+HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini libjemalloc2 ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip
   gcc libc6-dev)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
 # display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture; the OSWorld
@@ -56,11 +56,9 @@ if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runti
   mv .runtime/bin/drums-userns.new .runtime/bin/drums-userns
 fi
 
-# Each desktop session holds a few inotify instances (D-Bus, Chromium); the
-# default of 128 per user caps a host at about 40 sessions.
-if (( $(sysctl -n fs.inotify.max_user_instances) < 8192 )); then
-  sysctl -qw fs.inotify.max_user_instances=8192
-fi
+# No host sysctl is changed: a session with a user namespace (the default) is charged its inotify
+# instances as its own host uid, so the kernel's per-uid default (128) is per session. A host that runs
+# sessions with host ids (DRUMS_USERNS=0) must raise fs.inotify.max_user_instances itself (docs/security.md).
 # CRIU >= 4.1 for memory fork (docs/pools.md): a trixie tools rootfs, built like an image (content-addressed, cached).
 step "tools rootfs: criu-tools"
 "$root/bin/drums" image build criu-tools >/dev/null

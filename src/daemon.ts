@@ -11,6 +11,7 @@ import { resolveInstance, type Instance } from './host/instance.ts';
 import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
+import { startIdleGc } from './api/idle-gc.ts';
 import { fairShareOf, rateLimitOf } from './api/request.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
@@ -61,16 +62,17 @@ export async function startDaemon(opts: ServeOptions = {}) {
   }
   const live = liveDaemon(inst);
   if (live) throw new DrumsError('daemon_running', `a daemon (pid ${live.pid}) already serves ${inst.stateDir} at ${live.url}`);
-  // Each session holds a few inotify instances as the same uid; the kernel default (128) caps a host near 40 sessions.
-  const inotify = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
-  if (inotify < 1024)
-    log('warn', 'fs.inotify.max_user_instances is low; raise it (scripts/setup.sh sets 8192) to hold more than ~40 sessions', { value: inotify });
+  // (The per-uid inotify budget matters only to sessions without a user namespace: the manager warns for those.)
   const token = loadToken(inst, config.token);
   const mgr = new SessionManager(inst, { config });
   await mgr.init();
   const cgroup = enterDaemonCgroup(inst.name);
-  // Sessions that keep the CPU busy get a low weight, so interactive neighbours go first.
-  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, s.names.cgroup])));
+  // Sessions that keep a contended host's CPU busy are demoted (cpu.idle, low weight, a small quota), so interactive neighbours go first.
+  // Sessions being created or reset are left alone: runc writes their cpu.shares, which the kernel refuses
+  // (EINVAL) once the guard has set cpu.idle there (a reset of a demoted session broke so).
+  const cpuGuard = new CpuGuard(
+    () => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: s.state === 'creating' || s.state === 'resetting' }])),
+  );
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
   const osworld = new OsworldService(mgr, display);
@@ -86,7 +88,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), fairShare: fairShareOf(config) });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), fairShare: fairShareOf(config), cpuGuard });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
@@ -99,6 +101,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   http.headersTimeout = 70_000;
   // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
   const closeUpgrades = attachUpgrades(http, app.fetch);
+  const idleGc = startIdleGc(http);
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
@@ -110,6 +113,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     (stopping ??= (async () => {
       server.close();
       closeUpgrades();
+      idleGc.stop();
       cpuGuard.stop();
       await poolsOf(mgr).stop();
       osworld.closeAll();

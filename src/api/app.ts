@@ -22,7 +22,7 @@ import {
   sessionGeneration,
 } from './request.ts';
 import { idempotency } from './idempotency.ts';
-import { metaRoutes } from './routes/meta.ts';
+import { type CpuGuardView, metaRoutes } from './routes/meta.ts';
 import { eventRoutes } from './routes/events.ts';
 import { hostRoutes } from './routes/host.ts';
 import { frameRoutes } from './frames/index.ts';
@@ -42,6 +42,8 @@ export interface AppOptions {
   fairShare?: FairShareOptions;
   /** Fields features above the API add to every session view (the OSWorld endpoint). */
   viewExtras?: ViewExtras;
+  /** The CPU guard, for /metrics (its demotions). */
+  cpuGuard?: CpuGuardView;
 }
 
 export { sessionView } from './routes/sessions.ts';
@@ -71,7 +73,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.use('/v1/sessions/:id', sessionGeneration(ctx));
   app.use('/v1/sessions/:id/*', sessionGeneration(ctx));
   app.notFound(notFoundOr405(app));
-  app.route('/', metaRoutes(ctx));
+  app.route('/', metaRoutes(ctx, opts.cpuGuard));
   app.route('/', eventRoutes(ctx));
   app.route('/', hostRoutes(ctx));
   app.route('/', frameRoutes(ctx));

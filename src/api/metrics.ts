@@ -82,11 +82,13 @@ export class MetricsRegistry {
   );
 
   /** Renders every metric plus gauges computed at scrape time. */
-  render(gauges: { name: string; help: string; values: [Labels, number][] }[] = []): string {
+  render(gauges: { name: string; help: string; type?: 'gauge' | 'counter'; values: [Labels, number][] }[] = []): string {
     const parts = gauges.map((g) =>
-      [`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`)].join(
-        '\n',
-      ),
+      [
+        `# HELP ${g.name} ${g.help}`,
+        `# TYPE ${g.name} ${g.type ?? 'gauge'}`,
+        ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`),
+      ].join('\n'),
     );
     for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops, this.poolClaims, this.poolRefill]) parts.push(m.render());
     return parts.join('\n') + '\n';

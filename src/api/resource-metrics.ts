@@ -1,5 +1,6 @@
 import { cgroupPressure, hostPressure, memoryUsage, oomKills, type Pressure } from '../host/resources.ts';
 import type { SessionManager } from '../session/manager.ts';
+import { idleCollections } from './idle-gc.ts';
 
 type Gauge = { name: string; help: string; values: [Record<string, string>, number][] };
 
@@ -58,6 +59,7 @@ export function resourceGauges(mgr: SessionManager): Gauge[] {
       help: 'The daemon process: rss, V8 heap used/total, external (Buffers), arrayBuffers.',
       values: Object.entries(process.memoryUsage()).map(([kind, v]) => [{ kind }, v]),
     },
+    { name: 'drums_daemon_idle_gc_total', help: 'Full garbage collections the daemon ran when its API went idle.', values: [[{}, idleCollections()]] },
     { name: 'drums_host_memory_available_bytes', help: 'MemAvailable.', values: [[{}, cap.memory.availableBytes]] },
     { name: 'drums_host_disk_free_bytes', help: 'Free bytes on the state filesystem.', values: [[{}, cap.disk.freeBytes]] },
   ];

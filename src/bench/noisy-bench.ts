@@ -1,12 +1,13 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { procCpuNs, sleep } from './measure.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
 import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
+import { runUsernsBench } from './userns-bench.ts';
 
 /**
  * Noisy neighbour: `victims` Chromium sessions are driven in a closed loop
@@ -33,6 +34,8 @@ export interface NoisyOptions {
   seconds: number;
   /** Each abuse runs this many times (quiet phases between all of them); the record gives the median ratio over the rounds. */
   rounds: number;
+  /** Sessions per arm of the user-namespace cost measured after the phases, in the same run (0: not measured). */
+  usernsSessions: number;
   progress?: (m: string) => void;
 }
 
@@ -314,6 +317,14 @@ export async function runNoisyBench(o: NoisyOptions) {
     return [quantile(raw[i]!, 0.5) / quantile(near, 0.5), quantile(raw[i]!, 0.99) / quantile(near, 0.99)] as const;
   });
   const quietVsQuiet = floor.length ? { p50: spread(floor.map((x) => x[0])), p99: spread(floor.map((x) => x[1])) } : null;
+  // The user-namespace cost (create, reset, memory per session) against host uids, in the same run:
+  // bench userns's arms, alternated on a private daemon of their own.
+  let usernsCost: Record<string, unknown> | null = null;
+  if (o.usernsSessions > 0) {
+    o.progress?.(`user-namespace cost: ${o.usernsSessions} sessions per arm`);
+    const u = await runUsernsBench({ image: 'default', url: PAGE, sessions: o.usernsSessions, settleSeconds: 5, outDir: o.outDir, progress: o.progress });
+    usernsCost = { record: basename(u.file), sessionsPerArm: o.usernsSessions, ratios: u.record.ratios, errors: u.record.errors };
+  }
   const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
   const record = {
@@ -340,7 +351,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       othersCpuCoresByPhase: phases.map((p) => [p.phase, Math.round(p.othersCpuCores * 100) / 100]),
       loadavgByPhase: phases.map((p) => [p.phase, ...p.loadavg]),
     },
-    notMeasured: ['user-namespace cost (create, reset, memory per session): no user namespace per session yet (docs/security.md)'],
+    usernsCost,
   };
   mkdirSync(o.outDir, { recursive: true });
   const file = join(o.outDir, `noisy-${o.quick ? 'quick-' : ''}${started.replace(/[:.]/g, '-')}.json`);

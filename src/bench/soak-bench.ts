@@ -57,6 +57,10 @@ export function rssByKind(pid: number): Record<string, number> {
   return Object.fromEntries(Object.entries(out).map(([k, v]) => [k, Math.round(v * 10) / 10]));
 }
 
+/** Which malloc the daemon runs with: jemalloc when bin/drums preloaded it, else glibc's. */
+export const daemonAllocator = (pid: number): 'jemalloc' | 'glibc' =>
+  /libjemalloc\.so/.test(readFileSync(`/proc/${pid}/maps`, 'utf8')) ? 'jemalloc' : 'glibc';
+
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
 const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
 
@@ -122,6 +126,7 @@ export async function runSoakBench(o: SoakOptions) {
   const started = new Date().toISOString();
   const d = await startPrivateDaemon();
   const pid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
+  const allocator = daemonAllocator(pid);
   const c = d.client;
   const port = Number(new URL(c.url).port);
   const sessions: SessionInfo[] = [];
@@ -158,6 +163,8 @@ export async function runSoakBench(o: SoakOptions) {
     httpSockets: number;
     byKind: Record<string, number>;
     daemon: Record<string, number>;
+    /** The daemon's idle collections so far (one should precede each checkpoint). */
+    idleGcs: number;
   }[] = [];
   let stopped = 0;
   let measuring = false;
@@ -166,7 +173,14 @@ export async function runSoakBench(o: SoakOptions) {
   const checkpoint = async () => {
     // The same state at every checkpoint: each display holds the SHM segment its first
     // screenshot after a reset makes (released by the next reset), so one screenshot of each.
-    await Promise.all(sessions.map((x) => c.screenshot(x.id, 'png')));
+    // A failure here is the run's error like any step's (it must not end the bench with the daemon left running).
+    await Promise.all(
+      sessions.map((x) =>
+        c.screenshot(x.id, 'png').catch((e) => {
+          errors.push(`${x.id} checkpoint at step ${total}: ${String(e).slice(0, 200)}`);
+        }),
+      ),
+    );
     await sleep(3000);
     const text = await (await c.request('GET', '/metrics')).text();
     const own = (k: string) =>
@@ -180,6 +194,7 @@ export async function runSoakBench(o: SoakOptions) {
       httpSockets: httpSockets(pid, port),
       byKind: rssByKind(pid),
       daemon: { heapUsedMiB: own('heapUsed'), heapTotalMiB: own('heapTotal'), externalMiB: own('external'), arrayBuffersMiB: own('arrayBuffers') },
+      idleGcs: Number(/^drums_daemon_idle_gc_total (\d+)/m.exec(text)?.[1] ?? NaN),
     });
     o.progress?.(`checkpoint at step ${total}: ${JSON.stringify(checkpoints.at(-1))}`);
   };
@@ -187,13 +202,17 @@ export async function runSoakBench(o: SoakOptions) {
     if (!held || measuring || stopped < active()) return;
     measuring = true;
     const r = release!;
-    void checkpoint().finally(() => {
-      measuring = false;
-      marks.shift();
-      stopped = 0;
-      held = undefined;
-      r();
-    });
+    void checkpoint()
+      .catch((e) => {
+        errors.push(`checkpoint at step ${total}: ${String(e).slice(0, 200)}`);
+      })
+      .finally(() => {
+        measuring = false;
+        marks.shift();
+        stopped = 0;
+        held = undefined;
+        r();
+      });
   };
   const barrier = (active: () => number) => {
     held ??= new Promise<void>((r) => {
@@ -276,6 +295,8 @@ export async function runSoakBench(o: SoakOptions) {
       resetEvery: o.resetEvery,
       step: 'POST actions (1 click) + GET screenshot png',
       image: 'default (Chromium)',
+      /** The daemon's malloc (bin/drums serve preloads jemalloc where installed; DRUMS_MALLOC=glibc opts out). */
+      allocator,
     },
     steps: lat.length,
     seconds: (performance.now() - t0) / 1000,

@@ -51,6 +51,7 @@ export interface DaemonConfig {
   diskReserveMb: number;
   diskOvercommit: number;
   diskWriteMbps: number;
+  diskReadMbps: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   browserZygote: boolean;
@@ -287,8 +288,14 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   },
   diskWriteMbps: {
     env: 'DRUMS_DISK_WRITE_MBPS',
-    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit)",
+    doc: "a session disk's write bandwidth in MiB/s, so a disk-filling session does not slow its neighbours (0: no limit); a spec may ask for less with `diskWriteMbps`",
     default: 100,
+    parse: number(0),
+  },
+  diskReadMbps: {
+    env: 'DRUMS_DISK_READ_MBPS',
+    doc: "a session's read bandwidth in MiB/s on its disk's loop device and on the disk under the images, so a session reading in a loop does not starve the host's disk (0: no limit); a spec may ask for less with `diskReadMbps`",
+    default: 200,
     parse: number(0),
   },
   browserZygote: {
@@ -326,6 +333,11 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
   { env: 'DRUMS_URL', doc: 'daemon URL for the CLI and clients', default: '`daemon.json` in the state directory' },
   { env: 'DRUMS_PYTHON', doc: 'Python for `drums osworld run`', default: '`.runtime/venv/bin/python`' },
   { env: 'DRUMS_NODE', doc: 'Node for `bin/drums`', default: '`.runtime/node/bin/node`' },
+  {
+    env: 'DRUMS_MALLOC',
+    doc: "the daemon's allocator, chosen by `bin/drums serve`: `jemalloc` (libjemalloc2, which hands freed pages back within a second, so the daemon's RSS follows what is live; docs/bench.md, soak) or `glibc`",
+    default: '`jemalloc` where libjemalloc2 is installed',
+  },
   { env: 'DRUMS_OSWORLD_CACHE', doc: 'the shared OSWorld asset cache (`drums osworld run|assets --cache`)', default: '`<state dir>/osworld-cache`' },
   {
     env: 'DRUMS_OSWORLD_MIRROR',

@@ -1,63 +1,156 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus as hostCpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
 import { cgroupMode } from './oci-runtime.ts';
 
 /**
- * Demotes CPU hogs. A session's quota caps what it takes, but at the default
- * weight a session that spins all the time still competes with every
- * interactive neighbour, and each of their wake-ups can wait out its slice.
- * So twice a second the guard reads each session's CPU time over the last
- * `windowS` (2) seconds. A session is a hog if it used at least `hogCores`
- * (0.6), or at least `minCores` (0.2) and `ratio` (2.5) times the median of
- * the other sessions (on a busy host the weights already hold a spinning
- * session near its neighbours' share, so an absolute bar alone misses it).
- * A hog is demoted for `holdS` (10) seconds: cpu.idle 1 where the kernel has
- * it (5.15+, v1 and v2: it runs when nothing else wants the CPU, and a waking
- * neighbour preempts it at once), and a 16th of the weight either way (v1
- * cpu.shares 64, v2 cpu.weight 6). Then it is back at the normal weight on
- * probation and judged again after a window; a hog that still spins spends
- * about 2 s of every 12 at the normal weight. What a demoted session gets says
- * nothing about what it wants (its neighbours go first), hence the probation.
- * Demotion is work-conserving: on an idle host a demoted session runs at full
- * speed. A session whose quota is below `minCores` is never demoted (its
- * quota bounds it).
+ * Demotes CPU hogs. A session's quota caps what it takes, but a session that
+ * spins all the time still competes with every interactive neighbour, and the
+ * daemon and the clients, and each of their wake-ups can wait out its slice.
+ *
+ * Who is a hog. Every `intervalMs` (500 ms) the guard reads each session's
+ * CPU time; the last `windowS` (2 s) of readings give two numbers per session:
+ *  - mean: the cores it used over the window;
+ *  - floor: the least it used in any one tick of the window.
+ * A spinner is runnable all the time, so it takes its share in every tick:
+ * its floor is close to its mean. An interactive session (a browser driven by
+ * a client, a desktop starting an app) works in bursts: a page load or a
+ * warm-up can lift its mean for a second or two, but some tick of the window
+ * is quiet, and its floor stays low. So the verdict is on the floor: a hog is
+ * a session whose floor is at least `hogCores` (0.6), or at least `minCores`
+ * (0.2) and `ratio` (2.5) times the median mean of the other undemoted
+ * sessions (on a busy host the weights hold a spinner near its neighbours'
+ * share, so an absolute bar alone misses it). Not judged: a session in its
+ * first `graceS` (10 s) after its create or reset ended (or its counter
+ * started again: a new cgroup), as a desktop and a browser starting up are busy
+ * for seconds at a stretch; and any session while the host is not contended
+ * for it. Contended means: the rest of the host (everything but this
+ * session) used at least `minCores` over the window, and that plus this
+ * session's full quota is at least `busyShare` (80%) of the cores. On an idle
+ * host a spinner hurts no one and keeps the whole of its quota.
+ *
+ * What demotion does: cpu.idle 1 where the kernel has it (5.15+, v1 and v2:
+ * a waking sibling preempts it at once; the kernel then gives it the idle
+ * weight), else a 16th of the weight (v1 cpu.shares 64, v2 cpu.weight 6),
+ * and a quota of `capCores` (0.1 core; v1
+ * cpu.cfs_quota_us, v2 cpu.max). cpu.idle and the weight only rank it against
+ * its sibling sessions: above them, the sessions' parent cgroup stays
+ * runnable as long as the hog is, so the daemon and the clients, which wake
+ * in the root's run queue, still waited behind it. The quota is what takes it
+ * off the CPU: a throttled group is dequeued.
+ *
+ * When it ends: the kernel counts the periods in which the group ran out of
+ * its quota (cpu.stat nr_periods, nr_throttled). Once a full window has passed
+ * since the demotion, a session is restored (its own quota, the normal weight,
+ * cpu.idle 0) when it hit the cap in fewer than `releaseShare` (half) of its
+ * periods over the window (it no longer wants more than 0.1 core), or when the
+ * host is no longer contended by the rule above; and after `maxHoldS` (30 s)
+ * in any case, to be judged afresh after a window (a safety valve for a busy
+ * interactive session taken for a hog). A reset ends a demotion (the new
+ * desktop starts clean, and is in its grace time). stop() restores every
+ * demoted session (a daemon handing its sessions on to the next); one found
+ * demoted at the start (a daemon that died) is taken as demoted now. Same
+ * rule on cgroup v1 (cpuacct.usage, cpu.shares, cpu.cfs_quota_us) and v2
+ * (cpu.stat usage_usec, cpu.weight, cpu.max).
  */
 export interface CpuGuardOptions {
   hogCores: number;
   minCores: number;
   ratio: number;
-  holdS: number;
   windowS: number;
+  /** A session is not judged for this long after it was created or reset (s). */
+  graceS: number;
+  /** Demoted sessions' quota (cores). */
+  capCores: number;
+  /** The host is contended for a session when the rest of the host's use plus the session's quota is at least this share of the cores. */
+  busyShare: number;
+  /** A demoted session that hit its cap in fewer than this share of its periods over a window is restored. */
+  releaseShare: number;
+  /** A demotion lasts at most this long (s). */
+  maxHoldS: number;
   intervalMs: number;
-  /** Where the cgroup filesystem is, and its version (for tests). */
+  /** Where the cgroup filesystem is, and its version, /proc/stat and the host's cores (for tests). */
   root: string;
   v2: boolean;
+  procStat: string;
+  cores: number;
 }
 
-export const CPU_GUARD_DEFAULTS = { hogCores: 0.6, minCores: 0.2, ratio: 2.5, holdS: 10, windowS: 2, intervalMs: 500, root: '/sys/fs/cgroup' };
+export const CPU_GUARD_DEFAULTS = {
+  hogCores: 0.6,
+  minCores: 0.2,
+  ratio: 2.5,
+  windowS: 2,
+  graceS: 10,
+  capCores: 0.1,
+  busyShare: 0.8,
+  releaseShare: 0.5,
+  maxHoldS: 30,
+  intervalMs: 500,
+  root: '/sys/fs/cgroup',
+  procStat: '/proc/stat',
+};
 
-const V1 = { usage: 'cpuacct/%/cpuacct.usage', weight: 'cpu/%/cpu.shares', normal: 1024, low: 64 };
-const V2 = { usage: '%/cpu.stat', weight: '%/cpu.weight', normal: 100, low: 6 };
+/** A live session as the guard sees it: its cgroup path (`/drums-<inst>/<id>`) and its own CPU quota (cores; 0 = none). */
+export interface GuardedSession {
+  cgroup: string;
+  cpus: number;
+  /** Being created or reset: not judged nor written, and its grace time starts when this ends. */
+  starting?: boolean;
+}
 
-/** CPU time (ns) of a cgroup, or undefined when it is gone. */
-function usageNs(root: string, v2: boolean, cgroup: string): number | undefined {
+const V1 = {
+  usage: 'cpuacct/%/cpuacct.usage',
+  weight: 'cpu/%/cpu.shares',
+  idle: 'cpu/%/cpu.idle',
+  stat: 'cpu/%/cpu.stat',
+  quota: 'cpu/%/cpu.cfs_quota_us',
+  period: 'cpu/%/cpu.cfs_period_us',
+  normal: 1024,
+  low: 64,
+};
+const V2 = {
+  usage: '%/cpu.stat',
+  weight: '%/cpu.weight',
+  idle: '%/cpu.idle',
+  stat: '%/cpu.stat',
+  quota: '%/cpu.max',
+  period: '%/cpu.max',
+  normal: 100,
+  low: 6,
+};
+
+function read(file: string): string | undefined {
   try {
-    const text = readFileSync(join(root, (v2 ? V2 : V1).usage.replace('%', cgroup)), 'utf8');
-    if (!v2) return Number(text.trim());
-    const m = /^usage_usec (\d+)$/m.exec(text);
-    return m ? Number(m[1]) * 1000 : undefined;
+    return readFileSync(file, 'utf8');
   } catch {
     return undefined;
   }
 }
 
+interface Sample {
+  /** ms */
+  t: number;
+  /** CPU time, ns */
+  ns: number;
+  /** cpu.stat nr_periods and nr_throttled */
+  periods: number;
+  throttled: number;
+}
+
 interface Track {
-  /** [time ms, usage ns] samples, oldest first, covering the window. */
-  samples: [number, number][];
+  cgroup: string;
+  cpus: number;
+  /** Samples, oldest first, covering the window. */
+  samples: Sample[];
   demoted: boolean;
   /** When it was last demoted or restored (ms). */
   since: number;
+  /** When the guard first saw this cgroup, or saw its counter start again (a reset) (ms). */
+  born: number;
+  /** How often it was demoted. */
+  demotions: number;
 }
 
 function median(xs: number[]): number {
@@ -65,18 +158,33 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
+/** Mean and floor (the least of the per-tick rates) over a sample window, in cores; the share of its CFS periods it was throttled in. */
+function rates(samples: Sample[]): { mean: number; floor: number; throttledShare: number } {
+  const a = samples[0]!;
+  const b = samples.at(-1)!;
+  let floor = Infinity;
+  for (let i = 1; i < samples.length; i++) {
+    const dt = samples[i]!.t - samples[i - 1]!.t;
+    if (dt > 0) floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
+  }
+  const periods = b.periods - a.periods;
+  return { mean: (b.ns - a.ns) / 1e6 / (b.t - a.t), floor, throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0 };
+}
+
 export class CpuGuard {
   private readonly _tracks = new Map<string, Track>();
+  /** [time ms, busy cores·ms, total cores·ms] of the host (/proc/stat), oldest first, covering the window. */
+  private _host: [number, number, number][] = [];
   private _timer: NodeJS.Timeout | undefined;
   readonly opts: CpuGuardOptions;
   /** Sessions demoted since start, for /metrics. */
   demotions = 0;
 
-  /** `cgroups()` gives the live sessions' cgroup paths (`/drums-<inst>/<id>`) by session id. */
-  private readonly cgroups: () => Map<string, string>;
-  constructor(cgroups: () => Map<string, string>, opts: Partial<CpuGuardOptions> = {}) {
+  /** `cgroups()` gives the live sessions by id. */
+  private readonly cgroups: () => Map<string, GuardedSession>;
+  constructor(cgroups: () => Map<string, GuardedSession>, opts: Partial<CpuGuardOptions> = {}) {
     this.cgroups = cgroups;
-    this.opts = { ...CPU_GUARD_DEFAULTS, v2: opts.v2 ?? cgroupMode() === 'v2', ...opts };
+    this.opts = { ...CPU_GUARD_DEFAULTS, v2: opts.v2 ?? cgroupMode() === 'v2', cores: opts.cores ?? hostCpus().length, ...opts };
   }
 
   start(): void {
@@ -84,9 +192,11 @@ export class CpuGuard {
     this._timer.unref();
   }
 
+  /** Stops sampling and gives every demoted session back its own quota and the normal weight. */
   stop(): void {
     clearInterval(this._timer);
     this._timer = undefined;
+    for (const [id, t] of this._tracks) if (t.demoted) this._restore(id, t, 0);
   }
 
   /** Session ids demoted now. */
@@ -94,76 +204,161 @@ export class CpuGuard {
     return [...this._tracks].filter(([, t]) => t.demoted).map(([id]) => id);
   }
 
+  /** How often it demoted this session (0 for one it does not know). */
+  demotionsOf(id: string): number {
+    return this._tracks.get(id)?.demotions ?? 0;
+  }
+
+  private _file(kind: 'usage' | 'weight' | 'idle' | 'stat' | 'quota' | 'period', cgroup: string): string {
+    return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
+  }
+
+  /** One reading of a session's cgroup, or undefined when it is gone. */
+  private _sample(now: number, cgroup: string): Sample | undefined {
+    const usage = read(this._file('usage', cgroup));
+    if (usage === undefined) return undefined;
+    const ns = this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
+    if (!Number.isFinite(ns)) return undefined;
+    const stat = (this.opts.v2 ? usage : read(this._file('stat', cgroup))) ?? '';
+    const num = (k: string) => Number(new RegExp(`^${k} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0);
+    return { t: now, ns, periods: num('nr_periods'), throttled: num('nr_throttled') };
+  }
+
+  /** The host's busy CPU over the window, in cores (undefined until there are two readings). */
+  private _hostBusy(now: number): number | undefined {
+    const f = read(this.opts.procStat)?.split('\n')[0]?.trim().split(/\s+/).slice(1).map(Number);
+    if (f && f.length >= 4) {
+      const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
+      const busy = user + nice + system + irq + softirq + steal;
+      this._host.push([now, busy, busy + idle + iowait]);
+      while (this._host.length > 2 && now - this._host[1]![0] >= this.opts.windowS * 1000) this._host.shift();
+    }
+    if (this._host.length < 2) return undefined;
+    const [, b0, t0] = this._host[0]!;
+    const [, b1, t1] = this._host.at(-1)!;
+    return t1 > t0 ? ((b1 - b0) / (t1 - t0)) * this.opts.cores : undefined;
+  }
+
+  /** Whether the host is contended for this session: the rest of the host wants some CPU, and it plus the session's full quota fill most of the cores. */
+  private _contended(hostBusy: number | undefined, t: Track, used: number): boolean {
+    if (hostBusy === undefined) return false;
+    const rest = hostBusy - used;
+    const quota = t.cpus > 0 ? Math.min(t.cpus, this.opts.cores) : this.opts.cores;
+    return rest >= this.opts.minCores && rest + quota >= this.opts.busyShare * this.opts.cores;
+  }
+
   /** One sample of every session (exposed for tests). */
   tick(now: number): void {
     const live = this.cgroups();
     const win = this.opts.windowS * 1000;
     for (const id of this._tracks.keys()) if (!live.has(id)) this._tracks.delete(id);
-    // 1. Each session's CPU over its window (undefined until the window is full).
-    const use = new Map<string, number>();
-    for (const [id, cgroup] of live) {
-      const ns = usageNs(this.opts.root, this.opts.v2, cgroup);
-      if (ns === undefined) continue;
-      let t = this._tracks.get(id);
-      if (!t) this._tracks.set(id, (t = { samples: [], demoted: false, since: now }));
-      // A reset makes a new cgroup: its counter starts again from 0.
-      if (t.samples.length && ns < t.samples.at(-1)![1]) t.samples = [];
-      t.samples.push([now, ns]);
-      while (t.samples.length > 2 && now - t.samples[1]![0] >= win) t.samples.shift();
-      const [t0, u0] = t.samples[0]!;
-      if (now - t0 >= win * 0.9) use.set(id, (ns - u0) / 1e6 / (now - t0));
-    }
-    // 2. Verdicts. A hog: at least hogCores, or at least minCores and `ratio` times the median
-    // of the other undemoted sessions (on a busy host the weights already hold a spinning
-    // session near its neighbours' share, so an absolute bar alone never sees it).
-    const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
-    for (const [id, cgroup] of live) {
-      const t = this._tracks.get(id);
-      if (!t) continue;
-      const cores = use.get(id);
-      if (t.demoted) {
-        // Demoted: what it gets says little (its neighbours take the CPU first), so after
-        // holdS it is put back on probation at the normal weight, and judged again.
-        if (now - t.since >= this.opts.holdS * 1000) {
-          this._set(id, cgroup, false, cores ?? 0);
+    const hostBusy = this._hostBusy(now);
+    // 1. Each session's numbers over its window (none until the window is full).
+    const use = new Map<string, ReturnType<typeof rates>>();
+    for (const [id, s] of live) {
+      // Being created or reset: runc is writing the new cgroup's weight, which the kernel refuses
+      // (EINVAL) on a group the guard has made idle; so hands off. The new cgroup starts at the
+      // defaults (a reset ends a demotion) and its grace starts when it is ready.
+      if (s.starting) {
+        const t = this._tracks.get(id);
+        if (t) {
+          t.born = now;
+          t.samples = [];
           t.demoted = false;
-          t.since = now;
-          t.samples = t.samples.slice(-1);
-        } else this._set(id, cgroup, true, cores ?? 0); // again: a reset's new cgroup starts at the default
+        }
         continue;
       }
-      if (cores === undefined) continue;
-      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c);
-      const hog = cores >= this.opts.hogCores || (others.length > 0 && cores >= this.opts.minCores && cores >= this.opts.ratio * median(others));
-      if (!hog) continue;
-      this._set(id, cgroup, true, cores);
+      const sample = this._sample(now, s.cgroup);
+      if (!sample) continue;
+      let t = this._tracks.get(id);
+      if (!t) {
+        this._tracks.set(id, (t = { cgroup: s.cgroup, cpus: s.cpus, samples: [], demoted: false, since: now, born: now, demotions: 0 }));
+        // Demoted by a daemon that died: demoted from now on, so the rule below restores it.
+        t.demoted = read(this._file('weight', s.cgroup))?.trim() === String((this.opts.v2 ? V2 : V1).low) || read(this._file('idle', s.cgroup))?.trim() === '1';
+      }
+      t.cgroup = s.cgroup;
+      t.cpus = s.cpus;
+      // A reset makes a new cgroup: its counter starts again from 0. The new desktop starts
+      // clean (its own quota, the default weight) and gets its grace time; the demotion ends.
+      if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {
+        t.samples = [];
+        t.born = now;
+        if (t.demoted) this._restore(id, t, now);
+      }
+      t.samples.push(sample);
+      while (t.samples.length > 2 && now - t.samples[1]!.t >= win) t.samples.shift();
+      if (now - t.samples[0]!.t >= win * 0.9) use.set(id, rates(t.samples));
+    }
+    // 2. Verdicts (see the header).
+    const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
+    for (const [id, s] of live) {
+      const t = this._tracks.get(id);
+      if (!t || s.starting) continue;
+      const u = use.get(id);
+      if (t.demoted) {
+        // Judged on what the kernel saw since the demotion: throttled in most periods, it still wants the CPU.
+        const over = now - t.since >= this.opts.maxHoldS * 1000;
+        if (over || (u && (u.throttledShare < this.opts.releaseShare || !this._contended(hostBusy, t, u.mean)))) this._restore(id, t, now);
+        else this._write(id, t, true, u?.mean ?? 0); // again, should anything have put the weight back
+        continue;
+      }
+      if (!u || now - t.born < this.opts.graceS * 1000) continue;
+      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
+      const hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * median(others));
+      if (!hog || !this._contended(hostBusy, t, u.mean)) continue;
+      this._write(id, t, true, u.floor);
       t.demoted = true;
       t.since = now;
+      // Judged again on what comes after the demotion only.
+      t.samples = t.samples.slice(-1);
+      t.demotions++;
       this.demotions++;
     }
   }
 
-  private _set(id: string, cgroup: string, low: boolean, cores: number): void {
+  private _restore(id: string, t: Track, now: number): void {
+    this._write(id, t, false, 0);
+    t.demoted = false;
+    t.since = now;
+    t.samples = t.samples.slice(-1);
+  }
+
+  private _write(id: string, t: Track, low: boolean, cores: number): void {
     const k = this.opts.v2 ? V2 : V1;
-    const file = join(this.opts.root, k.weight.replace('%', cgroup));
-    // cpu.idle (Linux 5.15+, v1 and v2): the group is scheduled like SCHED_IDLE, so a waking
-    // neighbour preempts it at once instead of waiting out its slice; a low weight alone still
-    // let a hog delay every wake-up on a step's path by up to a slice.
-    const idle = join(this.opts.root, k.weight.replace('%', cgroup).replace(/[^/]+$/, 'cpu.idle'));
+    const weight = this._file('weight', t.cgroup);
+    const idle = this._file('idle', t.cgroup);
+    const quotaFile = this._file('quota', t.cgroup);
     const value = String(low ? k.low : k.normal);
     try {
-      const idleNow = existsSync(idle) ? readFileSync(idle, 'utf8').trim() : undefined;
-      // An idle group reports the minimum weight (v2 cpu.weight 1) and refuses weight writes
-      // (EINVAL), so cpu.idle 1 alone says it is demoted.
-      if (low && idleNow === '1') return;
-      if (readFileSync(file, 'utf8').trim() === value && (idleNow === undefined || idleNow === (low ? '1' : '0'))) return;
-      if (idleNow !== undefined && !low) writeFileSync(idle, '0');
-      writeFileSync(file, value);
-      if (idleNow !== undefined && low) writeFileSync(idle, '1');
-      log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to the normal CPU weight', {
+      // The CFS period: v1 its own file, v2 the second field of cpu.max.
+      const period = Number((this.opts.v2 ? read(quotaFile)?.trim().split(/\s+/)[1] : read(this._file('period', t.cgroup))?.trim()) ?? 100_000) || 100_000;
+      const own = t.cpus > 0 ? String(Math.round(t.cpus * period)) : this.opts.v2 ? 'max' : '-1';
+      const cap = String(Math.max(1000, Math.round(Math.min(this.opts.capCores, t.cpus > 0 ? t.cpus : Infinity) * period)));
+      const quota = low ? cap : own;
+      const quotaText = this.opts.v2 ? `${quota} ${period}` : quota;
+      const idleNow = existsSync(idle) ? read(idle)?.trim() : undefined;
+      const quotaNow = read(quotaFile)?.trim();
+      const weightNow = read(weight)?.trim();
+      // With cpu.idle 1 the kernel gives the group the idle weight (cpu.shares reads 3, and writing it
+      // is EINVAL), and cpu.idle 0 puts back the default: the weight is written only without cpu.idle, or on restore.
+      const rankOk = idleNow === undefined ? weightNow === value : low ? idleNow === '1' : idleNow === '0' && weightNow === value;
+      if (rankOk && (quotaNow === undefined || quotaNow === quotaText)) return;
+      if (low) {
+        // The quota first, so the hog is off the CPU at once; then its rank among its siblings.
+        if (quotaNow !== undefined) writeFileSync(quotaFile, quotaText);
+        if (idleNow === undefined) writeFileSync(weight, value);
+        else if (idleNow !== '1') writeFileSync(idle, '1');
+      } else {
+        if (idleNow !== undefined && idleNow !== '0') writeFileSync(idle, '0');
+        if (read(weight)?.trim() !== value) writeFileSync(weight, value);
+        if (quotaNow !== undefined) writeFileSync(quotaFile, quotaText);
+      }
+      log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to its CPU quota and the normal weight', {
         session: id,
         cores: Math.round(cores * 100) / 100,
       });
-    } catch {}
+    } catch (e) {
+      log('warn', 'CPU guard could not write a session cgroup', { session: id, error: String(e) });
+    }
   }
 }

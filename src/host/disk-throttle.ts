@@ -1,8 +1,23 @@
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { log } from '../common/log.ts';
 import { cgroupMode } from './oci-runtime.ts';
 
 /**
+ * Read bandwidth of a session (DRUMS_DISK_READ_MBPS, a spec's diskReadMbps):
+ * a session reading in a loop, from its own disk or from the image (the
+ * overlay's read-only lower, on the host's disk), would otherwise take the
+ * host disk's full speed from its neighbours and the host. Reads are issued in
+ * the reader's context (page cache misses and readahead alike), so one rule
+ * per device in the session's own cgroup holds them on v1
+ * (blkio.throttle.read_bps_device) and v2 (io.max rbps): the bundle's blockIO
+ * names the loop device and the whole disk under the image store
+ * (`blockDeviceOf`). Those rules live in the session's cgroup and go with it.
+ * The loop worker's reads of the image file are charged to the session as
+ * well, so on a host whose state directory and images share a disk a
+ * session's reads of both layers share the one rule on that disk.
+ * A page already in the host's page cache (an image file another session
+ * read) costs no disk read and is not limited.
+ *
  * Write bandwidth of a session's disk (its loop device). Without a limit, a
  * session that fills its quota in a loop writes at the host disk's full speed,
  * and the work behind it (the flusher, the loop worker, the host filesystem)
@@ -31,6 +46,32 @@ const LOOP_MAJOR = 7;
 export function deviceNumbers(dev: string): BlockDevice {
   const rdev = statSync(dev).rdev;
   return { major: (rdev >> 8) & 0xfff, minor: (rdev & 0xff) | ((rdev >> 12) & 0xfff00) };
+}
+
+/**
+ * The whole disk under the filesystem holding `path`, for a throttle rule (the
+ * kernel takes rules only on whole disks: a partition is mapped to its disk),
+ * or undefined where it is no block device (tmpfs, overlayfs, btrfs, NFS).
+ */
+export function blockDeviceOf(path: string): BlockDevice | undefined {
+  let dev: number;
+  try {
+    dev = statSync(path).dev;
+  } catch {
+    return undefined;
+  }
+  const major = (dev >> 8) & 0xfff;
+  const minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+  if (major === 0) return undefined;
+  const sys = `/sys/dev/block/${major}:${minor}`;
+  if (!existsSync(sys)) return undefined;
+  if (!existsSync(`${sys}/partition`)) return { major, minor };
+  try {
+    const m = /^(\d+):(\d+)$/.exec(readFileSync(`${sys}/../dev`, 'utf8').trim());
+    return m ? { major: Number(m[1]), minor: Number(m[2]) } : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 const rootRules = (): boolean => cgroupMode() !== 'v2';

@@ -48,13 +48,28 @@ export interface SpecInput {
    * and restored came back with 2.5 times its never-demoted neighbours' weight.
    */
   cgroupV2?: boolean;
-  /** The session disk's loop device and its write limit in bytes/s (0: none); see disk-throttle.ts. */
-  disk?: { major: number; minor: number; writeBytesPerSecond: number };
+  /**
+   * The session disk's loop device and its write and read limits in bytes/s (0: none), and the whole disk
+   * under the image (the overlay's lower), whose reads get the same read limit; see disk-throttle.ts.
+   */
+  disk?: { major: number; minor: number; writeBytesPerSecond: number; readBytesPerSecond: number; lower?: { major: number; minor: number } };
   shmBytes: number;
   tmpBytes: number;
 }
 
 const tmpfs = (destination: string, options: string[]) => ({ destination, type: 'tmpfs', source: 'tmpfs', options });
+
+/** The bundle's blockIO (runc writes blkio.throttle.*_bps_device on v1, io.max on v2); none without limits. */
+function blockIO(disk: SpecInput['disk']) {
+  if (!disk) return {};
+  const rule = (d: { major: number; minor: number }, rate: number) => ({ major: d.major, minor: d.minor, rate: Math.round(rate) });
+  const reads = [disk, ...(disk.lower && (disk.lower.major !== disk.major || disk.lower.minor !== disk.minor) ? [disk.lower] : [])];
+  const blockIO = {
+    ...(disk.writeBytesPerSecond > 0 ? { throttleWriteBpsDevice: [rule(disk, disk.writeBytesPerSecond)] } : {}),
+    ...(disk.readBytesPerSecond > 0 ? { throttleReadBpsDevice: reads.map((d) => rule(d, disk.readBytesPerSecond)) } : {}),
+  };
+  return Object.keys(blockIO).length ? { blockIO } : {};
+}
 
 export function buildSpec(i: SpecInput) {
   const period = 100_000;
@@ -112,9 +127,7 @@ export function buildSpec(i: SpecInput) {
         cpu: { ...(i.cpus > 0 ? { quota: Math.round(i.cpus * period), period } : {}), ...(i.cgroupV2 ? {} : { shares: 1024 }) },
         // memory.oom.group 0: an OOM kill takes the one process the kernel picks, never the whole session.
         ...(i.cgroupV2 ? { unified: { 'cpu.weight': '100', 'memory.oom.group': '0' } } : {}),
-        ...(i.disk && i.disk.writeBytesPerSecond > 0
-          ? { blockIO: { throttleWriteBpsDevice: [{ major: i.disk.major, minor: i.disk.minor, rate: Math.round(i.disk.writeBytesPerSecond) }] } }
-          : {}),
+        ...blockIO(i.disk),
       },
       sysctl: {
         'net.ipv6.conf.all.disable_ipv6': '1',

@@ -54,8 +54,13 @@ export function enterDaemonCgroup(instName: string): string {
       if (existsSync(join(dir, 'cpu.weight'))) writeFileSync(join(dir, 'cpu.weight'), String(DAEMON_CPU_WEIGHT));
       writeFileSync(join(dir, 'cgroup.procs'), String(process.pid));
     }
-    // The daemon is the last thing the host's OOM killer should pick; sessions run at +500.
-    writeFileSync('/proc/self/oom_score_adj', '-500');
+    // The daemon is the last thing the host's OOM killer should pick; sessions run at +500. Lowering it
+    // needs CAP_SYS_RESOURCE, which a root in a container may lack: the cgroup above stands without it.
+    try {
+      writeFileSync('/proc/self/oom_score_adj', '-500');
+    } catch (e) {
+      log('warn', 'could not lower the daemon OOM score (needs CAP_SYS_RESOURCE)', { error: String(e) });
+    }
     return `joined ${daemonCgroupName(instName)}`;
   } catch (e) {
     log('warn', 'could not give the daemon its own cgroup; it competes with sessions on equal terms', { error: String(e) });

@@ -46,6 +46,25 @@ export function usernsUnavailable(): string | undefined {
   return undefined;
 }
 
+/**
+ * A session with a user namespace is charged its inotify instances (and
+ * watches, processes, nested user namespaces) at the host level to its
+ * namespace's owner, its own `base_k`: the kernel's per-uid defaults (128
+ * instances) are per session. Sessions without one (DRUMS_USERNS=0, a spec's
+ * `userns: false`) all run as host uid 1000 and share that uid's budget: each
+ * desktop holds a few instances (D-Bus, Chromium), so the default caps such a
+ * host near 40 of them. Returns the host's limit if it is below what they need.
+ */
+export const HOST_IDS_INOTIFY_INSTANCES = 1024;
+export function lowInotifyForHostIds(): number | undefined {
+  try {
+    const n = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8').trim());
+    return n < HOST_IDS_INOTIFY_INSTANCES ? n : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Host id ranges in /etc/subuid and /etc/subgid (other users' containers): Drums must not hand them out. */
 export function subidRanges(files = ['/etc/subuid', '/etc/subgid']): { start: number; count: number; file: string }[] {
   const out: { start: number; count: number; file: string }[] = [];

@@ -10,7 +10,8 @@ import { DEFAULTS, type SessionSpec } from './spec.ts';
  * Admission: a create is refused (nothing made) when the host could not give
  * it what it asks for. Two kinds of refusal:
  *  - a limit larger than the host could ever give (memory over the host's
- *    RAM, disk over the state filesystem, CPUs over the host's cores):
+ *    RAM, disk over the state filesystem, CPUs over the host's cores, disk
+ *    bandwidth over the daemon's DRUMS_DISK_READ_MBPS / DRUMS_DISK_WRITE_MBPS):
  *    422 `limit_exceeds_host`;
  *  - a host short right now: 503 `insufficient_memory` / `insufficient_disk`.
  *
@@ -32,6 +33,9 @@ export interface AdmissionConfig {
   sessionMemoryBytes: number;
   diskReserveBytes: number;
   diskOvercommit: number;
+  /** The most disk bandwidth a session may ask for, MiB/s (0: any). */
+  diskReadMbps: number;
+  diskWriteMbps: number;
 }
 
 /** What admission needs to know of one existing session. */
@@ -53,13 +57,17 @@ export interface Capacity {
 const MiB = 1024 ** 2;
 
 /** Admission's figures in bytes, from the daemon's config (the memory reserve's default depends on the host's RAM). */
-export function admissionConfig(cfg: Pick<DaemonConfig, 'memoryReserveMb' | 'sessionMemoryMb' | 'diskReserveMb' | 'diskOvercommit'>): AdmissionConfig {
+export function admissionConfig(
+  cfg: Pick<DaemonConfig, 'memoryReserveMb' | 'sessionMemoryMb' | 'diskReserveMb' | 'diskOvercommit' | 'diskReadMbps' | 'diskWriteMbps'>,
+): AdmissionConfig {
   const reserveMb = cfg.memoryReserveMb ?? Math.max(1024, Math.round((meminfo().MemTotal! * 0.05) / MiB));
   return {
     memoryReserveBytes: reserveMb * MiB,
     sessionMemoryBytes: cfg.sessionMemoryMb * MiB,
     diskReserveBytes: cfg.diskReserveMb * MiB,
     diskOvercommit: cfg.diskOvercommit,
+    diskReadMbps: cfg.diskReadMbps,
+    diskWriteMbps: cfg.diskWriteMbps,
   };
 }
 
@@ -123,6 +131,12 @@ export class Admission {
     if (spec.diskBytes > cap.disk.totalBytes)
       throw tooBig('diskMb', `${spec.diskBytes / MiB} MiB is more than the state filesystem's ${Math.floor(cap.disk.totalBytes / MiB)} MiB`);
     if (spec.cpus > cap.cpu.cores) throw tooBig('cpus', `${spec.cpus} is more than the host's ${cap.cpu.cores} cores`);
+    // A session may ask for less disk bandwidth than the daemon's limit, never more (the limit protects the others).
+    for (const [field, asked, most, env] of [
+      ['diskReadMbps', spec.diskReadMbps, this.cfg.diskReadMbps, 'DRUMS_DISK_READ_MBPS'],
+      ['diskWriteMbps', spec.diskWriteMbps, this.cfg.diskWriteMbps, 'DRUMS_DISK_WRITE_MBPS'],
+    ] as const)
+      if (asked !== undefined && most > 0 && asked > most) throw tooBig(field, `${asked} MiB/s is more than this host allows a session (${env}=${most})`);
   }
 
   /** Throws (before anything is made) unless the host can take a session with this spec now. */

@@ -7,11 +7,13 @@ import { chmodSync, chownSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonConfig } from '../common/config.ts';
 import type { Instance } from '../host/instance.ts';
+import { blockDeviceOf } from '../host/disk-throttle.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
 import { buildSpec } from '../host/oci-spec.ts';
 import { swapLimitSupported } from '../host/resources.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { Session } from './session.ts';
+import { diskRates } from './spec.ts';
 import { chownToSessionRoot, hostIds, usernsPaths } from './userns.ts';
 
 export function prepareDirs(inst: Instance, s: Session): void {
@@ -79,7 +81,8 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
     pids: s.spec.pids,
     cpus: s.spec.cpus,
     cgroupV2: cgroupMode() === 'v2',
-    ...(s._disk ? { disk: { ...s._disk, writeBytesPerSecond: config.diskWriteMbps * 1024 ** 2 } } : {}),
+    // The limits go on the session's loop device, and its reads also on the disk under the image (the overlay's lower).
+    ...(s._disk ? { disk: { ...s._disk, ...diskRates(s.spec, config), lower: blockDeviceOf(s.imageDir) } } : {}),
     shmBytes: 256 * 1024 ** 2,
     tmpBytes: 512 * 1024 ** 2,
   });

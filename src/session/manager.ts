@@ -29,13 +29,22 @@ import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
-import { checkUidBase, claimUidRange, releaseUidRange, shiftOwnership, usernsUnavailable, type UidRange } from '../host/userns.ts';
+import {
+  checkUidBase,
+  claimUidRange,
+  HOST_IDS_INOTIFY_INSTANCES,
+  lowInotifyForHostIds,
+  releaseUidRange,
+  shiftOwnership,
+  usernsUnavailable,
+  type UidRange,
+} from '../host/userns.ts';
 import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
 import { defaultSessionCpus, oomKills } from '../host/resources.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
-import { parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
+import { diskRates, parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
 import { DESKTOP_ENV } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { runSteps, type Stage, type Step } from './steps.ts';
@@ -102,6 +111,7 @@ export class SessionManager {
   /** Sweeps what a previous daemon of this instance left, then installs the firewall table. */
   async init(): Promise<void> {
     if (this.config.userns) this._checkUserns();
+    else this._warnHostIds('DRUMS_USERNS=0');
     // Adopt the live sessions a previous daemon of this instance left; sweep everything else of it.
     const plan = await planAdoption(this.inst, this.runtime);
     await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
@@ -131,6 +141,19 @@ export class SessionManager {
       for (const s of this._sessions.values()) if (s.init && s.state === 'ready' && !isAlive(s.init)) this._onSessionExit(s, s.generation);
     }, LIVENESS_POLL_MS);
     this._poller.unref();
+  }
+
+  private _warnedHostIds = false;
+  /** Once per daemon: sessions with host ids share uid 1000's inotify budget, which the kernel's default keeps small. */
+  private _warnHostIds(why: string): void {
+    const value = lowInotifyForHostIds();
+    if (this._warnedHostIds || value === undefined) return;
+    this._warnedHostIds = true;
+    log(
+      'warn',
+      `sessions without a user namespace (${why}) share host uid 1000's inotify instances; fs.inotify.max_user_instances=${value} holds about ${Math.floor(value / 3)} of them: raise it to ${HOST_IDS_INOTIFY_INSTANCES} or more (docs/security.md), or give sessions their user namespace`,
+      { value },
+    );
   }
 
   /** Refuses user-namespace sessions on a host that cannot make them, with what to do. */
@@ -268,7 +291,11 @@ export class SessionManager {
     const { signal } = opts;
     const spec = parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
+    // The daemon's disk bandwidth limits, unless the spec asks for less (admission refuses more); kept in the record.
+    if (spec.diskReadMbps === undefined && this.config.diskReadMbps > 0) spec.diskReadMbps = this.config.diskReadMbps;
+    if (spec.diskWriteMbps === undefined && this.config.diskWriteMbps > 0) spec.diskWriteMbps = this.config.diskWriteMbps;
     if (spec.userns && !this.config.userns) this._checkUserns();
+    if (!spec.userns) this._warnHostIds('spec userns false');
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
     if (!image) {
@@ -396,7 +423,7 @@ export class SessionManager {
         do: async () => {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
-          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, this.config.diskWriteMbps * 1024 ** 2);
+          s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, diskRates(s.spec, this.config).writeBytesPerSecond);
           await unmountOverlay(join(this.inst.rtDir, s.id));
           mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);

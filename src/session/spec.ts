@@ -9,6 +9,9 @@ export interface SessionSpec {
   memoryBytes: number;
   /** Size of the session's own filesystem (its writable layer); writes past it fail with ENOSPC. */
   diskBytes: number;
+  /** Read and write bandwidth of the session's disk (reads also from the image's device), MiB/s; undefined: the daemon's DRUMS_DISK_READ_MBPS / DRUMS_DISK_WRITE_MBPS. */
+  diskReadMbps?: number;
+  diskWriteMbps?: number;
   cpus: number;
   pids: number;
   egress: boolean;
@@ -33,7 +36,23 @@ export const DEFAULTS = {
   pids: 1024,
 };
 
-const SPEC_FIELDS = ['image', 'url', 'screen', 'memoryMb', 'diskMb', 'cpus', 'pids', 'egress', 'hostPorts', 'browserFlags', 'ttlSeconds', 'labels', 'userns'];
+const SPEC_FIELDS = [
+  'image',
+  'url',
+  'screen',
+  'memoryMb',
+  'diskMb',
+  'diskReadMbps',
+  'diskWriteMbps',
+  'cpus',
+  'pids',
+  'egress',
+  'hostPorts',
+  'browserFlags',
+  'ttlSeconds',
+  'labels',
+  'userns',
+];
 const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
 
 function int(v: unknown, field: string, min: number, max: number): number {
@@ -97,6 +116,9 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
   const screen = b.screen === undefined ? { ...DEFAULTS.screen } : parseScreen(b.screen);
   const memoryBytes = b.memoryMb === undefined ? DEFAULTS.memoryBytes : int(b.memoryMb, 'memoryMb', 128, 65536) * 1024 ** 2;
   const diskBytes = b.diskMb === undefined ? DEFAULTS.diskBytes : int(b.diskMb, 'diskMb', 64, 1024 * 1024) * 1024 ** 2;
+  // Bandwidth: at most the daemon's limit, which admission checks (422 limit_exceeds_host); the bound here only refuses the absurd.
+  const diskReadMbps = b.diskReadMbps === undefined ? undefined : int(b.diskReadMbps, 'diskReadMbps', 1, 1024 * 1024);
+  const diskWriteMbps = b.diskWriteMbps === undefined ? undefined : int(b.diskWriteMbps, 'diskWriteMbps', 1, 1024 * 1024);
   let cpus = defaultCpus;
   if (b.cpus !== undefined) {
     if (typeof b.cpus !== 'number' || !(b.cpus >= 0.05 && b.cpus <= 256)) throw bad('cpus', `must be a number within 0.05..256, got ${JSON.stringify(b.cpus)}`);
@@ -137,6 +159,8 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     screen,
     memoryBytes,
     diskBytes,
+    ...(diskReadMbps === undefined ? {} : { diskReadMbps }),
+    ...(diskWriteMbps === undefined ? {} : { diskWriteMbps }),
     cpus,
     pids,
     egress: b.egress === true,
@@ -145,5 +169,16 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     ttlSeconds,
     labels,
     ...(b.userns === undefined ? {} : { userns: b.userns }),
+  };
+}
+
+/** The session's disk bandwidth in bytes/s (0: none): its spec's, else the daemon's. */
+export function diskRates(
+  spec: Pick<SessionSpec, 'diskReadMbps' | 'diskWriteMbps'>,
+  config: { diskReadMbps: number; diskWriteMbps: number },
+): { readBytesPerSecond: number; writeBytesPerSecond: number } {
+  return {
+    readBytesPerSecond: (spec.diskReadMbps ?? config.diskReadMbps) * 1024 ** 2,
+    writeBytesPerSecond: (spec.diskWriteMbps ?? config.diskWriteMbps) * 1024 ** 2,
   };
 }

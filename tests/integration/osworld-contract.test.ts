@@ -246,3 +246,38 @@ describe('osworld guest contract (osworld image)', () => {
     await assert.rejects(fetch(tb + '/platform'));
   });
 });
+
+// The guest server's body limit (DRUMS_OSWORLD_MAX_BODY): a request over it is 413 with the contract's JSON error,
+// written nowhere; one under it goes through; the session and the daemon carry on.
+describe('osworld guest body limit', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await startDaemon({ DRUMS_OSWORLD_MAX_BODY: String(1024 * 1024) });
+  });
+  after(async () => {
+    await d.finish();
+  });
+
+  it('a body over DRUMS_OSWORLD_MAX_BODY is 413 and nothing is written; one under it is stored', async () => {
+    const s = (await d.client.createSession({ image: 'minimal', labels: { 'drums.osworld': '1' } } as never)) as unknown as S;
+    try {
+      const base = `http://127.0.0.1:${s.osworld!.serverPort}`;
+      const upload = (bytes: number, path: string) => {
+        const form = new FormData();
+        form.set('file_path', path);
+        form.set('file_data', new Blob([Buffer.alloc(bytes, 0x61)]), 'f');
+        return fetch(`${base}/setup/upload`, { method: 'POST', body: form });
+      };
+      const big = await upload(2 * 1024 * 1024, '/home/user/big');
+      assert.equal(big.status, 413);
+      assert.match(((await big.json()) as { message: string }).message, /over 1048576 bytes/);
+      const ls = await d.client.exec(s.id, { shell: 'ls /home/user/big 2>&1; true' });
+      assert.match(ls.stdout, /No such file/);
+      const small = await upload(512 * 1024, '/home/user/small');
+      assert.equal(small.status, 200, await small.text());
+      assert.equal((await d.client.exec(s.id, { shell: 'stat -c %s /home/user/small' })).stdout.trim(), String(512 * 1024));
+    } finally {
+      await d.client.destroySession(s.id);
+    }
+  });
+});

@@ -45,8 +45,17 @@ describe('CPU and memory fairness', () => {
     try {
       const want = Math.max(1, cpus().length / 2);
       assert.equal(a.limits.cpus, want);
+      // A session starting on a slow (emulated: the cgroup v2 VM) host can keep a core busy long enough
+      // for the CPU guard to demote it for a while (cpu.idle 1, a capped quota): wait until it is back.
+      await until('the session at its normal rank', async () => {
+        const r = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.idle 2>/dev/null || cat /sys/fs/cgroup/cpu.idle' });
+        return r.stdout.trim() !== '1' ? true : undefined;
+      });
       const q = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d" " -f1 /sys/fs/cgroup/cpu.max' });
       assert.equal(Number(q.stdout.trim()), want * 100_000);
+      // ...and the normal weight, the same for every session (the CPU guard lowers a hog's; src/host/cpu-guard.ts).
+      const w = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || cat /sys/fs/cgroup/cpu.weight' });
+      assert.equal(w.stdout.trim(), v2 ? '100' : '1024');
       assert.equal(a.memory?.oomKills, 0);
       // `tail` buffers a line that never ends: it grows until the session's memory limit stops it.
       const hog = await d.client.exec(a.id, { shell: 'tail /dev/zero; echo rc=$?', timeoutMs: 60_000 * TIME_SCALE });
@@ -61,7 +70,10 @@ describe('CPU and memory fairness', () => {
       const text = await (await fetch(`${d.url}/metrics`, { headers: { authorization: `Bearer ${d.token}` } })).text();
       assert.match(text, new RegExp(`drums_session_oom_kills\\{session="${a.id}"\\} [1-9]`));
       assert.match(text, /drums_admission_more_sessions\{resource="memory"\} \d+/);
-      if (existsSync('/proc/pressure/cpu')) assert.match(text, /drums_host_pressure_avg10\{kind="some",resource="cpu"\} [\d.]+/);
+      for (const r of ['cpu', 'memory', 'io']) {
+        if (existsSync(`/proc/pressure/${r}`)) assert.match(text, new RegExp(`drums_host_pressure_avg10\\{kind="some",resource="${r}"\\} [\\d.]+`), r);
+      }
+      if (v2) assert.match(text, new RegExp(`drums_session_pressure_avg10\\{kind="some",resource="memory",session="${a.id}"\\} [\\d.]+`));
       // When the kernel picks the X server, the session breaks and its state says why. The OOM
       // score is size + adj x limit: with X at 1000 and many small hogs at 500, X goes first.
       await d.client.exec(a.id, { shell: 'for p in $(pidof Xvfb); do echo 1000 > /proc/$p/oom_score_adj; done', root: true });

@@ -124,7 +124,8 @@ describe('session lifecycle (minimal image)', () => {
     }
   });
 
-  for (const step of ['network', 'firewall', 'rootfs', 'bundle', 'container', 'ready']) {
+  // Create steps ('userns' runs for the default session, which has a user namespace; a failure at 'network' undoes it).
+  for (const step of ['userns', 'network', 'firewall', 'rootfs', 'bundle', 'container', 'ready']) {
     it(`a create that fails at '${step}' reports the step and leaves no residue`, async () => {
       await assert.rejects(d.client.createSession({ image: 'minimal', labels: { 'drums.test.failStep': step } }), (e: DrumsApiError) => {
         assert.equal(e.code, 'session_create_failed');

@@ -1,11 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
 
-const CREATE_STEPS = ['record', 'network', 'firewall', 'egress', 'rootfs', 'bundle', 'container', 'ready'];
+// Every step of a create (src/session/manager.ts): 'userns' runs for the default session (DRUMS_USERNS=1), a host-ids session skips it.
+const CREATE_STEPS = ['record', 'userns', 'network', 'firewall', 'egress', 'rootfs', 'bundle', 'container', 'ready'];
 const RESET_STEPS = ['stop', 'rootfs', 'bundle', 'container', 'ready'];
 
 /** SIGKILL of the daemon process (bin/drums runs it under tini, which exits with it). */
@@ -110,6 +112,46 @@ describe('daemon restart', () => {
     });
   }
 
+  it('sessions that died or lost an object while no daemon ran are swept and reported with why; a live one is adopted', async () => {
+    const dead = await d.client.createSession({ image: 'minimal' });
+    const noVeth = await d.client.createSession({ image: 'minimal' });
+    const mute = await d.client.createSession({ image: 'minimal' });
+    const live = await d.client.createSession({ image: 'minimal' });
+    const keep = (await d.client.listSessions()).map((s) => s.id).filter((id) => ![dead.id, noVeth.id, mute.id].includes(id));
+    await killDaemon(d);
+    const rec = (id: string) =>
+      JSON.parse(readFileSync(join(d.stateDir, 'sessions', id, 'session.json'), 'utf8')) as {
+        init: { pid: number };
+        names: { hostVeth: string; cgroup: string };
+      };
+    // Its init killed: the container is gone (or a zombie runc reports stopped).
+    process.kill(rec(dead.id).init.pid, 'SIGKILL');
+    // Its host veth deleted.
+    execFileSync('ip', ['link', 'del', rec(noVeth.id).names.hostVeth]);
+    // Its X server stopped (SIGSTOP): the container runs, but X does not answer the probe.
+    const cg = rec(mute.id).names.cgroup;
+    const procsFile = [`/sys/fs/cgroup/pids${cg}/cgroup.procs`, `/sys/fs/cgroup${cg}/cgroup.procs`].find((f) => existsSync(f))!;
+    const procs = readFileSync(procsFile, 'utf8').split('\n').filter(Boolean);
+    const xvfb = procs.filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!.endsWith('Xvfb');
+      } catch {
+        return false;
+      }
+    });
+    assert.equal(xvfb.length, 1, `Xvfb of ${mute.id}: ${JSON.stringify(xvfb)}`);
+    process.kill(Number(xvfb[0]), 'SIGSTOP');
+    await restart();
+    assert.deepEqual((await d.client.listSessions()).map((s) => s.id).sort(), [...keep].sort());
+    assert.equal((await d.client.exec(live.id, { argv: ['echo', 'ok'] })).stdout.trim(), 'ok');
+    const t = (await (await d.client.request('GET', '/v1/terminations')).json()) as { terminations: { id: string; reason: string }[] };
+    const why = (id: string) => t.terminations.find((x) => x.id === id)?.reason ?? '';
+    assert.match(why(dead.id), /swept at daemon start: (its init process is gone|its container is (stopped|missing))/);
+    assert.match(why(noVeth.id), /swept at daemon start: its veth is missing/);
+    assert.match(why(mute.id), /swept at daemon start: its X server does not answer/);
+    assertObjects(keep.length);
+  });
+
   it('corrupt records (truncated, or JSON of the wrong shape): those sessions are swept and reported, the others are adopted', async () => {
     const trunc = await d.client.createSession({ image: 'minimal' });
     const shape = await d.client.createSession({ image: 'minimal' });
@@ -143,19 +185,42 @@ describe('daemon restart', () => {
 
 describe('systemd unit', () => {
   it('install-service writes a unit that restarts on failure and stops only the daemon', async () => {
-    const { execFileSync, spawnSync } = await import('node:child_process');
-    const { existsSync, mkdtempSync, rmSync } = await import('node:fs');
+    const { spawnSync } = await import('node:child_process');
+    const { mkdtempSync, rmSync } = await import('node:fs');
     const { DRUMS } = await import('../helpers.ts');
     const dir = mkdtempSync('/var/tmp/drums-unit-');
     try {
       execFileSync(DRUMS, ['install-service', '--dir', dir], { encoding: 'utf8' });
       const unit = readFileSync(join(dir, 'drums.service'), 'utf8');
-      const exec = /^ExecStart=(\S+) serve --keep-sessions$/m.exec(unit);
+      assert.equal(execFileSync(DRUMS, ['install-service', '--print'], { encoding: 'utf8' }), unit, '--print shows what is installed');
+      // Parsed as systemd reads it: sections, then Key=Value lines (comments and blank lines aside).
+      const sections: Record<string, Record<string, string[]>> = {};
+      let cur: Record<string, string[]> | undefined;
+      for (const line of unit.split('\n')) {
+        if (/^\s*(#|;|$)/.test(line)) continue;
+        const sec = /^\[(\w+)\]$/.exec(line);
+        if (sec) {
+          cur = sections[sec[1]!] = {};
+          continue;
+        }
+        const kv = /^([A-Za-z]+)=(.*)$/.exec(line);
+        assert.ok(cur && kv, `not a unit line: ${JSON.stringify(line)}`);
+        (cur[kv[1]!] ??= []).push(kv[2]!);
+      }
+      assert.deepEqual(Object.keys(sections), ['Unit', 'Service', 'Install']);
+      const svc = sections.Service!;
+      const exec = /^(\/\S+) serve --keep-sessions$/.exec(svc.ExecStart?.join() ?? '');
       assert.ok(exec && existsSync(exec[1]!), unit);
-      for (const line of ['Restart=on-failure', 'KillMode=process', 'CPUWeight=200']) assert.ok(unit.includes(`\n${line}\n`), line);
+      // Restart on failure; a stop signals the daemon only (KillMode=process), which keeps the sessions (--keep-sessions).
+      assert.deepEqual([svc.Restart, svc.KillMode, svc.CPUWeight, svc.OOMScoreAdjust], [['on-failure'], ['process'], ['200'], ['-500']]);
+      assert.ok(
+        svc.Environment?.some((e) => /^DRUMS_STATE_DIR=\//.test(e)),
+        JSON.stringify(svc.Environment),
+      );
+      assert.deepEqual(sections.Install!.WantedBy, ['multi-user.target']);
       assert.doesNotMatch(unit, /@[A-Z_]+@/);
       const verify = spawnSync('systemd-analyze', ['verify', join(dir, 'drums.service')], { encoding: 'utf8' });
-      if (!verify.error) assert.doesNotMatch(verify.stderr, /drums\.service:\d+: /, verify.stderr);
+      if (!verify.error) assert.ok(verify.status === 0 && !/drums\.service/.test(verify.stderr), `systemd-analyze verify: ${verify.status} ${verify.stderr}`);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

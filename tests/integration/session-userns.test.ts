@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
@@ -83,6 +84,25 @@ describe('user namespace per session', () => {
       // On the host, the file the desktop user made is owned by the session's own host uid.
       const upper = join(d.stateDir, 'sessions', a.id, 'disk', 'upper', 'home', 'user', 'mine');
       assert.equal(statSync(upper).uid, ra.hostUidBase + 1000);
+
+      // No copy of the image: the session's lower is a read-only idmapped mount of the image's own rootfs, and
+      // the session holds on the host only what it wrote (its sparse disk image and small files; minimal is ~490 MiB).
+      const sdir = join(d.stateDir, 'sessions', a.id);
+      const mi = readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .map((l) => l.split(' '));
+      const lower = mi.find((f) => f[4] === join(sdir, 'lower'));
+      assert.ok(lower, 'no lower mount');
+      assert.ok(lower[3]!.endsWith('/rootfs') && !lower[3]!.startsWith(sdir), lower.join(' '));
+      assert.match(lower[5]!, /(^|,)idmapped(,|$)/, lower.join(' '));
+      assert.match(lower[5]!, /(^|,)ro(,|$)/, lower.join(' '));
+      const mountpoints = new Set(mi.map((f) => f[4]).filter((m) => m?.startsWith(sdir + '/')));
+      const held = (p: string): number => {
+        const st = lstatSync(p);
+        if (!st.isDirectory()) return st.blocks * 512;
+        return readdirSync(p).reduce((n, e) => n + (mountpoints.has(join(p, e)) ? 0 : held(join(p, e))), st.blocks * 512);
+      };
+      assert.ok(held(sdir) < 64 * 1024 ** 2, `the session holds ${held(sdir)} bytes on the host`);
 
       // Host view: A's desktop processes run as base+1000, B's as its own, C's as host uid 1000.
       const pa = hostProcs(d.instance, a.id),
@@ -198,6 +218,63 @@ describe('user namespace per session', () => {
     assert.ok(!uidClaims(d.instance).has(a.id));
   });
 
+  it("a session's inotify instances are charged to its own host uid: one that exhausts the per-uid limit stops only itself", async () => {
+    // The host's per-uid limit, whatever it is here (the kernel's default is 128; setup no longer raises it).
+    const limit = Number(readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8').trim());
+    assert.ok(limit <= 65536, `fs.inotify.max_user_instances=${limit}: too many instances to open in a test`);
+    const a = await d.client.createSession({ image: 'minimal' });
+    const b = await d.client.createSession({ image: 'minimal' });
+    let c: SessionInfo | undefined;
+    let holder: Promise<unknown> | undefined;
+    try {
+      const install = `cat > /tmp/ino.py <<'EOF'\n${INOTIFY_PY}\nEOF`;
+      for (const s of [a, b]) assert.equal((await d.client.exec(s.id, { shell: install })).exitCode, 0);
+      // A opens inotify instances until the kernel refuses, and holds them.
+      holder = d.client.exec(a.id, { shell: 'exec python3 /tmp/ino.py 1000000 /tmp/ino.out', timeoutMs: 300_000 }).catch((e) => e);
+      const held = await waitFor('a to hold its instances', async () => {
+        const r = await d.client.exec(a.id, { shell: 'cat /tmp/ino.out 2>/dev/null' });
+        return /^\d+ \w+$/.test(r.stdout.trim()) ? r.stdout.trim().split(' ') : undefined;
+      });
+      const nA = Number(held[0]);
+      // Refused by the per-uid count (EMFILE before any fd table was full), within a few of the host's whole limit:
+      // inside the session's own namespace there is no such limit, so the host level's is what stopped it.
+      assert.equal(held[1], 'EMFILE', held.join(' '));
+      assert.ok(nA <= limit && nA >= limit - 64, `a opened ${nA} of ${limit}`);
+      const host = (uid: number, n: number) =>
+        execFileSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '/usr/bin/python3', '-c', INOTIFY_PY, String(n)], {
+          encoding: 'utf8',
+        }).trim();
+      // The count sits on the owner of a's namespace, its base uid: that uid has none left on the host...
+      assert.equal(host(a.userns!.hostUidBase, 10), '0 EMFILE');
+      // ...and not on the uid its processes run as (the desktop, base + 1000), nor on the host's uid 1000.
+      assert.equal(host(a.userns!.hostUidBase + 1000, 10), '10 none');
+      assert.equal(host(1000, 10), '10 none');
+      // b has a whole limit of its own: together they hold about twice what one uid may (the old cap: 128, ~40 sessions).
+      const rb = await d.client.exec(b.id, { shell: `python3 /tmp/ino.py ${limit}`, timeoutMs: 120_000 });
+      const [nB, errB] = rb.stdout.trim().split(' ');
+      assert.equal(errB, 'EMFILE', rb.stdout + rb.stderr);
+      assert.ok(Number(nB) >= limit - 64, `b opened ${nB} of ${limit} while a held ${nA}`);
+      assert.ok(nA + Number(nB) > Math.max(limit, 128));
+      console.log(`# inotify: per-uid limit ${limit}; a held ${nA}, b opened ${nB} meanwhile`);
+      // A new session's desktop (D-Bus, which watches with inotify) comes up while a holds all of its own.
+      c = await d.client.createSession({ image: 'minimal' });
+      assert.equal(c.state, 'ready');
+      const rc = await d.client.exec(c.id, { shell: `${install}\npython3 /tmp/ino.py 10` });
+      assert.equal(rc.stdout.trim(), '10 none', rc.stderr);
+      // Let go: a's instances are given back with its processes.
+      await d.client.exec(a.id, { shell: 'kill $(cat /tmp/ino.pid)' });
+      await holder;
+      holder = undefined;
+      await waitFor("a's instances to be given back", () => (host(a.userns!.hostUidBase, 10) === '10 none' ? true : undefined), 30_000);
+    } finally {
+      if (holder) {
+        await d.client.exec(a.id, { shell: 'kill $(cat /tmp/ino.pid)' }).catch(() => {});
+        await holder;
+      }
+      for (const s of [a, b, c]) if (s) await d.client.destroySession(s.id);
+    }
+  });
+
   it('bad input: userns must be a boolean', async () => {
     await assert.rejects(d.client.createSession({ image: 'minimal', userns: 'yes' as unknown as boolean }), (e: { status: number; code: string }) => {
       assert.equal(e.status, 400);
@@ -206,6 +283,44 @@ describe('user namespace per session', () => {
     });
   });
 });
+
+/**
+ * Opens up to argv[1] inotify instances, in as many processes as the fd table needs, and prints "<opened> <errno
+ * that stopped it, or none>". With argv[2] it writes that there, its pid to /tmp/ino.pid, and holds them until killed.
+ */
+const INOTIFY_PY = `
+import ctypes, errno, os, resource, sys, time
+l = ctypes.CDLL(None, use_errno=True)
+want = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+per = max(16, hard - 64)
+r, w = os.pipe()
+k, keep = os.pipe()
+total, err = 0, 'none'
+while total < want and err == 'none':
+    cap = min(per, want - total)
+    if os.fork() == 0:
+        os.close(keep)
+        fds, e = [], 'none'
+        while len(fds) < cap:
+            fd = l.inotify_init1(0)
+            if fd < 0:
+                e = errno.errorcode.get(ctypes.get_errno(), '?')
+                break
+            fds.append(fd)
+        os.write(w, ('%d %s\\n' % (len(fds), e)).encode())
+        os.read(k, 1)
+        os._exit(0)
+    n, err = os.read(r, 64).decode().split()
+    total += int(n)
+out = '%d %s' % (total, err)
+if len(sys.argv) > 2:
+    open('/tmp/ino.pid', 'w').write(str(os.getpid()))
+    open(sys.argv[2], 'w').write(out + '\\n')
+    time.sleep(3600)
+print(out, flush=True)
+`;
 
 /** In a child: unshare a user namespace, then try to mount and to unshare a mount namespace. */
 const NESTED_PY = `

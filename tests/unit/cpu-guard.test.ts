@@ -1,69 +1,268 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CpuGuard } from '../../src/host/cpu-guard.ts';
+import { CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
+
+/** A cgroup tree and a /proc/stat in a temporary directory with the v1 or v2 file names, and a guard over it. */
+function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}, cpus: Record<string, number> = {}, withIdle = true) {
+  const root = mkdtempSync(join(tmpdir(), 'drums-cpu-guard-'));
+  const cg = (id: string) => `/drums-t/${id}`;
+  const usage = (id: string) => join(root, v2 ? `${cg(id)}/cpu.stat` : `cpuacct${cg(id)}/cpuacct.usage`);
+  const dir = (id: string) => join(root, v2 ? cg(id) : `cpu${cg(id)}`);
+  const weight = (id: string) => join(dir(id), v2 ? 'cpu.weight' : 'cpu.shares');
+  const idle = (id: string) => join(dir(id), 'cpu.idle');
+  const quota = (id: string) => join(dir(id), v2 ? 'cpu.max' : 'cpu.cfs_quota_us');
+  const normal = v2 ? '100' : '1024';
+  const cpusOf = (id: string) => cpus[id] ?? 1;
+  const ownQuota = (id: string) => (v2 ? `${cpusOf(id) * 100000} 100000` : String(cpusOf(id) * 100000));
+  const capQuota = v2 ? '10000 100000' : '10000';
+  const used: Record<string, number> = {};
+  const periods: Record<string, number> = {};
+  const throttled: Record<string, number> = {};
+  const set = (id: string) => {
+    const stat = `nr_periods ${periods[id]}\nnr_throttled ${throttled[id]}\nthrottled_time 0\n`;
+    if (v2) writeFileSync(usage(id), `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n${stat}`);
+    else {
+      writeFileSync(usage(id), String(used[id]));
+      writeFileSync(join(dir(id), 'cpu.stat'), stat);
+    }
+  };
+  // The host's /proc/stat in jiffies (10 ms) per core: busy in user, the rest idle.
+  const host = { busy: 0, idle: 0 };
+  const procStat = join(root, 'proc-stat');
+  const writeHost = () => writeFileSync(procStat, `cpu  ${Math.round(host.busy)} 0 0 ${Math.round(host.idle)} 0 0 0 0 0 0\ncpu0 0 0 0 0\n`);
+  writeHost();
+  for (const id of ids) {
+    for (const f of [usage(id), weight(id)]) mkdirSync(join(f, '..'), { recursive: true });
+    writeFileSync(weight(id), normal);
+    if (withIdle) writeFileSync(idle(id), '0');
+    writeFileSync(quota(id), ownQuota(id));
+    if (!v2) writeFileSync(join(dir(id), 'cpu.cfs_period_us'), '100000');
+    used[id] = periods[id] = throttled[id] = 0;
+    set(id);
+  }
+  /** Sessions being created or reset. */
+  const starting = new Set<string>();
+  const guard = new CpuGuard(() => new Map(ids.map((id) => [id, { cgroup: cg(id), cpus: cpusOf(id), starting: starting.has(id) }])), {
+    root,
+    v2,
+    procStat,
+    cores: 2,
+    ...opts,
+  });
+  let now = 0;
+  return {
+    guard,
+    starting,
+    normal,
+    weight,
+    idle,
+    quota,
+    ownQuota,
+    capQuota,
+    get now() {
+      return now;
+    },
+    /**
+     * `ms` of time: each session uses its `cores`, the host is busy with `hostBusy` cores (default: the
+     * sessions' sum plus 1, a contended host), and a session in `throttledIn` was throttled in that share
+     * of its periods; then one tick.
+     */
+    step(ms: number, cores: Record<string, number>, o: { hostBusy?: number; throttledIn?: Record<string, number> } = {}) {
+      now += ms;
+      for (const id of ids) {
+        used[id]! += (cores[id] ?? 0) * ms * 1e6;
+        const p = (cores[id] ?? 0) > 0 ? ms / 100 : 0;
+        periods[id]! += p;
+        throttled[id]! += p * (o.throttledIn?.[id] ?? 0);
+        set(id);
+      }
+      const busy = o.hostBusy ?? Object.values(cores).reduce((a, b) => a + b, 0) + 1;
+      host.busy += (busy * ms) / 10;
+      host.idle += ((2 - busy) * ms) / 10;
+      writeHost();
+      guard.tick(now);
+    },
+    /** A reset: the new cgroup's counters start from 0, at the session's own quota and the default weight. */
+    reset(id: string) {
+      used[id] = periods[id] = throttled[id] = 0;
+      set(id);
+      writeFileSync(weight(id), normal);
+      if (withIdle) writeFileSync(idle(id), '0');
+      writeFileSync(quota(id), ownQuota(id));
+    },
+    // With cpu.idle the kernel gives the group the idle weight itself; without it the weight is a 16th.
+    demotedNow: (id: string) =>
+      (withIdle ? readFileSync(idle(id), 'utf8') === '1' : readFileSync(weight(id), 'utf8') === (v2 ? '6' : '64')) &&
+      readFileSync(quota(id), 'utf8') === capQuota,
+    normalNow: (id: string) =>
+      readFileSync(weight(id), 'utf8') === normal && (!withIdle || readFileSync(idle(id), 'utf8') === '0') && readFileSync(quota(id), 'utf8') === ownQuota(id),
+    done: () => rmSync(root, { recursive: true, force: true }),
+  };
+}
 
 // The guard's policy on a cgroup tree laid out in a temporary directory (v1 and v2 file names).
 for (const v2 of [false, true]) {
   describe(`CPU guard (cgroup ${v2 ? 'v2' : 'v1'} files)`, () => {
-    it('demotes a spinning session and one far above its neighbours, never the even ones; probation after the hold', () => {
-      const root = mkdtempSync(join(tmpdir(), 'drums-cpu-guard-'));
+    it('demotes a spinning session and one far above its neighbours on a contended host; restores them when they stop hitting the cap', () => {
+      const ids = ['spin', 'greedy', 'a', 'b', 'c', 'd'];
+      const f = fixture(v2, ids, { graceS: 0 });
       try {
-        const ids = ['spin', 'greedy', 'a', 'b', 'c', 'd'];
-        const cg = (id: string) => `/drums-t/${id}`;
-        const usage = (id: string) => join(root, v2 ? `${cg(id)}/cpu.stat` : `cpuacct${cg(id)}/cpuacct.usage`);
-        const weight = (id: string) => join(root, v2 ? `${cg(id)}/cpu.weight` : `cpu${cg(id)}/cpu.shares`);
-        const idle = (id: string) => join(weight(id), '..', 'cpu.idle');
-        const normal = v2 ? '100' : '1024';
-        const used: Record<string, number> = {};
-        const set = (id: string) => writeFileSync(usage(id), v2 ? `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n` : String(used[id]));
-        for (const id of ids) {
-          for (const f of [usage(id), weight(id)]) mkdirSync(join(f, '..'), { recursive: true });
-          writeFileSync(weight(id), normal);
-          writeFileSync(idle(id), '0');
-          used[id] = 0;
-          set(id);
-        }
-        const demotedNow = (id: string) => readFileSync(weight(id), 'utf8') !== normal && readFileSync(idle(id), 'utf8') === '1';
-        const guard = new CpuGuard(() => new Map(ids.map((id) => [id, cg(id)])), { root, v2 });
-        // Per second: spin 0.9 core, greedy 0.4 (4× the others), a-d 0.1 each.
+        // Per second: spin 0.9 core, greedy 0.4 (4× the others), a-d 0.1 each, all of it steady.
         const rate: Record<string, number> = { spin: 0.9, greedy: 0.4, a: 0.1, b: 0.1, c: 0.1, d: 0.12 };
-        const run = (from: number, to: number) => {
-          for (let s = from; s <= to; s++) {
-            for (const id of ids) {
-              used[id]! += rate[id]! * 1e9;
-              set(id);
-            }
-            guard.tick(s * 1000);
-          }
+        const throttledIn: Record<string, number> = {};
+        const run = (seconds: number, hostBusy?: number) => {
+          for (let i = 0; i < seconds * 2; i++) f.step(500, rate, { throttledIn, ...(hostBusy === undefined ? {} : { hostBusy }) });
         };
-        run(0, 1);
-        assert.deepEqual(guard.demoted(), [], 'no verdict before a full window');
-        run(2, 3);
-        assert.deepEqual(guard.demoted().sort(), ['greedy', 'spin']);
-        for (const id of ['spin', 'greedy']) assert.ok(demotedNow(id), id);
-        for (const id of ['a', 'b', 'c', 'd']) assert.equal(readFileSync(weight(id), 'utf8'), normal, id);
-        // A reset gives a new cgroup at the default weight: while demoted, it is demoted again at once.
-        writeFileSync(weight('spin'), normal);
-        writeFileSync(idle('spin'), '0');
-        run(4, 4);
-        assert.ok(demotedNow('spin'));
-        // greedy calms down; after the 10 s hold both are on probation: spin, still spinning, is demoted again.
-        rate.greedy = 0.1;
-        run(5, 11);
-        assert.deepEqual(guard.demoted().sort(), ['greedy', 'spin']);
-        run(12, 13);
-        assert.deepEqual(guard.demoted(), [], 'both on probation at the normal weight');
-        assert.equal(readFileSync(idle('spin'), 'utf8'), '0');
-        run(14, 16);
-        assert.deepEqual(guard.demoted(), ['spin']);
-        assert.equal(readFileSync(weight('greedy'), 'utf8'), normal);
-        assert.equal(guard.demotions, 3);
-        assert.ok(existsSync(idle('a')));
+        run(1.5);
+        assert.deepEqual(f.guard.demoted(), [], 'no verdict before a full window');
+        run(1);
+        assert.deepEqual(f.guard.demoted().sort(), ['greedy', 'spin']);
+        for (const id of ['spin', 'greedy']) assert.ok(f.demotedNow(id), id);
+        for (const id of ['a', 'b', 'c', 'd']) assert.ok(f.normalNow(id), id);
+        // Demoted, both hit the 0.1-core cap in every period: they stay demoted.
+        rate.spin = rate.greedy = 0.1;
+        throttledIn.spin = throttledIn.greedy = 1;
+        run(8);
+        assert.deepEqual(f.guard.demoted().sort(), ['greedy', 'spin']);
+        // Should anything put the weight back while it is demoted, the guard writes it again.
+        writeFileSync(f.weight('spin'), f.normal);
+        writeFileSync(f.idle('spin'), '0');
+        run(0.5);
+        assert.ok(f.demotedNow('spin'));
+        // greedy calms down (no longer throttled): restored, its own quota back, after a window.
+        throttledIn.greedy = 0;
+        rate.greedy = 0.05;
+        run(0.5);
+        assert.deepEqual(f.guard.demoted().sort(), ['greedy', 'spin'], 'not before a window of the new behaviour');
+        run(2);
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.ok(f.normalNow('greedy'));
+        // The host goes quiet (the rest of it uses 0.1 core): spin is restored though it still spins, and keeps its quota.
+        run(2, 0.2);
+        assert.deepEqual(f.guard.demoted(), []);
+        assert.ok(f.normalNow('spin'));
+        rate.spin = 0.95;
+        throttledIn.spin = 0;
+        run(4, 1.05);
+        assert.deepEqual(f.guard.demoted(), [], 'a lone spinner on an idle host keeps its quota');
+        assert.equal(f.guard.demotions, 2);
+        assert.equal(f.guard.demotionsOf('spin'), 1);
+        assert.equal(f.guard.demotionsOf('a'), 0);
       } finally {
-        rmSync(root, { recursive: true, force: true });
+        f.done();
+      }
+    });
+
+    it('without cpu.idle (kernels before 5.15) a demotion is a 16th of the weight and the cap', () => {
+      const f = fixture(v2, ['spin', 'a'], { graceS: 0 }, {}, false);
+      try {
+        for (let i = 0; i < 6; i++) f.step(500, { spin: 0.9, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.ok(f.demotedNow('spin'));
+        for (let i = 0; i < 6; i++) f.step(500, { spin: 0, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), []);
+        assert.ok(f.normalNow('spin'));
+      } finally {
+        f.done();
+      }
+    });
+
+    it('never demotes a bursty session (a quiet tick in every window), even at a mean the old rule called a hog', () => {
+      const f = fixture(v2, ['bursty', 'a', 'b', 'c'], { graceS: 0 });
+      try {
+        // bursty: 1 core for 1.5 s, then 0.05 for 0.5 s, over and over: a mean of 0.76 core (over hogCores,
+        // 7× the others), but one quiet tick in every 2 s window.
+        for (let k = 0; k < 80; k++) {
+          f.step(500, { bursty: k % 4 === 3 ? 0.05 : 1, a: 0.1, b: 0.1, c: 0.1 });
+          assert.deepEqual(f.guard.demoted(), [], `tick ${k}`);
+        }
+        // The same session, spinning now: every tick busy.
+        for (let k = 0; k < 6; k++) f.step(500, { bursty: 1, a: 0.1, b: 0.1, c: 0.1 });
+        assert.deepEqual(f.guard.demoted(), ['bursty']);
+        assert.equal(f.guard.demotions, 1);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('gives a session graceS after its create and after a reset, none while it is starting, and a reset ends a demotion', () => {
+      const f = fixture(v2, ['spin', 'a', 'b']);
+      try {
+        const use = { spin: 0.9, a: 0.05, b: 0.05 };
+        f.step(0, use);
+        // Busy from its first moment (a desktop starting up): not judged for 10 s.
+        while (f.now < 9500) {
+          f.step(500, use);
+          assert.deepEqual(f.guard.demoted(), [], `at ${f.now} ms`);
+        }
+        f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), ['spin'], 'judged once the grace is over');
+        assert.ok(f.demotedNow('spin'));
+        // A reset: the counters start again. The demotion ends and the new desktop gets its grace.
+        f.reset('spin');
+        const resetAt = f.now;
+        f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), []);
+        assert.ok(f.normalNow('spin'));
+        while (f.now < resetAt + 9500) {
+          f.step(500, use);
+          assert.deepEqual(f.guard.demoted(), [], `at ${f.now} ms`);
+        }
+        f.step(500, use);
+        f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.equal(f.guard.demotions, 2);
+        // While a session is being created or reset it is not judged, and its cgroup is not written
+        // (runc sets the weight there, refused on an idle group); its grace starts when that ends.
+        f.starting.add('spin');
+        f.reset('spin');
+        writeFileSync(f.weight('spin'), '333');
+        const startedAt = f.now;
+        while (f.now < startedAt + 20_000) {
+          f.step(500, use);
+          assert.equal(readFileSync(f.weight('spin'), 'utf8'), '333', 'written while starting');
+        }
+        writeFileSync(f.weight('spin'), f.normal);
+        assert.deepEqual(f.guard.demoted(), [], 'a reset ends a demotion');
+        f.starting.delete('spin');
+        const readyAt = f.now;
+        while (f.now < readyAt + 9500) {
+          f.step(500, use);
+          assert.deepEqual(f.guard.demoted(), [], `ready, at ${f.now - readyAt} ms`);
+        }
+        f.step(500, use);
+        f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        assert.equal(f.guard.demotions, 3);
+        // stop() gives it back its own quota and the normal weight.
+        f.guard.stop();
+        assert.ok(f.normalNow('spin'));
+      } finally {
+        f.done();
+      }
+    });
+
+    it('a demotion lasts at most maxHoldS; a session its own quota bounds below minCores is never demoted', () => {
+      const f = fixture(v2, ['spin', 'small', 'a'], { graceS: 0 }, { small: 0.15 });
+      try {
+        const use = { spin: 0.9, small: 0.15, a: 0.02 };
+        for (let i = 0; i < 6; i++) f.step(500, use);
+        assert.deepEqual(f.guard.demoted(), ['spin']);
+        const since = f.now;
+        // (demoted at the 5th or 6th tick: `since` is at most 500 ms late)
+        while (f.now < since + 29_000) {
+          f.step(500, { ...use, spin: 0.1 }, { throttledIn: { spin: 1, small: 1 } });
+          assert.deepEqual(f.guard.demoted(), ['spin'], `at ${f.now - since} ms`);
+        }
+        f.step(500, { ...use, spin: 0.1 }, { throttledIn: { spin: 1 } });
+        f.step(500, { ...use, spin: 0.1 }, { throttledIn: { spin: 1 } });
+        assert.deepEqual(f.guard.demoted(), [], 'restored after 30 s');
+        assert.ok(f.normalNow('small'));
+      } finally {
+        f.done();
       }
     });
   });

@@ -1,9 +1,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { parseScreen, parseSpec } from '../../src/session/spec.ts';
 import { parsePool, subnetForSlot } from '../../src/host/network.ts';
 import { tableScript } from '../../src/host/nftables.ts';
 import { buildSpec } from '../../src/host/oci-spec.ts';
+import { blockDeviceOf } from '../../src/host/disk-throttle.ts';
 
 describe('session spec validation', () => {
   it('fills defaults', () => {
@@ -12,6 +14,8 @@ describe('session spec validation', () => {
     assert.deepEqual(s.screen, { width: 1280, height: 800, depth: 24 });
     assert.equal(s.egress, false);
     assert.deepEqual(s.hostPorts, []);
+    // The limits' defaults (docs/api.md): 2 GiB memory, a 512 MiB disk quota, 1024 pids.
+    assert.deepEqual([s.memoryBytes, s.diskBytes, s.pids], [2 * 1024 ** 3, 512 * 1024 ** 2, 1024]);
   });
   it('parses screens in both forms and rejects absurd ones, naming the field', () => {
     assert.deepEqual(parseScreen('1920x1080'), { width: 1920, height: 1080, depth: 24 });
@@ -35,6 +39,11 @@ describe('session spec validation', () => {
       [{ hostPorts: [70000] }, /hostPorts\[0\]/],
       [{ image: 'A B' }, /image/],
       [{ labels: { 'bad key': 'x' } }, /labels/],
+      [{ diskReadMbps: 0 }, /diskReadMbps/],
+      [{ diskReadMbps: -8 }, /diskReadMbps/],
+      [{ diskReadMbps: 2.5 }, /diskReadMbps/],
+      [{ diskReadMbps: '8' }, /diskReadMbps/],
+      [{ diskWriteMbps: 2 ** 40 }, /diskWriteMbps/],
     ];
     for (const [body, re] of cases)
       assert.throws(
@@ -101,5 +110,42 @@ describe('generated host configuration', () => {
     const v2 = buildSpec({ ...input, cpus: 1.5, cgroupV2: true }).linux.resources;
     assert.deepEqual(v2.cpu, { quota: 150_000, period: 100_000 });
     assert.deepEqual((v2 as { unified?: Record<string, string> }).unified, { 'cpu.weight': '100', 'memory.oom.group': '0' });
+    assert.equal('blockIO' in spec.linux.resources, false, 'no disk: no blockIO');
+  });
+  it("the OCI spec limits reads on the session's loop device and the image's disk, writes on the loop device only", () => {
+    const base = {
+      hostname: 'h',
+      uid: 1000,
+      gid: 1000,
+      home: '/home/user',
+      args: ['/x'],
+      env: {},
+      netnsPath: '/n',
+      cgroupsPath: '/drums-x/s',
+      runDir: '/r',
+      x11Dir: '/x11',
+      initPath: '/init',
+      memoryBytes: 1 << 30,
+      pids: 100,
+      cpus: 0,
+      shmBytes: 1,
+      tmpBytes: 1,
+    };
+    const io = (disk: Parameters<typeof buildSpec>[0]['disk']) => (buildSpec({ ...base, disk }).linux.resources as { blockIO?: unknown }).blockIO;
+    assert.deepEqual(io({ major: 7, minor: 3, writeBytesPerSecond: 100, readBytesPerSecond: 200.4, lower: { major: 254, minor: 0 } }), {
+      throttleWriteBpsDevice: [{ major: 7, minor: 3, rate: 100 }],
+      throttleReadBpsDevice: [
+        { major: 7, minor: 3, rate: 200 },
+        { major: 254, minor: 0, rate: 200 },
+      ],
+    });
+    assert.deepEqual(io({ major: 7, minor: 3, writeBytesPerSecond: 0, readBytesPerSecond: 5 }), { throttleReadBpsDevice: [{ major: 7, minor: 3, rate: 5 }] });
+    assert.equal(io({ major: 7, minor: 3, writeBytesPerSecond: 0, readBytesPerSecond: 0, lower: { major: 8, minor: 0 } }), undefined);
+  });
+  it('a throttle rule goes on a whole disk, never on a partition or a filesystem without a device', () => {
+    assert.equal(blockDeviceOf('/proc'), undefined);
+    assert.equal(blockDeviceOf('/nonexistent/path'), undefined);
+    const root = blockDeviceOf('/');
+    if (root) assert.equal(existsSync(`/sys/dev/block/${root.major}:${root.minor}/partition`), false);
   });
 });

@@ -47,17 +47,20 @@ describe('cgroup v2 host', () => {
 
         const s = await d.client.createSession({ image: 'minimal', memoryMb: 256, cpus: 1, pids: 300, diskMb: 256 });
         const dir = join(CG, `drums-${d.instance}`, s.id);
+        // A session starting under emulation keeps a core busy for seconds, so the CPU guard may have
+        // it demoted now (cpu.idle 1; the kernel then reports cpu.weight 1): wait for it to be back.
+        // (Restoring writes cpu.idle 0, which brings back the demoted weight 6, then cpu.weight.)
+        const restored = () =>
+          read(join(dir, 'cpu.idle')) === '0' && !['1', '6'].includes(read(join(dir, 'cpu.weight'))) && read(join(dir, 'cpu.max')) === '100000 100000'
+            ? true
+            : undefined;
+        await until('the session at the normal weight and quota', restored, 90_000, () => `${read(join(dir, 'cpu.weight'))} ${read(join(dir, 'cpu.max'))}`);
+        assert.equal(read(join(dir, 'cpu.weight')), '100', 'a session has the default weight, the one the CPU guard restores');
         assert.equal(read(join(dir, 'memory.max')), String(256 * MiB));
         assert.equal(read(join(dir, 'memory.swap.max')), '0', 'no swap: a session at its limit is OOM-killed, not swapped');
         assert.equal(read(join(dir, 'pids.max')), '300');
         assert.equal(read(join(dir, 'memory.oom.group')), '0', 'an OOM kill takes one process, not the whole session');
         assert.equal(read(join(dir, 'cpu.max')), '100000 100000');
-        // A session starting under emulation keeps a core busy for seconds, so the CPU guard may have
-        // it demoted now (cpu.idle 1; the kernel then reports cpu.weight 1): wait for it to be back.
-        // (Restoring writes cpu.idle 0, which brings back the demoted weight 6, then cpu.weight.)
-        const restored = () => (read(join(dir, 'cpu.idle')) === '0' && !['1', '6'].includes(read(join(dir, 'cpu.weight'))) ? true : undefined);
-        await until('the session at the normal weight', restored, 90_000);
-        assert.equal(read(join(dir, 'cpu.weight')), '100', 'a session has the default weight, the one the CPU guard restores');
         // io.max on the session's own loop device (writeback is charged to the session on v2).
         const loop = execFileSync('losetup', ['-n', '-O', 'NAME,BACK-FILE', '-l'], { encoding: 'utf8' })
           .split('\n')

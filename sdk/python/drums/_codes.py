@@ -39,7 +39,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "payload_too_large": (413, "The body is over the limit."),
     "unsupported_media_type": (415, "The body is not JSON."),
     "upgrade_required": (426, "A WebSocket endpoint was requested without an upgrade."),
-    "limit_exceeds_host": (422, "A limit (memoryMb"),
+    "limit_exceeds_host": (422, "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it."),
     "pool_exhausted": (429, "The daemon holds its maximum number of sessions."),
     "pool_empty": (429, "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)."),
     "rate_limited": (429, "Too many requests for this token; see Retry-After."),

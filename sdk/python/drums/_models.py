@@ -117,6 +117,8 @@ class SessionSpec(TypedDict, total=False):
     screen: Screen
     memoryMb: int
     diskMb: int  # Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free.
+    diskReadMbps: int  # MiB/s the session may read from its disk, and from the image's device (each). Default and most: the daemon's DRUMS_DISK_READ_MBPS (more is 422 limit_exceeds_host).
+    diskWriteMbps: int  # MiB/s the session may write to its disk. Default and most: the daemon's DRUMS_DISK_WRITE_MBPS (more is 422 limit_exceeds_host).
     cpus: float
     pids: int
     egress: bool
@@ -220,6 +222,8 @@ class _SessionLimitsRequired(TypedDict):
 
 class SessionLimits(_SessionLimitsRequired, total=False):
     diskMb: float
+    diskReadMbps: float  # MiB/s (0: no limit)
+    diskWriteMbps: float  # MiB/s (0: no limit)
 
 
 class SessionUserns(TypedDict):

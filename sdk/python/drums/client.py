@@ -118,6 +118,8 @@ def _spec(kw: dict[str, Any]) -> m.SessionSpec:
     names = {
         "memory_mb": "memoryMb",
         "disk_mb": "diskMb",
+        "disk_read_mbps": "diskReadMbps",
+        "disk_write_mbps": "diskWriteMbps",
         "host_ports": "hostPorts",
         "browser_flags": "browserFlags",
         "ttl_seconds": "ttlSeconds",
@@ -217,8 +219,8 @@ class Sessions:
         self._c = client
 
     def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "Session":
-        """Creates a session (image, url, screen, memory_mb, cpus, pids, egress, host_ports,
-        browser_flags, ttl_seconds, labels) and waits until it is ready. Retries with the
+        """Creates a session (image, url, screen, memory_mb, disk_mb, disk_read_mbps, disk_write_mbps,
+        cpus, pids, egress, host_ports, browser_flags, ttl_seconds, labels, userns) and waits until it is ready. Retries with the
         same ``idempotency_key`` return the same session."""
         headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
         return Session(self._c, self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers).json())

@@ -6,7 +6,8 @@ and non-UTF-8 paths, malformed bodies and a body over the limit.
 Checks: never a 5xx (the upstream contract's 500 for a failed read or write is kept only
 for real I/O failures; a bad path is 400, a refused one 403, a missing one 404); nothing
 outside the session is touched (a canary file on the host keeps its content and mtime, and
-no file named by a fuzzed upload appears on the host); the session still works at the end.
+no path a fuzzed upload names changes on the host, and uploads, reads and listings through the
+planted links reach the session's copy); the session still works at the end.
 Bounded by DRUMS_FUZZ_EXAMPLES (default 30 per route) and DRUMS_FUZZ_GUEST_BUDGET_S (60 s per route).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 
@@ -91,6 +93,27 @@ def _to_bytes(p: str) -> bytes:
     return p.encode("utf-8", "surrogateescape")
 
 
+def _host_view(p: str):
+    """What the host has at the path the guest route resolves `p` to (the session's home is the base of
+    a relative path): None if nothing, else (type, size, mtime) of the entry itself, not followed. A route
+    that wrote on the host instead of in the session would change it. Paths the route expands (~, $VAR),
+    ones the host cannot name, and /proc, /sys and /dev are not compared (None for both sides)."""
+    if "~" in p or "$" in p:
+        return None
+    try:
+        host = "/" + os.path.normpath(
+            os.path.join("/home/user", _to_bytes(p).decode("utf-8", "surrogateescape"))
+        ).lstrip("/")
+        st_ = os.lstat(host)
+    except (OSError, ValueError):
+        return None
+    if host.split("/")[1] in ("proc", "sys", "dev"):
+        return None  # pseudo filesystems: their inodes' times are made up on lookup, nothing written there persists
+    if stat.S_ISDIR(st_.st_mode):
+        return ("dir",)  # other processes on the host may add entries to a host directory meanwhile
+    return (st_.st_mode >> 12, st_.st_size, st_.st_mtime_ns)
+
+
 def _check(r: requests.Response, what: str) -> None:
     assert r.status_code < 500, f"{what}: {r.status_code} {r.text[:300]}"
 
@@ -123,10 +146,12 @@ def test_upload_route(guest, p, data):
     if _over_budget():
         return
     _, base = guest
+    before = _host_view(p)
     r = requests.post(
         f"{base}/setup/upload", files={"file_data": ("f", data)}, data={"file_path": _to_bytes(p)}, timeout=120
     )
     _check(r, f"/setup/upload {p!r}")
+    assert _host_view(p) == before, f"/setup/upload {p!r} changed the host's {p!r}"
 
 
 @settings(
@@ -166,9 +191,54 @@ def test_bad_bodies(guest, route, body, ctype):
     _check(r, f"{route} {ctype!r} {body[:60]!r}")
 
 
+def test_symlinks_resolve_in_the_session(guest):
+    """Each route through a link the session planted to a directory that exists on the host too: it reads,
+    writes and lists the session's own directory of that name; the host's stays empty."""
+    s, base = guest
+    host_dir = tempfile.mkdtemp(prefix="drums-fuzz-linked-", dir="/var/tmp")
+    try:
+        s.exec(
+            f"mkdir -p {host_dir} && echo in-session > {host_dir}/own.txt && chown -R 1000:1000 {host_dir} "
+            f"&& ln -sfn {host_dir} /home/user/link-fresh",
+            root=True,
+        )
+        r = requests.post(f"{base}/file", data={"file_path": "/home/user/link-fresh/own.txt"}, timeout=60)
+        assert r.status_code == 200 and r.content == b"in-session\n", (r.status_code, r.content[:100])
+        r = requests.post(
+            f"{base}/setup/upload",
+            files={"file_data": ("f", b"via link\n")},
+            data={"file_path": "~/link-fresh/sub/uploaded.txt"},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text[:200]
+        assert s.exec(f"cat {host_dir}/sub/uploaded.txt")["stdout"] == "via link\n"
+        r = requests.post(f"{base}/list_directory", json={"path": "/home/user/link-fresh"}, timeout=60)
+        assert r.status_code == 200, r.text[:200]
+        assert sorted(c["name"] for c in r.json()["directory_tree"]["children"]) == ["own.txt", "sub"]
+        assert os.listdir(host_dir) == [], f"the host's {host_dir} got {os.listdir(host_dir)}"
+        # Through a link to the session's root: the session's /etc/hostname, not the host's.
+        r = requests.post(f"{base}/file", data={"file_path": "/home/user/link-root/etc/hostname"}, timeout=60)
+        assert r.status_code == 200 and r.content == s.exec("cat /etc/hostname")["stdout"].encode(), r.content[:100]
+        # A link loop is a 4xx, not a hang or a 5xx (a loop of the test's own: the fuzzed uploads may have
+        # replaced the fixture's, since a failed upload removes what it could not write).
+        s.exec("ln -sfn link-loop2 /home/user/link-loop2")
+        for route, kw in (
+            ("/file", {"data": {"file_path": "/home/user/link-loop2"}}),
+            ("/list_directory", {"json": {"path": "/home/user/link-loop2"}}),
+            ("/setup/upload", {"data": {"file_path": "/home/user/link-loop2"}, "files": {"file_data": ("f", b"x")}}),
+            # A file that cannot be made in an existing directory (sh: "Directory nonexistent"): was a 500.
+            ("/setup/upload", {"data": {"file_path": "/proc/drums-fuzz"}, "files": {"file_data": ("f", b"x")}}),
+        ):
+            r = requests.post(f"{base}{route}", timeout=60, **kw)
+            assert 400 <= r.status_code < 500, (route, r.status_code, r.text[:200])
+    finally:
+        s.exec(f"rm -rf {host_dir} /home/user/link-fresh /home/user/link-loop2", root=True)
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
 def test_huge_body_and_nothing_outside_touched(guest):
     s, base = guest
-    # Over the main API's body limit: 413, not a crash.
+    # A 9 MiB upload (over the main API's body limit, under the guest server's 1 GiB; that limit: osworld-contract): no 5xx.
     with requests.Session() as h:
         big = b"x" * (9 * 1024 * 1024)
         r = h.post(

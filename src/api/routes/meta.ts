@@ -162,8 +162,40 @@ function poolGauges(ctx: RouteContext) {
   ];
 }
 
+/** What /metrics shows of the CPU guard (src/host/cpu-guard.ts). */
+export interface CpuGuardView {
+  /** Demotions since the daemon started. */
+  demotions: number;
+  /** Session ids demoted now. */
+  demoted(): string[];
+  /** How often it demoted this session. */
+  demotionsOf(id: string): number;
+}
+
+function cpuGuardGauges(ctx: RouteContext, guard: CpuGuardView) {
+  const now = new Set(guard.demoted());
+  return [
+    {
+      name: 'drums_cpu_guard_demotions_total',
+      help: 'Sessions the CPU guard demoted (cpu.idle, a 16th of the weight, a 0.1-core quota) since the daemon started.',
+      type: 'counter' as const,
+      values: [[{}, guard.demotions]] as [Record<string, string>, number][],
+    },
+    {
+      name: 'drums_session_cpu_demoted',
+      help: 'Whether the CPU guard has the session demoted now (1) or not (0).',
+      values: ctx.mgr.list().map((s) => [{ session: s.id }, now.has(s.id) ? 1 : 0]) as [Record<string, string>, number][],
+    },
+    {
+      name: 'drums_session_cpu_demotions',
+      help: 'How often the CPU guard demoted the session (resets included).',
+      values: ctx.mgr.list().map((s) => [{ session: s.id }, guard.demotionsOf(s.id)]) as [Record<string, string>, number][],
+    },
+  ];
+}
+
 /** /openapi.json, /docs, /metrics and /v1/terminations. */
-export function metaRoutes(ctx: RouteContext) {
+export function metaRoutes(ctx: RouteContext, cpuGuard?: CpuGuardView) {
   const app = new Hono();
   const docs = renderDocs(OPENAPI);
   app.get('/openapi.json', (c) => c.json(OPENAPI));
@@ -176,6 +208,7 @@ export function metaRoutes(ctx: RouteContext) {
       { name: 'drums_terminations_recent', help: 'Sessions destroyed in the last 15 minutes.', values: [[{}, ctx.mgr.terminations.length]] },
       ...resourceGauges(ctx.mgr),
       ...poolGauges(ctx),
+      ...(cpuGuard ? cpuGuardGauges(ctx, cpuGuard) : []),
     ]);
     return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
   });

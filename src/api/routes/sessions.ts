@@ -24,7 +24,14 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
     createdAt: s.createdAt,
     network: { address: s.subnet.address, gateway: s.subnet.gateway, egress: s.spec.egress, hostPorts: s.spec.hostPorts },
     userns: s.uids ? { hostUidBase: s.uids.base, size: s.uids.size } : null,
-    limits: { memoryMb: s.spec.memoryBytes / 1024 ** 2, diskMb: s.spec.diskBytes / 1024 ** 2, cpus: s.spec.cpus, pids: s.spec.pids },
+    limits: {
+      memoryMb: s.spec.memoryBytes / 1024 ** 2,
+      diskMb: s.spec.diskBytes / 1024 ** 2,
+      diskReadMbps: s.spec.diskReadMbps ?? 0,
+      diskWriteMbps: s.spec.diskWriteMbps ?? 0,
+      cpus: s.spec.cpus,
+      pids: s.spec.pids,
+    },
     // What the session's memory cgroup says now: a process killed at the limit shows here, the session lives on.
     memory: { usageBytes: memoryUsage(s.names.cgroup), oomKills: oomKills(s.names.cgroup) },
     labels: s.spec.labels,

@@ -1,5 +1,18 @@
 import type { Command } from 'commander';
 
+/**
+ * bin/drums preloads jemalloc into the daemon (DRUMS_MALLOC); the daemon's own
+ * children (runc, nft, ip, the sessions' helpers) get the host's malloc, so the
+ * preload and its settings leave the environment they inherit.
+ */
+export function unpreloadAllocator(env: NodeJS.ProcessEnv): void {
+  if (env.DRUMS_MALLOC !== 'jemalloc' || !env.LD_PRELOAD) return;
+  const rest = env.LD_PRELOAD.split(':').filter((l) => l && !/\/libjemalloc\.so[.\d]*$/.test(l));
+  if (rest.length) env.LD_PRELOAD = rest.join(':');
+  else delete env.LD_PRELOAD;
+  delete env.MALLOC_CONF;
+}
+
 /** `serve` (the daemon in the foreground) and `install-service` (its systemd unit). */
 export function registerServe(program: Command): void {
   program
@@ -16,6 +29,7 @@ export function registerServe(program: Command): void {
       // A daemon whose terminal or log pipe went away must still shut down cleanly.
       process.stdout.on('error', () => {});
       process.stderr.on('error', () => {});
+      unpreloadAllocator(process.env);
       const { startDaemon } = await import('../../daemon.ts');
       const d = await startDaemon({
         port: o.port === undefined ? undefined : Number(o.port),

@@ -18,6 +18,8 @@ export function registerSession(program: Command): void {
     .option('--screen <WxH>', 'screen size, e.g. 1280x800')
     .option('--memory-mb <n>', 'memory limit in MiB')
     .option('--disk-mb <n>', "disk quota in MiB (the session's own filesystem)")
+    .option('--disk-read-mbps <n>', "disk read bandwidth in MiB/s (at most the daemon's DRUMS_DISK_READ_MBPS)")
+    .option('--disk-write-mbps <n>', "disk write bandwidth in MiB/s (at most the daemon's DRUMS_DISK_WRITE_MBPS)")
     .option('--cpus <n>', 'CPU limit in cores')
     .option('--egress', 'allow internet egress (NAT)')
     .option('--host-port <port...>', 'gateway TCP ports the session may reach')
@@ -29,6 +31,8 @@ export function registerSession(program: Command): void {
       if (o.screen) spec.screen = o.screen;
       if (o.memoryMb) spec.memoryMb = Number(o.memoryMb);
       if (o.diskMb) spec.diskMb = Number(o.diskMb);
+      if (o.diskReadMbps) spec.diskReadMbps = Number(o.diskReadMbps);
+      if (o.diskWriteMbps) spec.diskWriteMbps = Number(o.diskWriteMbps);
       if (o.cpus) spec.cpus = Number(o.cpus);
       if (o.egress) spec.egress = true;
       if (o.hostPort) spec.hostPorts = (o.hostPort as string[]).map(Number);

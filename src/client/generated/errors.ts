@@ -75,7 +75,7 @@ export class PayloadTooLargeError extends DrumsApiError {}
 export class UnsupportedMediaTypeError extends DrumsApiError {}
 /** 426: A WebSocket endpoint was requested without an upgrade. */
 export class UpgradeRequiredError extends DrumsApiError {}
-/** 422: A limit (memoryMb */
+/** 422: A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it. */
 export class LimitExceedsHostError extends DrumsApiError {}
 /** 429: The daemon holds its maximum number of sessions. */
 export class PoolExhaustedError extends DrumsApiError {}

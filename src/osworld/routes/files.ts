@@ -59,7 +59,7 @@ function badGuestPath(p: string): string | undefined {
 function guestFailure(stderr: string): number | undefined {
   if (/Permission denied|Operation not permitted/.test(stderr)) return 403;
   if (
-    /Is a directory|Not a directory|No such device or address|File name too long|Too many levels of symbolic links|Read-only file system|Invalid argument|No such file or directory|Text file busy|File exists/.test(
+    /Is a directory|Not a directory|No such device or address|File name too long|Too many levels of symbolic links|Read-only file system|Invalid argument|No such file or directory|Directory nonexistent|Text file busy|File exists/.test(
       stderr,
     )
   )

@@ -37,7 +37,7 @@ export const ERROR_CODES = {
   payload_too_large: { status: 413, description: "The body is over the limit." },
   unsupported_media_type: { status: 415, description: "The body is not JSON." },
   upgrade_required: { status: 426, description: "A WebSocket endpoint was requested without an upgrade." },
-  limit_exceeds_host: { status: 422, description: "A limit (memoryMb" },
+  limit_exceeds_host: { status: 422, description: "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it." },
   pool_exhausted: { status: 429, description: "The daemon holds its maximum number of sessions." },
   pool_empty: { status: 429, description: "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)." },
   rate_limited: { status: 429, description: "Too many requests for this token; see Retry-After." },

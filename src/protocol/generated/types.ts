@@ -25,6 +25,10 @@ export type SessionSpec = {
   memoryMb?: number;
   /** Size of the session's own filesystem (its writable layer): writes past it fail with ENOSPC in the session, and df shows it. Creates are refused (503 insufficient_disk) while the host cannot keep this much free. */
   diskMb?: number;
+  /** MiB/s the session may read from its disk, and from the image's device (each). Default and most: the daemon's DRUMS_DISK_READ_MBPS (more is 422 limit_exceeds_host). */
+  diskReadMbps?: number;
+  /** MiB/s the session may write to its disk. Default and most: the daemon's DRUMS_DISK_WRITE_MBPS (more is 422 limit_exceeds_host). */
+  diskWriteMbps?: number;
   cpus?: number;
   pids?: number;
   egress?: boolean;
@@ -135,6 +139,10 @@ export type Session = {
   limits: {
     memoryMb: number;
     diskMb?: number;
+    /** MiB/s (0: no limit) */
+    diskReadMbps?: number;
+    /** MiB/s (0: no limit) */
+    diskWriteMbps?: number;
     cpus: number;
     pids: number;
   };
