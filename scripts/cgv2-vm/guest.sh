@@ -25,7 +25,6 @@ for m in overlay loop veth nf_tables nft_chain_nat nft_ct nft_nat nft_masq nft_r
 done
 ip link set lo up
 hostname drums-cgv2
-sysctl -qw fs.inotify.max_user_instances=8192 net.ipv4.ip_forward=1 2>/dev/null
 # The session images (a virtio disk made by scripts/cgv2-vm.sh from /var/lib/drums/images/<image>-<hash>).
 mkdir -p /var/lib/drums/images
 mount -t ext4 /dev/vdb /var/lib/drums/images || log "cannot mount the images disk"
