@@ -84,11 +84,13 @@ trap 'exit 130' INT TERM
 
 say "booting (kernel $(basename "$kernel"), timeout ${timeout_s}s)"
 t_boot=$(ts)
-# -cpu Nehalem (SSE4.2, no AVX): with -cpu max, Node's V8 died now and then at start
-# ("Check failed: it->second.Size() > offset", SIGSEGV) under QEMU 7.2's emulation.
+# thread=single: with thread=multi (one host thread per vCPU), code patched at run time crashed
+# now and then: Node's V8 at start ("Check failed: it->second.Size() > offset", SIGTRAP/SIGSEGV,
+# with -cpu max and Nehalem) and once the guest kernel (an oops with RIP inside a patched 5-byte
+# NOP in __alloc_pages): cross-vCPU self-modifying code under QEMU 7.2's multi-threaded TCG.
 # snapshot=on: the VM's writes go to temporary files in TMPDIR, deleted when QEMU exits.
 TMPDIR="$run/tmp" qemu-system-x86_64 \
-  -accel tcg,thread=multi -cpu Nehalem -smp 2 -m 4G -no-reboot -nodefaults -display none -monitor none \
+  -accel tcg,thread=single -cpu Nehalem -smp 2 -m 4G -no-reboot -nodefaults -display none -monitor none \
   -serial "file:$run/results/console.log" -nic none \
   -kernel "$kernel" -initrd "$initrd" \
   -append "root=/dev/vda rw console=ttyS0 init=/sbin/drums-vm-init panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 psi=1 loglevel=4" \

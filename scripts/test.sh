@@ -11,8 +11,6 @@ echo "==> check (scripts/check.ts)" >&2
 bin/drums image build minimal
 bin/drums image build default
 bin/drums image build osworld
-# The cgroup v2 VM's rootfs (tests/integration/cgroup-v2-vm.test.ts boots it with QEMU).
-bin/drums image build cgv2-vm
 # OSWorld compatibility (docs/osworld.md): desktop-env without its heavy dependencies, plus what its metrics import.
 bash scripts/osworld-deps.sh
 echo "==> tests" >&2

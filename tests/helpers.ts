@@ -11,7 +11,7 @@ export const DRUMS = join(ROOT, 'bin', 'drums');
 
 /**
  * How much slower than this host the tests may run: DRUMS_TEST_TIME_SCALE, set where they run in
- * the software-emulated cgroup v2 VM (tests/integration/cgroup-v2-vm.test.ts); 1 elsewhere.
+ * the software-emulated cgroup v2 VM (tests/vm/cgroup-v2-vm.test.ts); 1 elsewhere.
  */
 export const TIME_SCALE = Math.max(1, Number(process.env.DRUMS_TEST_TIME_SCALE) || 1);
 

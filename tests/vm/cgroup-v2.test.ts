@@ -1,5 +1,5 @@
 // The cgroup v2 paths of a real daemon with real sessions. It runs inside the cgroup v2 VM
-// (scripts/cgv2-vm.sh, started by tests/integration/cgroup-v2-vm.test.ts) and fails on any
+// (scripts/cgv2-vm.sh, started by tests/vm/cgroup-v2-vm.test.ts) and fails on any
 // host that is not pure cgroup v2, so it can never pass without testing v2.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
