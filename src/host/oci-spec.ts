@@ -42,6 +42,13 @@ export interface SpecInput {
   /** CPU quota in cores (e.g. 1.5); 0 means unlimited. */
   cpus: number;
   /**
+   * The host has cgroup v2 only: the CPU weight is set as cpu.weight itself (100, the v2
+   * default, which the CPU guard restores). The OCI `shares` 1024 would be converted by runc
+   * < 1.3.2 and crun < 1.23 (Debian trixie's) to weight 39, so a session the guard had demoted
+   * and restored came back with 2.5 times its never-demoted neighbours' weight.
+   */
+  cgroupV2?: boolean;
+  /**
    * The session disk's loop device and its write and read limits in bytes/s (0: none), and the whole disk
    * under the image (the overlay's lower), whose reads get the same read limit; see disk-throttle.ts.
    */
@@ -117,7 +124,9 @@ export function buildSpec(i: SpecInput) {
         devices: [{ allow: false, access: 'rwm' }],
         memory: i.noSwap ? { limit: i.memoryBytes, swap: i.memoryBytes } : { limit: i.memoryBytes },
         pids: { limit: i.pids },
-        cpu: i.cpus > 0 ? { quota: Math.round(i.cpus * period), period, shares: 1024 } : { shares: 1024 },
+        cpu: { ...(i.cpus > 0 ? { quota: Math.round(i.cpus * period), period } : {}), ...(i.cgroupV2 ? {} : { shares: 1024 }) },
+        // memory.oom.group 0: an OOM kill takes the one process the kernel picks, never the whole session.
+        ...(i.cgroupV2 ? { unified: { 'cpu.weight': '100', 'memory.oom.group': '0' } } : {}),
         ...blockIO(i.disk),
       },
       sysctl: {

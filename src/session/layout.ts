@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import type { DaemonConfig } from '../common/config.ts';
 import type { Instance } from '../host/instance.ts';
 import { blockDeviceOf } from '../host/disk-throttle.ts';
+import { cgroupMode } from '../host/oci-runtime.ts';
 import { buildSpec } from '../host/oci-spec.ts';
 import { swapLimitSupported } from '../host/resources.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
@@ -79,6 +80,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
     noSwap: swapLimitSupported(),
     pids: s.spec.pids,
     cpus: s.spec.cpus,
+    cgroupV2: cgroupMode() === 'v2',
     // The limits go on the session's loop device, and its reads also on the disk under the image (the overlay's lower).
     ...(s._disk ? { disk: { ...s._disk, ...diskRates(s.spec, config), lower: blockDeviceOf(s.imageDir) } } : {}),
     shmBytes: 256 * 1024 ** 2,

@@ -187,7 +187,10 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
       report.sessionDirs.push(d);
     }
   }
-  if (!report.containers.length && !keep.length) rmSync(inst.runcRoot, { recursive: true, force: true });
+  // The runtime's root goes once it holds no container: crun (the default on cgroup v2) also
+  // keeps a cache there (`.cache`, compiled seccomp filters), which outlived a swept container.
+  const containersLeft = existsSync(inst.runcRoot) ? readdirSync(inst.runcRoot).filter((n) => !n.startsWith('.')) : [];
+  if (!containersLeft.length && !keep.length) rmSync(inst.runcRoot, { recursive: true, force: true });
   if (!mountsUnder(inst.rtDir).length) rmSync(inst.rtDir, { recursive: true, force: true });
   // 8. Host settings changed for egress go back to what they were.
   const fwd = join(inst.stateDir, 'ip_forward.orig');

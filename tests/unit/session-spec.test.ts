@@ -73,7 +73,7 @@ describe('generated host configuration', () => {
     assert.match(script, /chain fwd_to_session \{\s+ct state established,related accept\s+counter drop/);
   });
   it('the OCI spec drops capabilities, sets no_new_privs and seccomp, and joins the session netns', () => {
-    const spec = buildSpec({
+    const input = {
       hostname: 'h',
       uid: 1000,
       gid: 1000,
@@ -90,7 +90,8 @@ describe('generated host configuration', () => {
       cpus: 0,
       shmBytes: 1,
       tmpBytes: 1,
-    });
+    };
+    const spec = buildSpec(input);
     assert.deepEqual(spec.process.capabilities.effective, []);
     assert.ok(!spec.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
     assert.ok(!spec.process.capabilities.bounding.includes('CAP_NET_RAW'));
@@ -103,6 +104,12 @@ describe('generated host configuration', () => {
     );
     assert.ok(spec.mounts.some((m) => m.destination === '/sys' && m.options.includes('ro')));
     assert.ok(spec.linux.maskedPaths.includes('/proc/kcore'));
+    // cgroup v1: the default shares; v2: cpu.weight 100 itself (runc/crun would turn shares 1024 into 39).
+    assert.deepEqual(spec.linux.resources.cpu, { shares: 1024 });
+    assert.equal('unified' in spec.linux.resources, false);
+    const v2 = buildSpec({ ...input, cpus: 1.5, cgroupV2: true }).linux.resources;
+    assert.deepEqual(v2.cpu, { quota: 150_000, period: 100_000 });
+    assert.deepEqual((v2 as { unified?: Record<string, string> }).unified, { 'cpu.weight': '100', 'memory.oom.group': '0' });
     assert.equal('blockIO' in spec.linux.resources, false, 'no disk: no blockIO');
   });
   it("the OCI spec limits reads on the session's loop device and the image's disk, writes on the loop device only", () => {
