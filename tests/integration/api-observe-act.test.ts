@@ -2,6 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { randomInt } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import sharp from 'sharp';
 import type { DrumsApiError, SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
@@ -402,19 +403,23 @@ describe('observe and act through the API (default image, Chromium)', () => {
 
   it('CLI: act with --screenshot, screenshot with region/scale, a11y', async () => {
     const out = `/tmp/drums-act-${process.pid}.png`;
-    const r = d.cli(['session', 'act', s.id, '--json', JSON.stringify([{ type: 'move', x: 5, y: 5 }, { type: 'cursor_position' }]), '--screenshot', out]);
-    assert.equal(r.status, 0, r.stderr);
-    const j = JSON.parse(r.stdout) as { results: { cursor?: { x: number } }[] };
-    assert.equal(j.results[1]!.cursor!.x, 5);
-    assert.equal((await sharp(out).metadata()).width, 1280);
-    const sh = d.cli(['session', 'screenshot', s.id, '-o', out, '--region', '0,0,200,100', '--scale', '100x50']);
-    assert.equal(sh.status, 0, sh.stderr);
-    assert.deepEqual([(await sharp(out).metadata()).width, (await sharp(out).metadata()).height], [100, 50]);
-    const bad = d.cli(['session', 'act', s.id, '--json', '[{"type":"click","x":-4,"y":1}]']);
-    assert.equal(bad.status, 2);
-    assert.match(bad.stderr, /invalid_action/);
-    const a = d.cli(['session', 'a11y', s.id]);
-    assert.equal(a.status, 0, a.stderr);
-    assert.match(a.stdout, /^<desktop-frame/);
+    try {
+      const r = d.cli(['session', 'act', s.id, '--json', JSON.stringify([{ type: 'move', x: 5, y: 5 }, { type: 'cursor_position' }]), '--screenshot', out]);
+      assert.equal(r.status, 0, r.stderr);
+      const j = JSON.parse(r.stdout) as { results: { cursor?: { x: number } }[] };
+      assert.equal(j.results[1]!.cursor!.x, 5);
+      assert.equal((await sharp(out).metadata()).width, 1280);
+      const sh = d.cli(['session', 'screenshot', s.id, '-o', out, '--region', '0,0,200,100', '--scale', '100x50']);
+      assert.equal(sh.status, 0, sh.stderr);
+      assert.deepEqual([(await sharp(out).metadata()).width, (await sharp(out).metadata()).height], [100, 50]);
+      const bad = d.cli(['session', 'act', s.id, '--json', '[{"type":"click","x":-4,"y":1}]']);
+      assert.equal(bad.status, 2);
+      assert.match(bad.stderr, /invalid_action/);
+      const a = d.cli(['session', 'a11y', s.id]);
+      assert.equal(a.status, 0, a.stderr);
+      assert.match(a.stdout, /^<desktop-frame/);
+    } finally {
+      rmSync(out, { force: true });
+    }
   });
 });
