@@ -72,25 +72,26 @@ describe('generated host configuration', () => {
     assert.match(script, /169\.254\.0\.0\/16/);
     assert.match(script, /chain fwd_to_session \{\s+ct state established,related accept\s+counter drop/);
   });
+  /** A session's OCI inputs, the same for every spec test below. */
+  const input = {
+    hostname: 'h',
+    uid: 1000,
+    gid: 1000,
+    home: '/home/user',
+    args: ['/x'],
+    env: { A: 'b' },
+    netnsPath: '/var/run/netns/n',
+    cgroupsPath: '/drums-x/s',
+    runDir: '/r',
+    x11Dir: '/x11',
+    initPath: '/init',
+    memoryBytes: 1 << 30,
+    pids: 100,
+    cpus: 0,
+    shmBytes: 1,
+    tmpBytes: 1,
+  };
   it('the OCI spec drops capabilities, sets no_new_privs and seccomp, and joins the session netns', () => {
-    const input = {
-      hostname: 'h',
-      uid: 1000,
-      gid: 1000,
-      home: '/home/user',
-      args: ['/x'],
-      env: { A: 'b' },
-      netnsPath: '/var/run/netns/n',
-      cgroupsPath: '/drums-x/s',
-      runDir: '/r',
-      x11Dir: '/x11',
-      initPath: '/init',
-      memoryBytes: 1 << 30,
-      pids: 100,
-      cpus: 0,
-      shmBytes: 1,
-      tmpBytes: 1,
-    };
     const spec = buildSpec(input);
     assert.deepEqual(spec.process.capabilities.effective, []);
     assert.ok(!spec.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
@@ -113,25 +114,7 @@ describe('generated host configuration', () => {
     assert.equal('blockIO' in spec.linux.resources, false, 'no disk: no blockIO');
   });
   it("the OCI spec limits reads on the session's loop device and the image's disk, writes on the loop device only", () => {
-    const base = {
-      hostname: 'h',
-      uid: 1000,
-      gid: 1000,
-      home: '/home/user',
-      args: ['/x'],
-      env: {},
-      netnsPath: '/n',
-      cgroupsPath: '/drums-x/s',
-      runDir: '/r',
-      x11Dir: '/x11',
-      initPath: '/init',
-      memoryBytes: 1 << 30,
-      pids: 100,
-      cpus: 0,
-      shmBytes: 1,
-      tmpBytes: 1,
-    };
-    const io = (disk: Parameters<typeof buildSpec>[0]['disk']) => (buildSpec({ ...base, disk }).linux.resources as { blockIO?: unknown }).blockIO;
+    const io = (disk: Parameters<typeof buildSpec>[0]['disk']) => (buildSpec({ ...input, disk }).linux.resources as { blockIO?: unknown }).blockIO;
     assert.deepEqual(io({ major: 7, minor: 3, writeBytesPerSecond: 100, readBytesPerSecond: 200.4, lower: { major: 254, minor: 0 } }), {
       throttleWriteBpsDevice: [{ major: 7, minor: 3, rate: 100 }],
       throttleReadBpsDevice: [
