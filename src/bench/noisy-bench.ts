@@ -36,11 +36,14 @@ export interface NoisyOptions {
   rounds: number;
   /** Sessions per arm of the user-namespace cost measured after the phases, in the same run (0: not measured). */
   usernsSessions: number;
+  /** The abuses to run, in this order (default: all). */
+  abuses?: readonly Abuse[];
   progress?: (m: string) => void;
 }
 
-const ABUSES = ['cpu', 'memory', 'fork', 'disk', 'flood'] as const;
-type Phase = 'quiet' | (typeof ABUSES)[number];
+export const ABUSES = ['cpu', 'memory', 'fork', 'disk', 'flood'] as const;
+export type Abuse = (typeof ABUSES)[number];
+type Phase = 'quiet' | Abuse;
 
 /** The abuser's shell for each phase (each ends by itself after `s` seconds). */
 function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string {
@@ -155,6 +158,8 @@ interface PhaseResult {
   errorSamples: string[];
   stepsPerSec: number;
   stepMs: ReturnType<typeof summary> & { p99: number };
+  /** Per second of the phase (by when a step started): steps, p50 and p99 (ms): where in the phase the slow steps fall. */
+  bySecond: { steps: number; p50: number; p99: number }[];
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
   ownCpuCores: number;
@@ -191,7 +196,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       }),
     );
     const order: Phase[] = ['quiet'];
-    for (let r = 0; r < o.rounds; r++) for (const a of ABUSES) order.push(a, 'quiet');
+    const abuses = o.abuses ?? ABUSES;
+    for (let r = 0; r < o.rounds; r++) for (const a of abuses) order.push(a, 'quiet');
     for (const phase of order) {
       o.progress?.(`phase ${phases.length + 1}/${order.length}: ${phase} (${o.seconds} s)`);
       let abuse: Promise<Record<string, unknown>> | undefined;
@@ -208,6 +214,8 @@ export async function runNoisyBench(o: NoisyOptions) {
         );
       }
       const lat: number[] = [];
+      /** Each step's start, in seconds since the phase began (parallel to lat). */
+      const at: number[] = [];
       const errorSamples: string[] = [];
       let errors = 0;
       const load0 = load1();
@@ -231,6 +239,7 @@ export async function runNoisyBench(o: NoisyOptions) {
               await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
               await c.screenshot(v.id, 'png');
               lat.push(performance.now() - t);
+              at.push((t - t0) / 1000);
             } catch (e) {
               errors++;
               if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
@@ -253,6 +262,11 @@ export async function runNoisyBench(o: NoisyOptions) {
         errorSamples,
         stepsPerSec: lat.length / elapsed,
         stepMs: { ...summary(lat), p99: quantile(lat, 0.99) },
+        bySecond: Array.from({ length: Math.ceil(o.seconds) }, (_, sec) => {
+          const xs = lat.filter((_, j) => Math.floor(at[j]!) === sec);
+          const r = (x: number) => Math.round(x);
+          return { steps: xs.length, p50: xs.length ? r(quantile(xs, 0.5)) : 0, p99: xs.length ? r(quantile(xs, 0.99)) : 0 };
+        }),
         othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
         ownCpuCores: own / 1e9 / elapsed,
         loadavg: [load0, load1()],
@@ -288,7 +302,7 @@ export async function runNoisyBench(o: NoisyOptions) {
   const ratios: Record<string, { p50: ReturnType<typeof spread>; p99: ReturnType<typeof spread>; pooled: { p50: number; p99: number; stepsPerSec: number } }> =
     {};
   const bars: Record<string, { value: number; bar: string; pass: boolean }> = {};
-  for (const a of ABUSES) {
+  for (const a of o.abuses ?? ABUSES) {
     const idx = phases.map((p, i) => (p.phase === a ? i : -1)).filter((i) => i >= 0);
     if (!idx.length) continue;
     const per = idx.map(against);
@@ -335,6 +349,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     host: hostFacts(),
     setup: {
       rounds: o.rounds,
+      abuses: o.abuses ?? ABUSES,
       victims: o.victims,
       victimImage: 'default (Chromium on a static page)',
       step: 'POST actions (1 click) + GET screenshot png',
@@ -357,4 +372,15 @@ export async function runNoisyBench(o: NoisyOptions) {
   const file = join(o.outDir, `noisy-${o.quick ? 'quick-' : ''}${started.replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, JSON.stringify(record, null, 2) + '\n');
   return { record, file };
+}
+
+/** `--abuses cpu,fork` → ['cpu', 'fork']; an unknown name is an error that lists the known ones. */
+export function parseAbuses(list: string): Abuse[] {
+  const out = list
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+  const bad = out.filter((x) => !(ABUSES as readonly string[]).includes(x));
+  if (bad.length || !out.length) throw new Error(`--abuses: unknown ${bad.join(', ') || '(empty)'}; choose from ${ABUSES.join(', ')}`);
+  return out as Abuse[];
 }

@@ -157,20 +157,24 @@ const BENCHES: RecordBench[] = [
       ['--victims <n>', 'sessions driven in a closed loop', '8'],
       ['--seconds <n>', 'length of each phase'],
       ['--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)'],
+      ['--abuses <list>', 'comma-separated abuses to run, in order (default: cpu,memory,fork,disk,flood)'],
       ['--userns-sessions <n>', 'sessions per arm of the user-namespace cost measured in the same run (0: skip; default 3, 0 with --quick)'],
       OUT,
     ],
     progress: 'log',
-    run: async (o, { progress }) =>
-      (await import('../../bench/noisy-bench.ts')).runNoisyBench({
+    run: async (o, { progress }) => {
+      const noisy = await import('../../bench/noisy-bench.ts');
+      return noisy.runNoisyBench({
         quick: !!o.quick,
         outDir: String(o.out),
         victims: num(o.victims),
         seconds: Number(o.seconds ?? (o.quick ? 5 : 10)),
         rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
         usernsSessions: Number(o.usernsSessions ?? (o.quick ? 0 : 3)),
+        abuses: o.abuses === undefined ? undefined : noisy.parseAbuses(String(o.abuses)),
         progress,
-      }),
+      });
+    },
     report: bars,
   },
   {
