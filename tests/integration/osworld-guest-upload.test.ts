@@ -1,21 +1,59 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
-// The guest server's /setup/upload is atomic: a failed upload leaves the old file as it was, and no temporary file.
+// The guest server's /setup/upload is atomic (a failed upload leaves the old file as it was, and no temporary
+// file), and its body limit is enforced as soon as it is passed: 413 at once, then at most a bounded drain
+// (8 MiB or 5 s) before the connection is closed.
 type S = { id: string; osworld?: { serverPort: number } };
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const LIMIT = MiB;
 
-describe('osworld guest upload: atomic', () => {
+/** A raw HTTP/1.1 request on its own socket; resolves the status line and whether the server closed it. */
+function rawRequest(port: number) {
+  const sock: Socket = connect(port, '127.0.0.1');
+  let head = '';
+  let closed = false;
+  const status = new Promise<string>((resolve) => {
+    sock.on('data', (d: Buffer) => {
+      head += d.toString('latin1');
+      const i = head.indexOf('\r\n');
+      if (i >= 0) resolve(head.slice(0, i));
+    });
+  });
+  const gone = new Promise<void>((resolve) => sock.once('close', () => resolve()));
+  sock.on('close', () => {
+    closed = true;
+  });
+  let error = '';
+  sock.on('error', (e) => {
+    error = e.message;
+  });
+  return { sock, status, gone, text: () => head, isClosed: () => closed, error: () => error };
+}
+
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(t)),
+    new Promise<T>((_, reject) => {
+      t = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
+    }),
+  ]);
+}
+
+describe('osworld guest upload: atomic, and the body limit enforced early', () => {
   let d: TestDaemon;
   let s: S;
   let base: string;
+  let port: number;
   before(async () => {
     d = await startDaemon({ DRUMS_OSWORLD_MAX_BODY: String(LIMIT) });
     s = (await d.client.createSession({ image: 'minimal', diskMb: 64, labels: { 'drums.osworld': '1' } } as never)) as unknown as S;
-    base = `http://127.0.0.1:${s.osworld!.serverPort}`;
+    port = s.osworld!.serverPort;
+    base = `http://127.0.0.1:${port}`;
   });
   after(async () => {
     try {
@@ -56,5 +94,46 @@ describe('osworld guest upload: atomic', () => {
     const dir = await upload(10, '/home/user/up/new');
     assert.equal(dir.status, 400, await dir.text());
     assert.equal(await sh('ls -A /home/user/up/new'), 'dir\n');
+  });
+
+  it('a declared Content-Length over the limit is 413 before any body byte, and the connection is closed soon after', async () => {
+    await sh("printf 'old\\n' > /home/user/declared");
+    const c = rawRequest(port);
+    c.sock.write(
+      `POST /setup/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=xyz\r\nContent-Length: ${2 * LIMIT}\r\n\r\n--xyz\r\n`,
+    );
+    // The body is never sent: a server that waits for it to end never answers.
+    assert.match(await within(c.status, 20_000, 'the 413'), /^HTTP\/1\.1 413 /);
+    await within(c.gone, 20_000, 'the close');
+    assert.match(c.text(), /request body is over 1048576 bytes/);
+    assert.equal(await sh('cat /home/user/declared'), 'old\n');
+  });
+
+  it('a chunked body that grows past the limit is refused at once and the server stops reading', async () => {
+    const c = rawRequest(port);
+    c.sock.write('POST /setup/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=xyz\r\nTransfer-Encoding: chunked\r\n\r\n');
+    const chunk = Buffer.alloc(64 * KiB, 0x62);
+    let sent = 0;
+    let answered = false;
+    void c.status.then(() => {
+      answered = true;
+    });
+    // Keep streaming as a hostile client would. A server that reads to the end never answers, and the cap ends
+    // the loop; one that stops reading answers 413 and then closes the socket under the writer.
+    while (!c.isClosed() && sent < 256 * MiB) {
+      c.sock.write(`${chunk.length.toString(16)}\r\n`);
+      c.sock.write(chunk);
+      const ok = c.sock.write('\r\n');
+      sent += chunk.length;
+      if (!ok) await within(new Promise<void>((r) => c.sock.once('drain', r).once('close', r)), 30_000, 'drain').catch(() => {});
+    }
+    assert.ok(answered, `no answer after ${sent} bytes (${c.error() || 'no socket error'})`);
+    assert.match(await c.status, /^HTTP\/1\.1 413 /);
+    assert.ok(c.isClosed(), `the server kept reading: ${sent} bytes sent`);
+    assert.ok(sent < 64 * MiB, `${sent} bytes sent before the server closed`);
+    c.sock.destroy();
+    // The session and its guest server carry on.
+    const small = await upload(1000, '/home/user/after');
+    assert.equal(small.status, 200, await small.text());
   });
 });
