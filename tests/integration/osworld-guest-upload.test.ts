@@ -94,6 +94,14 @@ describe('osworld guest upload: atomic, and the body limit enforced early', () =
     const dir = await upload(10, '/home/user/up/new');
     assert.equal(dir.status, 400, await dir.text());
     assert.equal(await sh('ls -A /home/user/up/new'), 'dir\n');
+    // A symlink at the target is followed (the link stays, its target gets the data); a loop of links is 400.
+    await sh('ln -s up/keep /home/user/lnk && ln -s loop /home/user/loop');
+    const vialink = await upload(5, '/home/user/lnk');
+    assert.equal(vialink.status, 200, await vialink.text());
+    assert.equal((await sh('readlink /home/user/lnk; stat -c %s /home/user/up/keep')).trim(), 'up/keep\n5');
+    const loop = await upload(5, '/home/user/loop');
+    assert.equal(loop.status, 400, await loop.text());
+    assert.equal(await sh('ls -A /home/user/up'), 'keep\nnew\n', 'no temporary file is left');
   });
 
   it('a declared Content-Length over the limit is 413 before any body byte, and the connection is closed soon after', async () => {

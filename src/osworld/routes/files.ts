@@ -100,13 +100,16 @@ export const routeFile: Handler = async (ctx, s, req) => {
  * the target (same directory, so same filesystem; the target's mode if it exists, else the umask's), which is
  * renamed over the target only once all of it is written. On any failure (a full disk, a killed writer) the
  * old file is untouched and the temporary file is removed. A symlink at the target is followed, as a plain
- * write through it would be, so the link stays and its target gets the data. Everything resolves inside
- * the session's own root.
+ * write through it would be, so the link stays and its target gets the data; an existing target that is not a
+ * regular file (a device, a FIFO) is written in place. Everything resolves inside the session's own root.
  */
 const UPLOAD_SH = [
   'p=$1',
-  'if [ -L "$p" ]; then p=$(readlink -f -- "$p") || exit 1; fi',
+  // A link that does not resolve (a loop, a missing directory): the shell's own open error, nothing written.
+  'if [ -L "$p" ]; then p=$(readlink -f -- "$p") || { : >> "$1"; exit 1; }; fi',
   'if [ -d "$p" ]; then echo "$p: Is a directory" >&2; exit 1; fi',
+  // Not a regular file (a device, a FIFO): nothing to replace, written in place as before.
+  'if [ -e "$p" ] && [ ! -f "$p" ]; then exec cat > "$p"; fi',
   'd=$(dirname -- "$p")',
   'mkdir -p -- "$d" || exit 1',
   't=$(mktemp -- "$d/.drums-upload.XXXXXXXX") || exit 1',
