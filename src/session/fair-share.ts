@@ -74,6 +74,14 @@ export class FairScheduler {
     return this._lanes.size;
   }
 
+  /** Requests holding a slot, requests waiting (all sessions), and sessions tracked: for /metrics. */
+  stats(): { running: number; waiting: number; sessions: number } {
+    this._expire(performance.now());
+    let waiting = 0;
+    for (const l of this._lanes.values()) waiting += l.waiting.length;
+    return { running: this._busy, waiting, sessions: this._lanes.size };
+  }
+
   async run<T>(session: string, fn: () => Promise<T>): Promise<T> {
     this._expire(performance.now());
     let lane = this._lanes.get(session);
