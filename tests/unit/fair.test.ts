@@ -75,7 +75,7 @@ describe('fair share between sessions', () => {
     await Promise.all([...flood, client('a'), client('b'), client('c')]);
     // The flood started alone with every slot; after its first 4, it ran one at a time.
     assert.equal(order.slice(0, 4).join(''), 'ffff');
-    assert.equal(floodPeakAfterFirst, 1, order.join(''));
+    assert.ok(floodPeakAfterFirst <= 1, order.join(''));
     // The clients' 18 requests are served within the first 4 + 18 × 2 starts (the flood gets about one in four).
     const lastClient = Math.max(...['a', 'b', 'c'].map((w) => order.lastIndexOf(w)));
     assert.ok(lastClient < 4 + 18 * 2, order.join(''));
