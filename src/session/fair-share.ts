@@ -11,7 +11,13 @@
  *  - a session with waiting requests starts the next one only while it has
  *    used at most `leadMs` of daemon time more than the least-served active
  *    session (a virtual clock: a flood gets what each closed-loop client gets,
- *    not every slot its neighbours leave free between two of their requests);
+ *    not every slot its neighbours leave free between two of their requests).
+ *    A request is charged its time in the slot but at least `turnMs`: what a
+ *    request costs the daemon outside its slot (the HTTP parse, the token, the
+ *    metrics, writing the answer) is not timed there, and a flood of cheap
+ *    requests (an unchanged screen's cached PNG: ~2 ms in the slot) costs the
+ *    daemon mostly that. So up to turnMs the clock counts turns (round robin:
+ *    one request per session per round), beyond it daemon time;
  *  - a freed slot goes to the waiting session that has used the least.
  * "Active" is running, waiting, or done less than `lingerMs` ago: a
  * closed-loop client's gap between an answer and its next request does not
@@ -33,10 +39,13 @@ export interface FairShareOptions {
   lingerMs?: number;
   /** How far (ms of daemon time) a session may run ahead of the least-served active one. */
   leadMs?: number;
+  /** The least a request is charged (ms), however short its time in the slot. */
+  turnMs?: number;
 }
 
 export const FAIR_LINGER_MS = 250;
-export const FAIR_LEAD_MS = 20;
+export const FAIR_TURN_MS = 20;
+export const FAIR_LEAD_MS = FAIR_TURN_MS;
 /** The Retry-After (s) of a refusal: a queue that deep drains in well under that. */
 export const FAIR_RETRY_AFTER_S = 1;
 
@@ -61,7 +70,7 @@ export class FairScheduler {
   private _timer: ReturnType<typeof setTimeout> | undefined;
   readonly opts: Required<FairShareOptions>;
   constructor(opts: FairShareOptions) {
-    this.opts = { lingerMs: FAIR_LINGER_MS, leadMs: FAIR_LEAD_MS, ...opts };
+    this.opts = { lingerMs: FAIR_LINGER_MS, leadMs: FAIR_LEAD_MS, turnMs: FAIR_TURN_MS, ...opts };
   }
 
   /** Requests of `session` waiting now (for tests and /metrics). */
@@ -111,7 +120,7 @@ export class FairScheduler {
       return await fn();
     } finally {
       const now = performance.now();
-      lane.used += now - t0;
+      lane.used += Math.max(now - t0, this.opts.turnMs);
       lane.running--;
       this._busy--;
       if (!lane.running && !lane.waiting.length) lane.idleSince = now;

@@ -107,6 +107,28 @@ describe('fair share between sessions', () => {
     assert.ok(during >= 5, `flood starved: ${during}`);
   });
 
+  it('a flood of cheap requests is charged a turn each: it gets about as many requests as each client, not as much slot time', async () => {
+    const sched = new FairScheduler({ slots: 4, maxQueue: 100, lingerMs: 200 });
+    const done: Record<string, number> = { f: 0, a: 0, b: 0 };
+    let stop = false;
+    // The flood's requests take no time in the slot (a cached frame); the clients' take 10 ms.
+    const flood = Array.from({ length: 8 }, async () => {
+      while (!stop) await sched.run('f', async () => (await new Promise((r) => setImmediate(r)), done.f!++));
+    });
+    const client = async (who: string) => {
+      for (let i = 0; i < 15; i++) {
+        await sched.run(who, async () => (await new Promise((r) => setTimeout(r, 10)), done[who]!++));
+        await new Promise((r) => setTimeout(r, 2));
+      }
+    };
+    await Promise.all([client('a'), client('b')]);
+    const during = done.f!;
+    stop = true;
+    await Promise.all(flood);
+    assert.ok(during <= 15 + 4, `flood ran ${during} while each client ran 15`);
+    assert.ok(during >= 5, `flood starved: ${during}`);
+  });
+
   it('a client that sends one request at a time is never refused while another session floods past its queue bound; idle sessions are forgotten', async () => {
     const sched = new FairScheduler({ slots: 2, maxQueue: 3, lingerMs: 20 });
     const work = () => new Promise((r) => setTimeout(r, 5));
