@@ -125,4 +125,66 @@ describe('fair share between sessions on a real daemon', () => {
       await d.client.destroySession(good.id).catch(() => {});
     }
   });
+
+  it("the OSWorld guest /screenshot shares the fair share: a flood there gets the guest's 429 with Retry-After, the API client on another session none", {
+    timeout: 180_000 * TIME_SCALE,
+  }, async () => {
+    const flooded = (await d.client.createSession({ image: 'minimal', labels: { 'drums.osworld': '1' } } as never)) as unknown as {
+      id: string;
+      osworld?: { serverPort: number };
+    };
+    const good = await d.client.createSession({ image: 'minimal' });
+    try {
+      const guest = `http://127.0.0.1:${flooded.osworld!.serverPort}`;
+      assert.equal((await fetch(`${guest}/screenshot`)).status, 200);
+      const agent = new Agent({ keepAlive: true, maxSockets: 32 });
+      const counts: Record<string, number> = {};
+      let refusal: { headers: Record<string, string | string[] | undefined>; body: string } | undefined;
+      let stop = false;
+      const flood = Array.from({ length: 24 }, async () => {
+        while (!stop) {
+          const r = await new Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }>((resolve) => {
+            const req = request(`${guest}/screenshot`, { agent }, (res) => {
+              const chunks: Buffer[] = [];
+              res.on('data', (b: Buffer) => chunks.push(b));
+              res.on('end', () =>
+                resolve({ status: res.statusCode!, headers: res.headers, body: res.statusCode === 200 ? '' : Buffer.concat(chunks).toString() }),
+              );
+              res.on('error', () => resolve({ status: -1, headers: {}, body: '' }));
+            });
+            req.on('error', () => resolve({ status: -1, headers: {}, body: '' }));
+            req.end();
+          });
+          counts[r.status] = (counts[r.status] ?? 0) + 1;
+          if (r.status === 429) {
+            refusal ??= r;
+            await new Promise((res) => setTimeout(res, 20));
+          }
+        }
+      });
+      const goodStatuses: number[] = [];
+      try {
+        for (let i = 0; i < 20; i++) {
+          await d.client.act(good.id, { actions: [{ type: 'click', x: 10 + i * 7, y: 10 + i * 5 }] });
+          goodStatuses.push((await get(d, agent, `/v1/sessions/${good.id}/screenshot?format=png`)).status);
+        }
+      } finally {
+        stop = true;
+        await Promise.all(flood);
+        agent.destroy();
+      }
+      assert.deepEqual(
+        goodStatuses.filter((x) => x !== 200),
+        [],
+      );
+      assert.deepEqual(Object.keys(counts).sort(), ['200', '429'], JSON.stringify(counts));
+      assert.equal(refusal!.headers['retry-after'], '1');
+      const body = JSON.parse(refusal!.body) as { status: string; code: string; message: string };
+      assert.deepEqual([body.status, body.code], ['error', 'rate_limited']);
+      assert.match(body.message, /one request at a time per session/);
+    } finally {
+      await d.client.destroySession(flooded.id).catch(() => {});
+      await d.client.destroySession(good.id).catch(() => {});
+    }
+  });
 });
