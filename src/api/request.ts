@@ -201,9 +201,10 @@ export function rateLimit(opts: RateLimitOptions): MiddlewareHandler {
  * The observe/act routes of a session wait for their turn in the daemon's fair share between
  * sessions (src/session/fair-share.ts; one scheduler with the OSWorld guest routes). A refusal
  * (the session's queue is full) is 429 rate_limited with Retry-After.
- * Streams and exec (whose work runs in the session's own cgroup) are not queued.
+ * Exec (whose work runs in the session's own cgroup, and may take long) takes no slot: a session
+ * may have at most DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`). Streams are not queued.
  */
-const QUEUED = /^\/v1\/sessions\/([^/]+)\/(screenshot|actions|a11y|windows|files|terminal)(\/|$)/;
+const QUEUED = /^\/v1\/sessions\/([^/]+)\/(screenshot|actions|a11y|windows|files|terminal|exec)(\/|$)/;
 
 export function fairShare(sched: FairScheduler): MiddlewareHandler {
   return async (c, next) => {
@@ -215,7 +216,7 @@ export function fairShare(sched: FairScheduler): MiddlewareHandler {
       id = decodeURIComponent(id);
     } catch {}
     try {
-      await sched.run(id, () => next());
+      await (m[2] === 'exec' ? sched.bounded(id, () => next()) : sched.run(id, () => next()));
     } catch (e) {
       if (e instanceof DrumsError && e.code === 'rate_limited') c.header('retry-after', String(FAIR_RETRY_AFTER_S));
       throw e;

@@ -36,7 +36,8 @@ export { forgetSession } from './prepare.ts';
  * The guest routes whose work is the daemon's (X captures and encodes, the accessibility tree, the
  * terminal's text, pointer input): they take their turn in the daemon's fair share between sessions
  * (src/session/fair-share.ts), the same one as the API's observe/act routes. The rest run in the
- * session (its own cgroup) and may take long, so they are not queued.
+ * session (its own cgroup) and may take long: they take no slot, but a session may have at most
+ * DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`).
  */
 const QUEUED = new Set(['/screenshot', '/accessibility', '/terminal', '/cursor_position']);
 
@@ -106,7 +107,7 @@ export function guestHandler(ctx: GuestContext) {
       const s = ctx.session();
       if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
       const run = () => h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec);
-      (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : run())
+      (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : ctx.display.fair.bounded(s.id, run))
         .then(
           (r) => send(res, r),
           (e) => {

@@ -68,6 +68,8 @@ export class FairScheduler {
   private _busy = 0;
   private readonly _lanes = new Map<string, Lane>();
   private _timer: ReturnType<typeof setTimeout> | undefined;
+  /** Per session: bounded() work in flight. */
+  private readonly _inflight = new Map<string, number>();
   readonly opts: Required<FairShareOptions>;
   constructor(opts: FairShareOptions) {
     this.opts = { lingerMs: FAIR_LINGER_MS, leadMs: FAIR_LEAD_MS, turnMs: FAIR_TURN_MS, ...opts };
@@ -84,11 +86,37 @@ export class FairScheduler {
   }
 
   /** Requests holding a slot, requests waiting (all sessions), and sessions tracked: for /metrics. */
-  stats(): { running: number; waiting: number; sessions: number } {
+  stats(): { running: number; waiting: number; sessions: number; commands: number } {
     this._expire(performance.now());
     let waiting = 0;
     for (const l of this._lanes.values()) waiting += l.waiting.length;
-    return { running: this._busy, waiting, sessions: this._lanes.size };
+    let commands = 0;
+    for (const n of this._inflight.values()) commands += n;
+    return { running: this._busy, waiting, sessions: this._lanes.size, commands };
+  }
+
+  /**
+   * Work that runs in the session's own cgroup and may take long (exec, the guest's command
+   * routes): it takes no slot and is not paced, but a session may have at most maxQueue of it in
+   * flight; one more gets the same 429 as a full queue.
+   */
+  async bounded<T>(session: string, fn: () => Promise<T>): Promise<T> {
+    const n = this._inflight.get(session) ?? 0;
+    if (n >= this.opts.maxQueue) {
+      throw new DrumsError(
+        'rate_limited',
+        `session '${session}' already has ${n} commands running (at most ${this.opts.maxQueue}); wait for one to end before starting another, or retry after ${FAIR_RETRY_AFTER_S} s`,
+        { details: { scope: 'session', running: n, maxQueue: this.opts.maxQueue, retryAfterSeconds: FAIR_RETRY_AFTER_S } },
+      );
+    }
+    this._inflight.set(session, n + 1);
+    try {
+      return await fn();
+    } finally {
+      const left = (this._inflight.get(session) ?? 1) - 1;
+      if (left > 0) this._inflight.set(session, left);
+      else this._inflight.delete(session);
+    }
   }
 
   async run<T>(session: string, fn: () => Promise<T>): Promise<T> {

@@ -187,4 +187,39 @@ describe('fair share between sessions on a real daemon', () => {
       await d.client.destroySession(good.id).catch(() => {});
     }
   });
+
+  it('exec takes no slot but a session may have at most DRUMS_FAIR_QUEUE in flight: one more is 429, another session is not held', {
+    timeout: 120_000 * TIME_SCALE,
+  }, async () => {
+    const busy = await d.client.createSession({ image: 'minimal' });
+    const other = await d.client.createSession({ image: 'minimal' });
+    try {
+      const long = Array.from({ length: 4 }, () => d.client.exec(busy.id, { shell: 'sleep 3; echo ok' }));
+      // Wait until the four are in flight.
+      const end = Date.now() + 20_000 * TIME_SCALE;
+      for (;;) {
+        const m = await (await fetch(`${d.url}/metrics`, { headers: { authorization: `Bearer ${d.token}` } })).text();
+        if (gauge(m, 'drums_fair_share_commands') >= 4 || Date.now() > end) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const r = await fetch(`${d.url}/v1/sessions/${busy.id}/exec`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ shell: 'echo one too many' }),
+      });
+      assert.equal(r.status, 429);
+      assert.equal(r.headers.get('retry-after'), '1');
+      const err = ((await r.json()) as { error: { code: string; message: string; details: { scope: string } } }).error;
+      assert.deepEqual([err.code, err.details.scope], ['rate_limited', 'session']);
+      assert.match(err.message, /wait for one to end/);
+      // The other session's exec and the busy session's screenshot are served meanwhile.
+      assert.equal((await d.client.exec(other.id, { shell: 'echo fine' })).stdout.trim(), 'fine');
+      await d.client.screenshot(busy.id, 'png');
+      for (const x of await Promise.all(long)) assert.equal(x.stdout.trim(), 'ok');
+      assert.equal((await d.client.exec(busy.id, { shell: 'echo again' })).stdout.trim(), 'again');
+    } finally {
+      await d.client.destroySession(busy.id).catch(() => {});
+      await d.client.destroySession(other.id).catch(() => {});
+    }
+  });
 });

@@ -157,6 +157,27 @@ describe('fair share between sessions', () => {
     assert.equal(sched.lanes, 1, 'lanes of idle sessions are kept past lingerMs');
   });
 
+  it('commands take no slot but are bounded per session: one over maxQueue is refused, the others and other sessions go on', async () => {
+    const sched = new FairScheduler({ slots: 1, maxQueue: 2 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const long = [sched.bounded('a', () => gate), sched.bounded('a', () => gate)];
+    await assert.rejects(
+      sched.bounded('a', async () => {}),
+      (e: Error & { code: string; details: { scope: string } }) => e.code === 'rate_limited' && e.details.scope === 'session',
+    );
+    // Another session's command, and a's own observe request (the one slot), are not held by them.
+    await sched.bounded('b', async () => {});
+    await sched.run('a', async () => {});
+    assert.equal(sched.stats().commands, 2);
+    release();
+    await Promise.all(long);
+    assert.equal(sched.stats().commands, 0);
+    await sched.bounded('a', async () => {});
+  });
+
   it('a malformed escape in the session id reaches the route (no URIError, no 500)', async () => {
     const app = new Hono();
     app.use('/v1/sessions/:id/*', fairShare(new FairScheduler({ slots: 2, maxQueue: 4 })));

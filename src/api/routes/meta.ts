@@ -209,6 +209,11 @@ function fairShareGauges(ctx: RouteContext) {
       values: [[{}, f.waiting]] as [Record<string, string>, number][],
     },
     {
+      name: 'drums_fair_share_commands',
+      help: 'Exec and guest command requests in flight now (no slot; at most DRUMS_FAIR_QUEUE per session).',
+      values: [[{}, f.commands]] as [Record<string, string>, number][],
+    },
+    {
       name: 'drums_fair_share_sessions',
       help: 'Sessions the fair share tracks now (with a request in, or one answered in the last 250 ms).',
       values: [[{}, f.sessions]] as [Record<string, string>, number][],
