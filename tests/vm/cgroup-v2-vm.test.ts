@@ -60,6 +60,7 @@ describe('cgroup v2, in a VM', () => {
     // Every test ran and passed: none failed, was skipped, cancelled or left todo.
     assert.ok(tests >= MIN_VM_TESTS, `tests run in the VM: ${tests}`);
     assert.equal(passed, tests, `passed ${passed} of ${tests} in the VM`);
+    t.diagnostic(`in the VM: ${passed} of ${tests} tests passed`);
     for (const line of r.stderr.split('\n').filter((l) => /^cgv2-vm: (made|VM ran)/.test(l))) t.diagnostic(line);
   });
 });
