@@ -27,7 +27,7 @@ done
 (($#)) || { echo "usage: scripts/cgv2-vm.sh [--timeout S] [--image NAME] [--keep] -- COMMAND..." >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "cgv2-vm.sh: run as root" >&2; exit 1; }
 if ! command -v qemu-system-x86_64 >/dev/null; then
-  # Only this VM needs QEMU, and CI's suite does not run it yet (tests/vm/), so it is installed here.
+  # scripts/setup.sh installs it with DRUMS_SETUP_TEST=1 (scripts/test.sh); this covers a run without that.
   echo "cgv2-vm.sh: installing qemu-system-x86" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
 fi

@@ -12,9 +12,9 @@ HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini li
   gcc libc6-dev)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
 # display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture; the OSWorld
-# oracle test makes a vlc task's song with ffmpeg. (The cgroup v2 VM installs QEMU itself: scripts/cgv2-vm.sh.)
+# oracle test makes a vlc task's song with ffmpeg; the cgroup v2 VM test boots QEMU (scripts/cgv2-vm.sh).
 TEST_PACKAGES=(chromium xvfb openbox xterm x11-utils x11-xserver-utils xdotool dbus at-spi2-core
-  python3-pyatspi python3-lxml python3-gi gir1.2-gtk-3.0 gnome-terminal ffmpeg)
+  python3-pyatspi python3-lxml python3-gi gir1.2-gtk-3.0 gnome-terminal ffmpeg qemu-system-x86)
 
 missing=()
 for p in "${HOST_PACKAGES[@]}" ${DRUMS_SETUP_TEST:+"${TEST_PACKAGES[@]}"}; do

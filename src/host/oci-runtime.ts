@@ -42,6 +42,11 @@ export function detectRuntime(wanted?: string): RuntimeInfo {
   throw new DrumsError('runtime_missing', 'no OCI runtime found: install runc (apt-get install runc) or run scripts/setup.sh');
 }
 
+/** Every session process's OOM score adjustment (the daemon's is -500): a session's processes go before the daemon. */
+export const SESSION_OOM_SCORE_ADJ = 500;
+/** util-linux's choom (essential on Debian and Ubuntu). */
+const CHOOM = '/usr/bin/choom';
+
 export interface StartResult {
   pid: number;
 }
@@ -187,14 +192,19 @@ export class OciRuntime {
     await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
   }
 
-  /** Spawns `runtime exec` (caller handles stdio). Never uses a shell. */
+  /**
+   * Spawns `runtime exec` (caller handles stdio). Never uses a shell. The command gets the
+   * session's OOM score explicitly: crun's exec (the default on cgroup v2) left it with the
+   * daemon's -500, so a memory hog run by exec scored below the session's X server and
+   * init (+500), and the kernel killed those first. util-linux's choom sets the score and execs the runtime
+   * (same PID, so a signal to the child still reaches the runtime, which forwards it).
+   */
   spawnExec(id: string, opts: { uid: number; gid: number; cwd: string; env: Record<string, string>; caps: string[]; args: string[] }): ChildProcess {
     const a = ['exec', '--user', `${opts.uid}:${opts.gid}`, '--cwd', opts.cwd];
     for (const [k, v] of Object.entries(opts.env)) a.push('--env', `${k}=${v}`);
     for (const c of opts.caps) a.push('--cap', c);
     a.push(id, ...opts.args);
-    const argv = this.argv(...a);
-    return spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    return spawn(CHOOM, ['-n', String(SESSION_OOM_SCORE_ADJ), '--', ...this.argv(...a)], { stdio: ['pipe', 'pipe', 'pipe'] });
   }
 }
 

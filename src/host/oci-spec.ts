@@ -1,3 +1,4 @@
+import { SESSION_OOM_SCORE_ADJ } from './oci-runtime.ts';
 import { seccompProfile } from './seccomp.ts';
 
 /** Capabilities a root-in-session exec may hold (no SYS_ADMIN, NET_RAW, MKNOD, SYS_MODULE, SYS_PTRACE...). */
@@ -85,7 +86,7 @@ export function buildSpec(i: SpecInput) {
       // a root-in-session exec can ever hold.
       capabilities: { bounding: ROOT_CAPS, effective: [], permitted: [], inheritable: [], ambient: [] },
       noNewPrivileges: true,
-      oomScoreAdj: 500,
+      oomScoreAdj: SESSION_OOM_SCORE_ADJ,
     },
     root: { path: 'rootfs', readonly: false },
     hostname: i.hostname,

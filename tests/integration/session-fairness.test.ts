@@ -57,6 +57,8 @@ describe('CPU and memory fairness', () => {
       const w = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || cat /sys/fs/cgroup/cpu.weight' });
       assert.equal(w.stdout.trim(), v2 ? '100' : '1024');
       assert.equal(a.memory?.oomKills, 0);
+      // What exec runs has the session's OOM score, not the daemon's -500 (crun's exec kept the daemon's).
+      assert.equal((await d.client.exec(a.id, { shell: 'cat /proc/self/oom_score_adj' })).stdout.trim(), '500');
       // `tail` buffers a line that never ends: it grows until the session's memory limit stops it.
       const hog = await d.client.exec(a.id, { shell: 'tail /dev/zero; echo rc=$?', timeoutMs: 60_000 * TIME_SCALE });
       assert.match(hog.stdout, /rc=137/, JSON.stringify(hog));

@@ -14,13 +14,12 @@ export const VM_FILES = [
   'tests/integration/session-quota.test.ts',
   'tests/integration/session-sweep.test.ts',
 ];
-const VM_TIMEOUT_S = 1800;
-/**
- * Open on v2 (found by this VM, not fixed yet; run them with scripts/cgv2-vm.sh to work on them):
- * the OOM hog's own shell is killed with it (exec exits 137 with no output), and with main's CPU
- * guard a session spinning at its 1-core quota was not demoted within 60 s.
- */
-const KNOWN_V2_FAILURES = ['a process over the memory limit is killed in its own session only', 'the CPU guard, PSI, usage, reset and destroy work on v2'];
+/** The VM's own run (boot, the files, power-off); measured 7-11 min under TCG on a 2-core host. */
+const VM_TIMEOUT_S = 1200;
+/** Image builds and disk making before the boot, on a cache miss (cgv2-vm.sh's timeout counts from the boot). */
+const BUILD_S = 900;
+/** The four files hold 12 tests (3 + 2 + 5 + 2): fewer means a file was not loaded. */
+const MIN_VM_TESTS = 12;
 
 function runInVm(command: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
@@ -35,7 +34,7 @@ function runInVm(command: string): Promise<{ code: number | null; stdout: string
       stderr += d.toString();
       if (process.env.DRUMS_TEST_VERBOSE) process.stderr.write(d);
     });
-    const guard = setTimeout(() => child.kill('SIGTERM'), (VM_TIMEOUT_S + 900) * 1000);
+    const guard = setTimeout(() => child.kill('SIGTERM'), (VM_TIMEOUT_S + BUILD_S) * 1000);
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(guard);
@@ -46,20 +45,22 @@ function runInVm(command: string): Promise<{ code: number | null; stdout: string
 
 describe('cgroup v2, in a VM', () => {
   it('quota, fairness, OOM, PSI, admission, CPU guard and sweep pass on a cgroup v2 host with crun and runc', {
-    timeout: (VM_TIMEOUT_S + 1000) * 1000,
+    timeout: (VM_TIMEOUT_S + BUILD_S + 120) * 1000,
   }, async (t) => {
     const node = '.runtime/node/bin/node --test --test-concurrency=1 --test-reporter=spec';
-    const skip = KNOWN_V2_FAILURES.map((p) => `--test-skip-pattern='${p}'`).join(' ');
-    const r = await runInVm(`DRUMS_TEST_TIME_SCALE=4 ${node} ${skip} ${VM_FILES.join(' ')}`);
+    const r = await runInVm(`DRUMS_TEST_TIME_SCALE=4 ${node} ${VM_FILES.join(' ')}`);
     const out = r.stdout + r.stderr;
     // The VM really was cgroup v2 only, with every controller delegated.
     assert.match(r.stderr, /guest: .* cgroup2: .*\bcpu\b.*\bio\b.*\bmemory\b.*\bpids\b/, r.stderr);
-    const failed = /^ℹ fail (\d+)$/m.exec(r.stdout);
-    const passed = /^ℹ pass (\d+)$/m.exec(r.stdout);
-    if (r.code !== 0 || !failed || failed[1] !== '0') t.diagnostic(out.slice(-20_000));
+    const count = (what: string) => Number(new RegExp(`^ℹ ${what} (\\d+)$`, 'm').exec(r.stdout)?.[1] ?? Number.NaN);
+    const tests = count('tests');
+    const passed = count('pass');
+    if (r.code !== 0 || passed !== tests) t.diagnostic(out.slice(-20_000));
     assert.equal(r.code, 0, `the tests in the VM failed (exit ${r.code})`);
-    assert.equal(failed?.[1], '0');
-    assert.ok(Number(passed?.[1]) >= 9, `tests passed in the VM: ${passed?.[1]}`);
+    // Every test ran and passed: none failed, was skipped, cancelled or left todo.
+    assert.ok(tests >= MIN_VM_TESTS, `tests run in the VM: ${tests}`);
+    assert.equal(passed, tests, `passed ${passed} of ${tests} in the VM`);
+    t.diagnostic(`in the VM: ${passed} of ${tests} tests passed`);
     for (const line of r.stderr.split('\n').filter((l) => /^cgv2-vm: (made|VM ran)/.test(l))) t.diagnostic(line);
   });
 });
