@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -92,11 +92,12 @@ function hostBusyNs(): number {
   return (user! + nice! + system! + irq! + softirq! + steal!) * (1e9 / 100);
 }
 
-/** CPU (ns) used by this bench's own processes: daemon, the instance's session cgroups, this harness. */
+/** CPU (ns) used by this bench's own processes: daemon (with its children: its own CPU cgroup where it has one), the instance's session cgroups, this harness. */
 function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): number {
   let ns = 0;
+  const daemonCg = `/sys/fs/cgroup/cpuacct/drums-${d.instance}-daemon/cpuacct.usage`;
   try {
-    ns += procCpuNs(daemonPid);
+    ns += existsSync(daemonCg) ? Number(readFileSync(daemonCg, 'utf8').trim()) : procCpuNs(daemonPid);
   } catch {}
   if (floodPid)
     try {
@@ -110,6 +111,52 @@ function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): numbe
   } catch {}
   const u = process.cpuUsage();
   return ns + (u.user + u.system) * 1000;
+}
+
+/** Every process's CPU time (ns) and name, by PID (kernel threads included). */
+function taskCpu(): Map<number, { comm: string; ns: number }> {
+  const m = new Map<number, { comm: string; ns: number }>();
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      m.set(Number(p), { comm: st.slice(st.indexOf('(') + 1, st.lastIndexOf(')')), ns: (Number(f[11]) + Number(f[12])) * (1e9 / 100) });
+    } catch {}
+  }
+  return m;
+}
+
+/**
+ * What used the CPU outside this bench during a phase: processes (and kernel threads) not in the
+ * instance's cgroups, by name with digits folded (kworker/1:2 → kworker/N:N), in cores, largest first.
+ * Processes that started and ended within the phase are not seen (their CPU is in othersUnseenCores).
+ */
+function othersByName(
+  before: Map<number, { comm: string; ns: number }>,
+  after: Map<number, { comm: string; ns: number }>,
+  instance: string,
+  skip: number[],
+  seconds: number,
+) {
+  const by = new Map<string, number>();
+  for (const [pid, t] of after) {
+    const ns = t.ns - (before.get(pid)?.ns ?? 0);
+    if (ns <= 0 || skip.includes(pid)) continue;
+    let cg = '';
+    try {
+      cg = /^\d+:[^:]*cpuacct[^:]*:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1] ?? '';
+    } catch {}
+    if (cg.startsWith(`/drums-${instance}/`) || cg === `/drums-${instance}-daemon`) continue;
+    const name = t.comm.replace(/\d+/g, 'N');
+    by.set(name, (by.get(name) ?? 0) + ns);
+  }
+  return Object.fromEntries(
+    [...by]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 8)
+      .map(([k, ns]) => [k, Math.round((ns / 1e9 / seconds) * 1000) / 1000]),
+  );
 }
 
 /** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
@@ -162,6 +209,9 @@ interface PhaseResult {
   bySecond: { steps: number; p50: number; p99: number }[];
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
+  /** The 8 largest users of othersCpuCores by process name (cores), and the rest of othersCpuCores (smaller names, processes that came and went within the phase). */
+  othersTop: Record<string, number>;
+  othersUnseenCores: number;
   ownCpuCores: number;
   /** The host's 1-minute load average at the phase's start and end. */
   loadavg: [number, number];
@@ -226,6 +276,7 @@ export async function runNoisyBench(o: NoisyOptions) {
         if (isDemoted(d.instance, abuserId)) demo.abuser++;
         for (const v of victims) if (isDemoted(d.instance, v.id)) demo.victims++;
       }, 500);
+      const tasks0 = taskCpu();
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
@@ -252,6 +303,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
+      const othersTop = othersByName(tasks0, taskCpu(), d.instance, [process.pid, ...(floodPid ? [floodPid] : [])], elapsed);
+      const othersCpuCores = Math.max(0, (busy - own) / 1e9 / elapsed);
       const abuserResult = abuse ? await abuse : undefined;
       raw.push(lat);
       phases.push({
@@ -267,7 +320,9 @@ export async function runNoisyBench(o: NoisyOptions) {
           const r = (x: number) => Math.round(x);
           return { steps: xs.length, p50: xs.length ? r(quantile(xs, 0.5)) : 0, p99: xs.length ? r(quantile(xs, 0.99)) : 0 };
         }),
-        othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
+        othersCpuCores,
+        othersTop,
+        othersUnseenCores: Math.round(Math.max(0, othersCpuCores - Object.values(othersTop).reduce((a, b) => a + b, 0)) * 1000) / 1000,
         ownCpuCores: own / 1e9 / elapsed,
         loadavg: [load0, load1()],
         demoted: {
@@ -364,6 +419,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       quietVsQuiet,
       note: 'othersCpuCores: CPU the rest of the (shared) host used during each phase, in cores; this bench itself used ownCpuCores.',
       othersCpuCoresByPhase: phases.map((p) => [p.phase, Math.round(p.othersCpuCores * 100) / 100]),
+      othersTopByPhase: phases.map((p) => [p.phase, p.othersTop]),
       loadavgByPhase: phases.map((p) => [p.phase, ...p.loadavg]),
     },
     usernsCost,
