@@ -11,7 +11,8 @@ import { runUsernsBench } from './userns-bench.ts';
 
 /**
  * Noisy neighbour: `victims` Chromium sessions are driven in a closed loop
- * (one client each: a click, then a PNG screenshot = one step) while one
+ * (one client each: a click, then a PNG screenshot = one step; each client's
+ * loop runs through all phases, and a step counts in the phase it started in) while one
  * abuser session, in turn, runs a CPU hog, a memory hog against its limit, a
  * fork bomb, a disk fill to its quota, and a flood of API calls on its own id
  * (from a separate process). Quiet phases (no abuse) sit between all abuse
@@ -199,6 +200,8 @@ function startFlood(url: string, token: string, id: string, seconds: number, cli
 
 interface PhaseResult {
   phase: Phase;
+  /** The phase's time window (performance.now ms): its steps are those that started in it. */
+  window: [number, number];
   seconds: number;
   steps: number;
   errors: number;
@@ -231,6 +234,9 @@ export async function runNoisyBench(o: NoisyOptions) {
   const phases: PhaseResult[] = [];
   /** Every phase's step latencies (ms), for the pooled ratios. */
   const raw: number[][] = [];
+  let drivers: Promise<void>[] = [];
+  let stopLoop = () => {};
+  let gapErrors = 0;
   try {
     o.progress?.(`creating ${o.victims} victim sessions (Chromium) and the abuser`);
     for (let i = 0; i < o.victims; i++) victims.push(await c.createSession({ image: 'default', url: PAGE, screen: '1280x800' }));
@@ -245,6 +251,32 @@ export async function runNoisyBench(o: NoisyOptions) {
         }
       }),
     );
+    // The victims' closed loop runs through every phase and the gaps between them (the abuser's
+    // reset), so that no phase starts with all of them stepping in lockstep: a loop restarted per
+    // phase made every phase's first second 2-3 times slower than the rest, quiet ones too, and
+    // those steps were most of each phase's p99. Each step belongs to the phase it started in.
+    const loop = { running: true, steps: [] as { t: number; ms: number }[], errors: [] as { t: number; e: string }[] };
+    /** The start of each victim's step in flight (undefined between steps). */
+    const inflight: (number | undefined)[] = victims.map(() => undefined);
+    drivers = victims.map(async (v, k) => {
+      for (let i = 0; loop.running; i++) {
+        const t = performance.now();
+        inflight[k] = t;
+        try {
+          await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
+          await c.screenshot(v.id, 'png');
+          loop.steps.push({ t, ms: performance.now() - t });
+        } catch (e) {
+          loop.errors.push({ t, e: String(e).slice(0, 200) });
+        }
+        inflight[k] = undefined;
+      }
+    });
+    stopLoop = () => {
+      loop.running = false;
+    };
+    // Off the clock, so that the first phase too starts with the loop already spread out.
+    await sleep(2000);
     const order: Phase[] = ['quiet'];
     const abuses = o.abuses ?? ABUSES;
     for (let r = 0; r < o.rounds; r++) for (const a of abuses) order.push(a, 'quiet');
@@ -263,11 +295,6 @@ export async function runNoisyBench(o: NoisyOptions) {
           (e) => ({ error: String(e) }),
         );
       }
-      const lat: number[] = [];
-      /** Each step's start, in seconds since the phase began (parallel to lat). */
-      const at: number[] = [];
-      const errorSamples: string[] = [];
-      let errors = 0;
       const load0 = load1();
       // How often the CPU guard had the abuser and the victims demoted during the phase.
       const demo = { samples: 0, abuser: 0, victims: 0 };
@@ -281,24 +308,17 @@ export async function runNoisyBench(o: NoisyOptions) {
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
       const end = t0 + o.seconds * 1000;
-      await Promise.all(
-        victims.map(async (v, k) => {
-          let i = 0;
-          while (performance.now() < end) {
-            const t = performance.now();
-            try {
-              await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
-              await c.screenshot(v.id, 'png');
-              lat.push(performance.now() - t);
-              at.push((t - t0) / 1000);
-            } catch (e) {
-              errors++;
-              if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
-            }
-            i++;
-          }
-        }),
-      );
+      // The phase is every step that starts in [t0, end); the loop runs on, and the phase waits for
+      // its last steps to finish.
+      await sleep(end - performance.now());
+      while (inflight.some((x) => x !== undefined && x < end)) await sleep(5);
+      const mine = loop.steps.filter((x) => x.t >= t0 && x.t < end);
+      const lat = mine.map((x) => x.ms);
+      /** Each step's start, in seconds since the phase began (parallel to lat). */
+      const at = mine.map((x) => (x.t - t0) / 1000);
+      const failed = loop.errors.filter((x) => x.t >= t0 && x.t < end);
+      const errors = failed.length;
+      const errorSamples = failed.slice(0, 5).map((x) => x.e);
       clearInterval(watch);
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
@@ -309,6 +329,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       raw.push(lat);
       phases.push({
         phase,
+        window: [t0, end],
         seconds: elapsed,
         steps: lat.length,
         errors,
@@ -344,7 +365,11 @@ export async function runNoisyBench(o: NoisyOptions) {
         await sleep(2000);
       }
     }
+    // Errors between phases (the abuser's reset) count against the victims too.
+    gapErrors = loop.errors.filter((x) => !phases.some((p) => x.t >= p.window[0] && x.t < p.window[1])).length;
   } finally {
+    stopLoop();
+    await Promise.all(drivers);
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
   }
@@ -394,7 +419,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     const u = await runUsernsBench({ image: 'default', url: PAGE, sessions: o.usernsSessions, settleSeconds: 5, outDir: o.outDir, progress: o.progress });
     usernsCost = { record: basename(u.file), sessionsPerArm: o.usernsSessions, ratios: u.record.ratios, errors: u.record.errors };
   }
-  const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
+  const victimErrors = phases.reduce((a, p) => a + p.errors, 0) + gapErrors;
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
   const record = {
     schemaVersion: 2,
@@ -408,11 +433,14 @@ export async function runNoisyBench(o: NoisyOptions) {
       victims: o.victims,
       victimImage: 'default (Chromium on a static page)',
       step: 'POST actions (1 click) + GET screenshot png',
+      loop: 'one closed loop per victim through all phases and the gaps between them; a step counts in the phase it started in',
       abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' },
       secondsPerPhase: o.seconds,
       floodClients: 16,
     },
     phases,
+    /** Victim errors in steps that started between phases (the abuser's reset); counted in the victimErrors bar. */
+    gapErrors,
     ratios,
     bars,
     noise: {
