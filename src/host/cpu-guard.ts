@@ -65,7 +65,9 @@ import { cgroupMode } from './oci-runtime.ts';
  * since the demotion, a session is restored (its own quota, the normal weight,
  * cpu.idle 0) when it hit the cap in fewer than `releaseShare` (half) of its
  * periods over the window (it no longer wants more than 0.1 core) and had no
- * fork refused at pids.max in the window, or when the
+ * fork refused at pids.max nor an OOM kill in the last `evidenceHoldS` (10 s:
+ * a fork bomb retries and a memory hog refills every few seconds, and at the
+ * cap, ranked idle on a busy host, it may not even be throttled), or when the
  * host is no longer contended by the rule above; and after `maxHoldS` (30 s)
  * in any case, to be judged afresh after a window (a safety valve for a busy
  * interactive session taken for a hog). A reset ends a demotion (the new
@@ -94,6 +96,8 @@ export interface CpuGuardOptions {
   /** The fast verdict: a session throttled at its own quota in at least `fastThrottleShare` of its periods over the last `fastWindowS` is judged on that span, before its full window. */
   fastWindowS: number;
   fastThrottleShare: number;
+  /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
+  evidenceHoldS: number;
   intervalMs: number;
   /** Where the cgroup filesystem is, and its version, /proc/stat and the host's cores (for tests). */
   root: string;
@@ -114,6 +118,7 @@ export const CPU_GUARD_DEFAULTS = {
   maxHoldS: 30,
   fastWindowS: 1,
   fastThrottleShare: 0.9,
+  evidenceHoldS: 10,
   intervalMs: 500,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
@@ -362,11 +367,13 @@ export class CpuGuard {
       const tick = lastTick.get(id);
       const forkBomb = t.refusedAt === now;
       const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.hogCores;
-      /** Forks refused at pids.max within the window: a fork bomb still at it. */
-      const refusing = t.refusedAt !== undefined && now - t.refusedAt < win;
+      /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
+      const hold = this.opts.evidenceHoldS * 1000;
+      const refusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
       if (t.demoted) {
         // Judged on what the kernel saw since the demotion: throttled in most periods, or forks still
-        // refused, it still wants the CPU.
+        // refused or processes still OOM-killed, it still wants the CPU. (Not throttled alone is no proof
+        // of calm: on a busy host an idle-ranked group may not even get its cap.)
         const over = now - t.since >= this.opts.maxHoldS * 1000;
         const calm = u && !refusing && u.throttledShare < this.opts.releaseShare;
         if (over || (u && (calm || !this._contended(hostBusy, t, u.mean)))) this._restore(id, t, now);

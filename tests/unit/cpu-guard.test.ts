@@ -278,8 +278,12 @@ for (const v2 of [false, true]) {
           f.step(500, { ...burst(k), bomb: 0.05 });
           assert.deepEqual(f.guard.demoted(), ['bomb'], `tick ${k}`);
         }
-        // No more refusals and not throttled: restored after a window.
-        for (let k = 0; k < 6; k++) f.step(500, { ...burst(k), bomb: 0.01 });
+        // No more refusals and not throttled: restored 10 s after the last one.
+        for (let k = 0; k < 19; k++) {
+          f.step(500, { ...burst(k), bomb: 0.01 });
+          assert.deepEqual(f.guard.demoted(), ['bomb'], `calm tick ${k}`);
+        }
+        for (let k = 0; k < 2; k++) f.step(500, { ...burst(k), bomb: 0.01 });
         assert.deepEqual(f.guard.demoted(), []);
         assert.ok(f.normalNow('bomb'));
         for (const id of ['a', 'b']) assert.equal(f.guard.demotionsOf(id), 0, id);
@@ -313,6 +317,15 @@ for (const v2 of [false, true]) {
           f.step(500, { hog: 0.1, calm: 0.1, a: 0.1 }, { throttledIn: { hog: 1 } });
         }
         assert.deepEqual(f.guard.demoted(), ['hog'], 'calm never; hog held while it hits its cap');
+        // Starved at its cap (not throttled) but still OOM-killed every few seconds: held.
+        for (let k = 0; k < 30; k++) {
+          if (k % 6 === 0) f.oom('hog');
+          f.step(500, { hog: 0.04, calm: 0.1, a: 0.1 });
+          assert.deepEqual(f.guard.demoted(), ['hog'], `starved tick ${k}`);
+        }
+        // No kill for 10 s: restored.
+        for (let k = 0; k < 21; k++) f.step(500, { hog: 0.04, calm: 0.1, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), []);
       } finally {
         f.done();
       }
