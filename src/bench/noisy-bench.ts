@@ -202,6 +202,8 @@ interface PhaseResult {
   phase: Phase;
   /** The phase's time window (performance.now ms): its steps are those that started in it. */
   window: [number, number];
+  /** The same in seconds since the bench started (the clock of guardLog). */
+  windowS: [number, number];
   seconds: number;
   steps: number;
   errors: number;
@@ -225,7 +227,21 @@ interface PhaseResult {
 
 export async function runNoisyBench(o: NoisyOptions) {
   const started = new Date().toISOString();
-  const d = await startPrivateDaemon();
+  // The CPU guard's demotions and restores as the daemon logs them (session, reason), with when (s since the start).
+  const guardLog: { t: number; line: string }[] = [];
+  const t00 = performance.now();
+  let tail = '';
+  const d = await startPrivateDaemon(
+    {},
+    {
+      onStderr: (b) => {
+        const lines = (tail + b.toString()).split('\n');
+        tail = lines.pop() ?? '';
+        for (const line of lines)
+          if (/session (demoted|restored)/.test(line)) guardLog.push({ t: Math.round((performance.now() - t00) / 100) / 10, line: line.slice(0, 200) });
+      },
+    },
+  );
   const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
   const url = c.url;
@@ -330,6 +346,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       phases.push({
         phase,
         window: [t0, end],
+        windowS: [Math.round((t0 - t00) / 100) / 10, Math.round((end - t00) / 100) / 10],
         seconds: elapsed,
         steps: lat.length,
         errors,
@@ -441,6 +458,10 @@ export async function runNoisyBench(o: NoisyOptions) {
     phases,
     /** Victim errors in steps that started between phases (the abuser's reset); counted in the victimErrors bar. */
     gapErrors,
+    /** The CPU guard's log lines (demoted / restored, with the session and why), s since the start; victims are `victimIds`. */
+    guardLog,
+    victimIds: victims.map((v) => v.id),
+    abuserId: abuser?.id,
     ratios,
     bars,
     noise: {
