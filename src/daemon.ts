@@ -12,7 +12,8 @@ import { procStartTime } from './host/proc.ts';
 import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
 import { startIdleGc } from './api/idle-gc.ts';
-import { fairShareOf, rateLimitOf } from './api/request.ts';
+import { rateLimitOf } from './api/request.ts';
+import { fairShareOf } from './session/fair-share.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
@@ -74,7 +75,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     () => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: s.state === 'creating' || s.state === 'resetting' }])),
   );
   cpuGuard.start();
-  const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason) });
+  const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason), fairShare: fairShareOf(config) });
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
@@ -88,7 +89,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), fairShare: fairShareOf(config), cpuGuard });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), cpuGuard });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);

@@ -10,9 +10,7 @@ import { FIELDS } from '../common/config.ts';
 import {
   bodyLimit,
   createRouteContext,
-  type FairShareOptions,
   fairShare,
-  fairShareOf,
   notFoundOr405,
   observe,
   type RateLimitOptions,
@@ -38,8 +36,6 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** Per-token rate limit (default from DRUMS_RATE_LIMIT / DRUMS_RATE_BURST). */
   rateLimit?: RateLimitOptions;
-  /** How many observe/act requests run at once, and how many one session may queue (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE). */
-  fairShare?: FairShareOptions;
   /** Fields features above the API add to every session view (the OSWorld endpoint). */
   viewExtras?: ViewExtras;
   /** The CPU guard, for /metrics (its demotions). */
@@ -68,7 +64,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.use('*', security(opts));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));
   app.use('*', bodyLimit(maxBody));
-  app.use('/v1/sessions/:id/*', fairShare(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default })));
+  // The fair share is the display service's (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE), shared with the OSWorld guest routes.
+  app.use('/v1/sessions/:id/*', fairShare(display.fair));
   app.use('/v1/sessions', idempotency(ctx));
   app.use('/v1/sessions/:id', sessionGeneration(ctx));
   app.use('/v1/sessions/:id/*', sessionGeneration(ctx));

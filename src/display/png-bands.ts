@@ -145,6 +145,21 @@ function chunk(type: string, data: Buffer[], length: number): Buffer {
 
 let scratchRows = Buffer.alloc(0);
 
+/**
+ * `b` in an ArrayBuffer of its own size. zlib's sync calls return a view of their output chunk
+ * (a 64 KiB allocation, 16 KiB of it per call), so a kept band of a few hundred bytes held 16
+ * KiB, and a whole 64 KiB slab while any band cut from it lived: re-encoding scattered bands
+ * over a reset cycle spread a display's live bands over ever more slabs (a 1280x800 encoder went
+ * from 0.8 MiB after its first frame to 2 MiB after 50 steps, for ~20 KB of compressed bytes;
+ * the soak's daemon RSS grew with it). The copy costs a memcpy of the compressed bytes.
+ */
+export function ownBytes(b: Buffer): Buffer {
+  if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) return b;
+  const out = Buffer.allocUnsafeSlow(b.length);
+  b.copy(out);
+  return out;
+}
+
 /** One encoder per stream of same-sized frames (one display's full screen, say). */
 export class BandPngEncoder {
   readonly width: number;
@@ -162,7 +177,8 @@ export class BandPngEncoder {
     h.writeUInt32BE(height, 4);
     h[8] = 8; // bit depth
     h[9] = 2; // colour type: RGB
-    this._ihdr = chunk('IHDR', [h], 13);
+    // Kept for the encoder's life: not a view of the shared Buffer pool (it would pin an 8 KiB slab).
+    this._ihdr = ownBytes(chunk('IHDR', [h], 13));
     this.bands = Math.ceil(height / BAND_ROWS);
   }
 
@@ -171,6 +187,28 @@ export class BandPngEncoder {
     const need = BAND_ROWS * (this.width * 3 + 1);
     if (scratchRows.length < need) scratchRows = Buffer.allocUnsafe(need);
     return scratchRows;
+  }
+
+  /**
+   * Bytes of memory the kept bands hold: their ArrayBuffers, each counted once (a band that is a
+   * view of a larger buffer holds all of it). About their compressed size (for tests and the bench).
+   */
+  retainedBytes(): number {
+    const seen = new Set<ArrayBufferLike>();
+    let n = this._ihdr.buffer.byteLength;
+    for (const b of this._bands)
+      if (b && !seen.has(b.body.buffer)) {
+        seen.add(b.body.buffer);
+        n += b.body.buffer.byteLength;
+      }
+    return n;
+  }
+
+  /** Compressed bytes of the kept bands. */
+  compressedBytes(): number {
+    let n = 0;
+    for (const b of this._bands) if (b) n += b.body.length;
+    return n;
   }
 
   /** Forgets every band: the next frame is encoded whole. */
@@ -198,7 +236,7 @@ export class BandPngEncoder {
     const bands = this._bands;
     for (const k of todo) {
       const { rows, adler } = filterRows(bgrx, width, k * BAND_ROWS, Math.min(height, (k + 1) * BAND_ROWS), this._scratch);
-      bands[k] = { body: zlib.deflateRawSync(rows, DEFLATE_OPTS), adler, len: rows.length };
+      bands[k] = { body: ownBytes(zlib.deflateRawSync(rows, DEFLATE_OPTS)), adler, len: rows.length };
     }
     let adler = 1,
       len = ZLIB_HEADER.length + FINAL_BLOCK.length + 4;

@@ -10,7 +10,8 @@
 // plumbing and prepare.ts the once-per-generation guest preparation.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { errorMessage } from '../common/errors.ts';
+import { DrumsError, errorMessage } from '../common/errors.ts';
+import { FAIR_RETRY_AFTER_S } from '../session/fair-share.ts';
 import { log } from '../common/log.ts';
 import { flaskPage, type GuestContext, type Handler, HttpError, json, type RecordingState, send } from './http.ts';
 import { routeExecute, routeExecuteVerify, routeLaunch } from './routes/execute.ts';
@@ -30,6 +31,15 @@ import { routeRunBash, routeRunPython } from './routes/scripts.ts';
 import { routeOpenFile, windowRoute } from './routes/windows.ts';
 
 export { forgetSession } from './prepare.ts';
+
+/**
+ * The guest routes whose work is the daemon's (X captures and encodes, the accessibility tree, the
+ * terminal's text, pointer input): they take their turn in the daemon's fair share between sessions
+ * (src/session/fair-share.ts), the same one as the API's observe/act routes. The rest run in the
+ * session (its own cgroup) and may take long: they take no slot, but a session may have at most
+ * DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`).
+ */
+const QUEUED = new Set(['/screenshot', '/accessibility', '/terminal', '/cursor_position']);
 
 const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   '/execute': { POST: routeExecute },
@@ -96,10 +106,15 @@ export function guestHandler(ctx: GuestContext) {
       if (tooBig) return send(res, json(413, { status: 'error', message: `request body is over ${ctx.mgr.config.osworldMaxBodyBytes} bytes` }));
       const s = ctx.session();
       if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
-      h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec)
+      const run = () => h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec);
+      (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : ctx.display.fair.bounded(s.id, run))
         .then(
           (r) => send(res, r),
           (e) => {
+            if (e instanceof DrumsError && e.code === 'rate_limited') {
+              const r = json(429, { status: 'error', code: e.code, message: e.message });
+              return send(res, { ...r, headers: { 'retry-after': String(FAIR_RETRY_AFTER_S) } });
+            }
             if (e instanceof HttpError) {
               return send(res, e.status === 400 && typeof e.body === 'string' ? flaskPage(400, 'Bad Request', e.body) : json(e.status, e.body));
             }

@@ -10,6 +10,8 @@ import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
 import { DESKTOP_UID } from './desktop-user.ts';
 import { hostIds } from './userns.ts';
+import { FairScheduler, type FairShareOptions, fairShareOf } from './fair-share.ts';
+import { FIELDS } from '../common/config.ts';
 
 interface Conn {
   generation: number;
@@ -94,12 +96,15 @@ export class Takeovers {
 export class DisplayService {
   /** Who holds each session's input: checked before agent input reaches the display. */
   readonly takeovers = new Takeovers();
+  /** The daemon's fair share between sessions of their observe/act work (the API's and the OSWorld guest routes'). */
+  readonly fair: FairScheduler;
   private readonly _conns = new Map<string, Conn>();
   private readonly _a11y = new Map<string, A11yConn>();
   private readonly _onLost: (s: Session, generation: number, reason: string) => void;
 
-  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void } = {}) {
+  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void; fairShare?: FairShareOptions } = {}) {
     this._onLost = opts.onLost ?? (() => {});
+    this.fair = new FairScheduler(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default }));
   }
 
   async connection(s: Session): Promise<XDisplay> {

@@ -42,7 +42,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "limit_exceeds_host": (422, "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it."),
     "pool_exhausted": (429, "The daemon holds its maximum number of sessions."),
     "pool_empty": (429, "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)."),
-    "rate_limited": (429, "Too many requests for this token; see Retry-After."),
+    "rate_limited": (429, "Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After."),
     "internal": (500, "A bug; see the daemon log."),
     "host_error": (500, "A host command failed."),
     "session_create_failed": (500, "Create failed at details.step; everything made was undone."),

@@ -194,6 +194,33 @@ function cpuGuardGauges(ctx: RouteContext, guard: CpuGuardView) {
   ];
 }
 
+/** What /metrics shows of the fair share between sessions (src/session/fair-share.ts). */
+function fairShareGauges(ctx: RouteContext) {
+  const f = ctx.display.fair.stats();
+  return [
+    {
+      name: 'drums_fair_share_running',
+      help: 'Observe/act requests holding a fair-share slot now.',
+      values: [[{}, f.running]] as [Record<string, string>, number][],
+    },
+    {
+      name: 'drums_fair_share_waiting',
+      help: 'Observe/act requests waiting for their turn now (all sessions).',
+      values: [[{}, f.waiting]] as [Record<string, string>, number][],
+    },
+    {
+      name: 'drums_fair_share_commands',
+      help: 'Exec and guest command requests in flight now (no slot; at most DRUMS_FAIR_QUEUE per session).',
+      values: [[{}, f.commands]] as [Record<string, string>, number][],
+    },
+    {
+      name: 'drums_fair_share_sessions',
+      help: 'Sessions the fair share tracks now (with a request in, or one answered in the last 250 ms).',
+      values: [[{}, f.sessions]] as [Record<string, string>, number][],
+    },
+  ];
+}
+
 /** /openapi.json, /docs, /metrics and /v1/terminations. */
 export function metaRoutes(ctx: RouteContext, cpuGuard?: CpuGuardView) {
   const app = new Hono();
@@ -209,6 +236,7 @@ export function metaRoutes(ctx: RouteContext, cpuGuard?: CpuGuardView) {
       ...resourceGauges(ctx.mgr),
       ...poolGauges(ctx),
       ...(cpuGuard ? cpuGuardGauges(ctx, cpuGuard) : []),
+      ...fairShareGauges(ctx),
     ]);
     return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
   });

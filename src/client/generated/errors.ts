@@ -81,7 +81,7 @@ export class LimitExceedsHostError extends DrumsApiError {}
 export class PoolExhaustedError extends DrumsApiError {}
 /** 429: The warm pool has no ready session and the claim asked not to wait (onEmpty fail). */
 export class PoolEmptyError extends DrumsApiError {}
-/** 429: Too many requests for this token; see Retry-After. */
+/** 429: Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After. */
 export class RateLimitedError extends DrumsApiError {}
 /** 500: A bug; see the daemon log. */
 export class InternalError extends DrumsApiError {}

@@ -40,7 +40,7 @@ export const ERROR_CODES = {
   limit_exceeds_host: { status: 422, description: "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it." },
   pool_exhausted: { status: 429, description: "The daemon holds its maximum number of sessions." },
   pool_empty: { status: 429, description: "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)." },
-  rate_limited: { status: 429, description: "Too many requests for this token; see Retry-After." },
+  rate_limited: { status: 429, description: "Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After." },
   internal: { status: 500, description: "A bug; see the daemon log." },
   host_error: { status: 500, description: "A host command failed." },
   session_create_failed: { status: 500, description: "Create failed at details.step; everything made was undone." },
