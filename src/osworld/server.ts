@@ -32,6 +32,10 @@ import { routeOpenFile, windowRoute } from './routes/windows.ts';
 
 export { forgetSession } from './prepare.ts';
 
+/** After a 413: how much more of the body is read (and discarded), and for how long, before the socket is destroyed. */
+const OVER_LIMIT_DRAIN_BYTES = 8 * 1024 * 1024;
+const OVER_LIMIT_DRAIN_MS = 5_000;
+
 /**
  * The guest routes whose work is the daemon's (X captures and encodes, the accessibility tree, the
  * terminal's text, pointer input): they take their turn in the daemon's fair share between sessions
@@ -90,20 +94,45 @@ export function guestHandler(ctx: GuestContext) {
     res.on('close', () => {
       if (!res.writableFinished) ac.abort();
     });
+    // The body limit is enforced as soon as it is known to be passed: a declared Content-Length over it is answered
+    // 413 before any byte of the body is read, and a body that grows past it (chunked, or longer than declared) at
+    // the chunk that passes it. What the client still sends after the answer is discarded, but only up to
+    // OVER_LIMIT_DRAIN_BYTES or OVER_LIMIT_DRAIN_MS (so an ordinary client that sends its whole body before it
+    // reads the answer sees the 413, not a reset); past either, or when the declared length already says the
+    // drain would not reach its end, the socket is destroyed once the answer is written.
+    const limit = ctx.mgr.config.osworldMaxBodyBytes;
     const chunks: Buffer[] = [];
+    let refused = false;
+    const tooBig = (declared?: number) => {
+      refused = true;
+      chunks.length = 0;
+      const sock = req.socket;
+      const t = setTimeout(() => sock.destroy(), OVER_LIMIT_DRAIN_MS);
+      t.unref();
+      sock.once('close', () => clearTimeout(t));
+      req.once('end', () => clearTimeout(t));
+      if (declared !== undefined && declared > limit + OVER_LIMIT_DRAIN_BYTES) res.once('finish', () => sock.destroy());
+      req.removeAllListeners('data');
+      let drained = 0;
+      req.on('data', (d: Buffer) => {
+        drained += d.length;
+        if (drained > OVER_LIMIT_DRAIN_BYTES) sock.destroy();
+      });
+      send(res, json(413, { status: 'error', message: `request body is over ${limit} bytes` }));
+    };
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit) tooBig(declared);
     let size = 0;
-    let tooBig = false;
-    req.on('data', (d: Buffer) => {
-      size += d.length;
-      if (size > ctx.mgr.config.osworldMaxBodyBytes) {
-        tooBig = true;
-        return;
-      }
-      chunks.push(d);
-    });
+    if (!refused) {
+      req.on('data', (d: Buffer) => {
+        size += d.length;
+        if (size > limit) return tooBig();
+        chunks.push(d);
+      });
+    }
     req.on('error', () => ac.abort());
     req.on('end', () => {
-      if (tooBig) return send(res, json(413, { status: 'error', message: `request body is over ${ctx.mgr.config.osworldMaxBodyBytes} bytes` }));
+      if (refused) return;
       const s = ctx.session();
       if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
       const run = () => h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec);

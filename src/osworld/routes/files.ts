@@ -95,6 +95,30 @@ export const routeFile: Handler = async (ctx, s, req) => {
   }
 };
 
+/**
+ * /setup/upload inside the session as the desktop user, atomically: the data goes to a temporary file next to
+ * the target (same directory, so same filesystem; the target's mode if it exists, else the umask's), which is
+ * renamed over the target only once all of it is written. On any failure (a full disk, a killed writer) the
+ * old file is untouched and the temporary file is removed. A symlink at the target is followed, as a plain
+ * write through it would be, so the link stays and its target gets the data; an existing target that is not a
+ * regular file (a device, a FIFO) is written in place. Everything resolves inside the session's own root.
+ */
+const UPLOAD_SH = [
+  'p=$1',
+  // A link that does not resolve (a loop, a missing directory): the shell's own open error, nothing written.
+  'if [ -L "$p" ]; then p=$(readlink -f -- "$p") || { : >> "$1"; exit 1; }; fi',
+  'if [ -d "$p" ]; then echo "$p: Is a directory" >&2; exit 1; fi',
+  // Not a regular file (a device, a FIFO): nothing to replace, written in place as before.
+  'if [ -e "$p" ] && [ ! -f "$p" ]; then exec cat > "$p"; fi',
+  'd=$(dirname -- "$p")',
+  'mkdir -p -- "$d" || exit 1',
+  't=$(mktemp -- "$d/.drums-upload.XXXXXXXX") || exit 1',
+  'trap \'rm -f -- "$t"\' EXIT',
+  "trap 'exit 1' HUP INT TERM PIPE",
+  'if [ -e "$p" ]; then chmod --reference="$p" -- "$t"; else chmod -- "$(printf %o $((0666 & ~$(umask))))" "$t"; fi || exit 1',
+  'cat > "$t" && mv -f -T -- "$t" "$p"',
+].join('\n');
+
 export const routeUpload: Handler = async (ctx, s, req) => {
   const form = await parseForm(req);
   const p = form.get('file_path');
@@ -106,9 +130,7 @@ export const routeUpload: Handler = async (ctx, s, req) => {
   try {
     ensureReady(s);
     const data = Buffer.from(await f.arrayBuffer());
-    // As the desktop user: parents created; a partial file is removed on failure.
-    const script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" || { rc=$?; rm -f -- "$1"; exit $rc; }';
-    const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', path], stdin: data, timeoutMs: 600_000 });
+    const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', UPLOAD_SH, 'sh', path], stdin: data, timeoutMs: 600_000 });
     if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: `Failed to upload file: ${r.stderr.trim()}` });
     if (r.code !== 0) return json(500, { error: `Failed to upload file: ${r.stderr.trim() || `exit ${r.code}`}` });
     return text(200, `File Uploaded: ${data.length} bytes`);
