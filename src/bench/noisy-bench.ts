@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -11,7 +11,8 @@ import { runUsernsBench } from './userns-bench.ts';
 
 /**
  * Noisy neighbour: `victims` Chromium sessions are driven in a closed loop
- * (one client each: a click, then a PNG screenshot = one step) while one
+ * (one client each: a click, then a PNG screenshot = one step; each client's
+ * loop runs through all phases, and a step counts in the phase it started in) while one
  * abuser session, in turn, runs a CPU hog, a memory hog against its limit, a
  * fork bomb, a disk fill to its quota, and a flood of API calls on its own id
  * (from a separate process). Quiet phases (no abuse) sit between all abuse
@@ -92,11 +93,12 @@ function hostBusyNs(): number {
   return (user! + nice! + system! + irq! + softirq! + steal!) * (1e9 / 100);
 }
 
-/** CPU (ns) used by this bench's own processes: daemon, the instance's session cgroups, this harness. */
+/** CPU (ns) used by this bench's own processes: daemon (with its children: its own CPU cgroup where it has one), the instance's session cgroups, this harness. */
 function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): number {
   let ns = 0;
+  const daemonCg = `/sys/fs/cgroup/cpuacct/drums-${d.instance}-daemon/cpuacct.usage`;
   try {
-    ns += procCpuNs(daemonPid);
+    ns += existsSync(daemonCg) ? Number(readFileSync(daemonCg, 'utf8').trim()) : procCpuNs(daemonPid);
   } catch {}
   if (floodPid)
     try {
@@ -110,6 +112,52 @@ function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): numbe
   } catch {}
   const u = process.cpuUsage();
   return ns + (u.user + u.system) * 1000;
+}
+
+/** Every process's CPU time (ns) and name, by PID (kernel threads included). */
+function taskCpu(): Map<number, { comm: string; ns: number }> {
+  const m = new Map<number, { comm: string; ns: number }>();
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      m.set(Number(p), { comm: st.slice(st.indexOf('(') + 1, st.lastIndexOf(')')), ns: (Number(f[11]) + Number(f[12])) * (1e9 / 100) });
+    } catch {}
+  }
+  return m;
+}
+
+/**
+ * What used the CPU outside this bench during a phase: processes (and kernel threads) not in the
+ * instance's cgroups, by name with digits folded (kworker/1:2 → kworker/N:N), in cores, largest first.
+ * Processes that started and ended within the phase are not seen (their CPU is in othersUnseenCores).
+ */
+function othersByName(
+  before: Map<number, { comm: string; ns: number }>,
+  after: Map<number, { comm: string; ns: number }>,
+  instance: string,
+  skip: number[],
+  seconds: number,
+) {
+  const by = new Map<string, number>();
+  for (const [pid, t] of after) {
+    const ns = t.ns - (before.get(pid)?.ns ?? 0);
+    if (ns <= 0 || skip.includes(pid)) continue;
+    let cg = '';
+    try {
+      cg = /^\d+:[^:]*cpuacct[^:]*:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1] ?? '';
+    } catch {}
+    if (cg.startsWith(`/drums-${instance}/`) || cg === `/drums-${instance}-daemon`) continue;
+    const name = t.comm.replace(/\d+/g, 'N');
+    by.set(name, (by.get(name) ?? 0) + ns);
+  }
+  return Object.fromEntries(
+    [...by]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 8)
+      .map(([k, ns]) => [k, Math.round((ns / 1e9 / seconds) * 1000) / 1000]),
+  );
 }
 
 /** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
@@ -152,6 +200,10 @@ function startFlood(url: string, token: string, id: string, seconds: number, cli
 
 interface PhaseResult {
   phase: Phase;
+  /** The phase's time window (performance.now ms): its steps are those that started in it. */
+  window: [number, number];
+  /** The same in seconds since the bench started (the clock of guardLog). */
+  windowS: [number, number];
   seconds: number;
   steps: number;
   errors: number;
@@ -162,6 +214,9 @@ interface PhaseResult {
   bySecond: { steps: number; p50: number; p99: number }[];
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
+  /** The 8 largest users of othersCpuCores by process name (cores), and the rest of othersCpuCores (smaller names, processes that came and went within the phase). */
+  othersTop: Record<string, number>;
+  othersUnseenCores: number;
   ownCpuCores: number;
   /** The host's 1-minute load average at the phase's start and end. */
   loadavg: [number, number];
@@ -172,7 +227,21 @@ interface PhaseResult {
 
 export async function runNoisyBench(o: NoisyOptions) {
   const started = new Date().toISOString();
-  const d = await startPrivateDaemon();
+  // The CPU guard's demotions and restores as the daemon logs them (session, reason), with when (s since the start).
+  const guardLog: { t: number; line: string }[] = [];
+  const t00 = performance.now();
+  let tail = '';
+  const d = await startPrivateDaemon(
+    {},
+    {
+      onStderr: (b) => {
+        const lines = (tail + b.toString()).split('\n');
+        tail = lines.pop() ?? '';
+        for (const line of lines)
+          if (/session (demoted|restored)/.test(line)) guardLog.push({ t: Math.round((performance.now() - t00) / 100) / 10, line: line.slice(0, 200) });
+      },
+    },
+  );
   const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
   const url = c.url;
@@ -181,6 +250,9 @@ export async function runNoisyBench(o: NoisyOptions) {
   const phases: PhaseResult[] = [];
   /** Every phase's step latencies (ms), for the pooled ratios. */
   const raw: number[][] = [];
+  let drivers: Promise<void>[] = [];
+  let stopLoop = () => {};
+  let gapErrors = 0;
   try {
     o.progress?.(`creating ${o.victims} victim sessions (Chromium) and the abuser`);
     for (let i = 0; i < o.victims; i++) victims.push(await c.createSession({ image: 'default', url: PAGE, screen: '1280x800' }));
@@ -195,6 +267,32 @@ export async function runNoisyBench(o: NoisyOptions) {
         }
       }),
     );
+    // The victims' closed loop runs through every phase and the gaps between them (the abuser's
+    // reset), so that no phase starts with all of them stepping in lockstep: a loop restarted per
+    // phase made every phase's first second 2-3 times slower than the rest, quiet ones too, and
+    // those steps were most of each phase's p99. Each step belongs to the phase it started in.
+    const loop = { running: true, steps: [] as { t: number; ms: number }[], errors: [] as { t: number; e: string }[] };
+    /** The start of each victim's step in flight (undefined between steps). */
+    const inflight: (number | undefined)[] = victims.map(() => undefined);
+    drivers = victims.map(async (v, k) => {
+      for (let i = 0; loop.running; i++) {
+        const t = performance.now();
+        inflight[k] = t;
+        try {
+          await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
+          await c.screenshot(v.id, 'png');
+          loop.steps.push({ t, ms: performance.now() - t });
+        } catch (e) {
+          loop.errors.push({ t, e: String(e).slice(0, 200) });
+        }
+        inflight[k] = undefined;
+      }
+    });
+    stopLoop = () => {
+      loop.running = false;
+    };
+    // Off the clock, so that the first phase too starts with the loop already spread out.
+    await sleep(2000);
     const order: Phase[] = ['quiet'];
     const abuses = o.abuses ?? ABUSES;
     for (let r = 0; r < o.rounds; r++) for (const a of abuses) order.push(a, 'quiet');
@@ -213,11 +311,6 @@ export async function runNoisyBench(o: NoisyOptions) {
           (e) => ({ error: String(e) }),
         );
       }
-      const lat: number[] = [];
-      /** Each step's start, in seconds since the phase began (parallel to lat). */
-      const at: number[] = [];
-      const errorSamples: string[] = [];
-      let errors = 0;
       const load0 = load1();
       // How often the CPU guard had the abuser and the victims demoted during the phase.
       const demo = { samples: 0, abuser: 0, victims: 0 };
@@ -226,36 +319,34 @@ export async function runNoisyBench(o: NoisyOptions) {
         if (isDemoted(d.instance, abuserId)) demo.abuser++;
         for (const v of victims) if (isDemoted(d.instance, v.id)) demo.victims++;
       }, 500);
+      const tasks0 = taskCpu();
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
       const end = t0 + o.seconds * 1000;
-      await Promise.all(
-        victims.map(async (v, k) => {
-          let i = 0;
-          while (performance.now() < end) {
-            const t = performance.now();
-            try {
-              await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
-              await c.screenshot(v.id, 'png');
-              lat.push(performance.now() - t);
-              at.push((t - t0) / 1000);
-            } catch (e) {
-              errors++;
-              if (errorSamples.length < 5) errorSamples.push(String(e).slice(0, 200));
-            }
-            i++;
-          }
-        }),
-      );
+      // The phase is every step that starts in [t0, end); the loop runs on, and the phase waits for
+      // its last steps to finish.
+      await sleep(end - performance.now());
+      while (inflight.some((x) => x !== undefined && x < end)) await sleep(5);
+      const mine = loop.steps.filter((x) => x.t >= t0 && x.t < end);
+      const lat = mine.map((x) => x.ms);
+      /** Each step's start, in seconds since the phase began (parallel to lat). */
+      const at = mine.map((x) => (x.t - t0) / 1000);
+      const failed = loop.errors.filter((x) => x.t >= t0 && x.t < end);
+      const errors = failed.length;
+      const errorSamples = failed.slice(0, 5).map((x) => x.e);
       clearInterval(watch);
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
+      const othersTop = othersByName(tasks0, taskCpu(), d.instance, [process.pid, ...(floodPid ? [floodPid] : [])], elapsed);
+      const othersCpuCores = Math.max(0, (busy - own) / 1e9 / elapsed);
       const abuserResult = abuse ? await abuse : undefined;
       raw.push(lat);
       phases.push({
         phase,
+        window: [t0, end],
+        windowS: [Math.round((t0 - t00) / 100) / 10, Math.round((end - t00) / 100) / 10],
         seconds: elapsed,
         steps: lat.length,
         errors,
@@ -267,7 +358,9 @@ export async function runNoisyBench(o: NoisyOptions) {
           const r = (x: number) => Math.round(x);
           return { steps: xs.length, p50: xs.length ? r(quantile(xs, 0.5)) : 0, p99: xs.length ? r(quantile(xs, 0.99)) : 0 };
         }),
-        othersCpuCores: Math.max(0, (busy - own) / 1e9 / elapsed),
+        othersCpuCores,
+        othersTop,
+        othersUnseenCores: Math.round(Math.max(0, othersCpuCores - Object.values(othersTop).reduce((a, b) => a + b, 0)) * 1000) / 1000,
         ownCpuCores: own / 1e9 / elapsed,
         loadavg: [load0, load1()],
         demoted: {
@@ -289,7 +382,11 @@ export async function runNoisyBench(o: NoisyOptions) {
         await sleep(2000);
       }
     }
+    // Errors between phases (the abuser's reset) count against the victims too.
+    gapErrors = loop.errors.filter((x) => !phases.some((p) => x.t >= p.window[0] && x.t < p.window[1])).length;
   } finally {
+    stopLoop();
+    await Promise.all(drivers);
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
   }
@@ -339,7 +436,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     const u = await runUsernsBench({ image: 'default', url: PAGE, sessions: o.usernsSessions, settleSeconds: 5, outDir: o.outDir, progress: o.progress });
     usernsCost = { record: basename(u.file), sessionsPerArm: o.usernsSessions, ratios: u.record.ratios, errors: u.record.errors };
   }
-  const victimErrors = phases.reduce((a, p) => a + p.errors, 0);
+  const victimErrors = phases.reduce((a, p) => a + p.errors, 0) + gapErrors;
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
   const record = {
     schemaVersion: 2,
@@ -353,17 +450,25 @@ export async function runNoisyBench(o: NoisyOptions) {
       victims: o.victims,
       victimImage: 'default (Chromium on a static page)',
       step: 'POST actions (1 click) + GET screenshot png',
+      loop: 'one closed loop per victim through all phases and the gaps between them; a step counts in the phase it started in',
       abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' },
       secondsPerPhase: o.seconds,
       floodClients: 16,
     },
     phases,
+    /** Victim errors in steps that started between phases (the abuser's reset); counted in the victimErrors bar. */
+    gapErrors,
+    /** The CPU guard's log lines (demoted / restored, with the session and why), s since the start; victims are `victimIds`. */
+    guardLog,
+    victimIds: victims.map((v) => v.id),
+    abuserId: abuser?.id,
     ratios,
     bars,
     noise: {
       quietVsQuiet,
       note: 'othersCpuCores: CPU the rest of the (shared) host used during each phase, in cores; this bench itself used ownCpuCores.',
       othersCpuCoresByPhase: phases.map((p) => [p.phase, Math.round(p.othersCpuCores * 100) / 100]),
+      othersTopByPhase: phases.map((p) => [p.phase, p.othersTop]),
       loadavgByPhase: phases.map((p) => [p.phase, ...p.loadavg]),
     },
     usernsCost,

@@ -30,6 +30,26 @@ import { cgroupMode } from './oci-runtime.ts';
  * session's full quota is at least `busyShare` (80%) of the cores. On an idle
  * host a spinner hurts no one and keeps the whole of its quota.
  *
+ * Sooner, on the kernel's own evidence (still only on a contended host):
+ *  - a session the kernel throttled at its own quota in at least
+ *    `fastThrottleShare` (90%) of its CFS periods over the last `fastWindowS`
+ *    (1 s) is judged by the rule above on that span, without waiting for the
+ *    full window: it wanted more than its quota all the time (several busy
+ *    threads). A single-threaded burst can't exceed a quota of a core or
+ *    more, so a bursty browser is not throttled like that;
+ *  - a session whose fork the pids controller refused at pids.max since the
+ *    last tick (pids.events `max`) is demoted at once, grace or not: a fork
+ *    bomb. Its processes sleep between retries (bash backs off 1, 2, 4, 8 s)
+ *    and wake together, so its floor stays near 0 while its bursts of failed
+ *    forks (system time: the kernel copies the process before the pids
+ *    charge refuses it) take up to its quota; and no desktop starting up
+ *    sits at pids.max;
+ *  - a session OOM-killed since the last tick (v1 memory.oom_control, v2
+ *    memory.events `oom_kill`) while that tick's CPU was at least `hogCores`
+ *    is demoted, after its grace: a memory hog at its limit, busy in the
+ *    kernel filling and zeroing pages and refilling them after each kill.
+ * A session whose own quota is below `minCores` is never demoted.
+ *
  * What demotion does: cpu.idle 1 where the kernel has it (5.15+, v1 and v2:
  * a waking sibling preempts it at once; the kernel then gives it the idle
  * weight), else a 16th of the weight (v1 cpu.shares 64, v2 cpu.weight 6),
@@ -44,15 +64,19 @@ import { cgroupMode } from './oci-runtime.ts';
  * its quota (cpu.stat nr_periods, nr_throttled). Once a full window has passed
  * since the demotion, a session is restored (its own quota, the normal weight,
  * cpu.idle 0) when it hit the cap in fewer than `releaseShare` (half) of its
- * periods over the window (it no longer wants more than 0.1 core), or when the
+ * periods over the window (it no longer wants more than 0.1 core) and had no
+ * fork refused at pids.max nor an OOM kill in the last `evidenceHoldS` (10 s:
+ * a fork bomb retries and a memory hog refills every few seconds, and at the
+ * cap, ranked idle on a busy host, it may not even be throttled), or when the
  * host is no longer contended by the rule above; and after `maxHoldS` (30 s)
  * in any case, to be judged afresh after a window (a safety valve for a busy
  * interactive session taken for a hog). A reset ends a demotion (the new
  * desktop starts clean, and is in its grace time). stop() restores every
  * demoted session (a daemon handing its sessions on to the next); one found
  * demoted at the start (a daemon that died) is taken as demoted now. Same
- * rule on cgroup v1 (cpuacct.usage, cpu.shares, cpu.cfs_quota_us) and v2
- * (cpu.stat usage_usec, cpu.weight, cpu.max).
+ * rule on cgroup v1 (cpuacct.usage, cpu.shares, cpu.cfs_quota_us,
+ * pids.events, memory.oom_control) and v2 (cpu.stat usage_usec, cpu.weight,
+ * cpu.max, pids.events, memory.events).
  */
 export interface CpuGuardOptions {
   hogCores: number;
@@ -69,6 +93,11 @@ export interface CpuGuardOptions {
   releaseShare: number;
   /** A demotion lasts at most this long (s). */
   maxHoldS: number;
+  /** The fast verdict: a session throttled at its own quota in at least `fastThrottleShare` of its periods over the last `fastWindowS` is judged on that span, before its full window. */
+  fastWindowS: number;
+  fastThrottleShare: number;
+  /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
+  evidenceHoldS: number;
   intervalMs: number;
   /** Where the cgroup filesystem is, and its version, /proc/stat and the host's cores (for tests). */
   root: string;
@@ -87,6 +116,9 @@ export const CPU_GUARD_DEFAULTS = {
   busyShare: 0.8,
   releaseShare: 0.5,
   maxHoldS: 30,
+  fastWindowS: 1,
+  fastThrottleShare: 0.9,
+  evidenceHoldS: 10,
   intervalMs: 500,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
@@ -107,6 +139,8 @@ const V1 = {
   stat: 'cpu/%/cpu.stat',
   quota: 'cpu/%/cpu.cfs_quota_us',
   period: 'cpu/%/cpu.cfs_period_us',
+  pidsEvents: 'pids/%/pids.events',
+  memEvents: 'memory/%/memory.oom_control',
   normal: 1024,
   low: 64,
 };
@@ -117,6 +151,8 @@ const V2 = {
   stat: '%/cpu.stat',
   quota: '%/cpu.max',
   period: '%/cpu.max',
+  pidsEvents: '%/pids.events',
+  memEvents: '%/memory.events',
   normal: 100,
   low: 6,
 };
@@ -137,6 +173,9 @@ interface Sample {
   /** cpu.stat nr_periods and nr_throttled */
   periods: number;
   throttled: number;
+  /** Forks the pids controller refused at pids.max (pids.events max), and OOM kills in the cgroup (oom_kill). */
+  refused: number;
+  oomKills: number;
 }
 
 interface Track {
@@ -151,6 +190,9 @@ interface Track {
   born: number;
   /** How often it was demoted. */
   demotions: number;
+  /** When the kernel last refused one of its forks at pids.max, or OOM-killed one of its processes (ms). */
+  refusedAt?: number;
+  oomAt?: number;
 }
 
 function median(xs: number[]): number {
@@ -209,7 +251,7 @@ export class CpuGuard {
     return this._tracks.get(id)?.demotions ?? 0;
   }
 
-  private _file(kind: 'usage' | 'weight' | 'idle' | 'stat' | 'quota' | 'period', cgroup: string): string {
+  private _file(kind: Exclude<keyof typeof V1, 'normal' | 'low'>, cgroup: string): string {
     return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
   }
 
@@ -220,8 +262,15 @@ export class CpuGuard {
     const ns = this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
     if (!Number.isFinite(ns)) return undefined;
     const stat = (this.opts.v2 ? usage : read(this._file('stat', cgroup))) ?? '';
-    const num = (k: string) => Number(new RegExp(`^${k} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0);
-    return { t: now, ns, periods: num('nr_periods'), throttled: num('nr_throttled') };
+    const num = (k: string, text = stat) => Number(new RegExp(`^${k} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+    return {
+      t: now,
+      ns,
+      periods: num('nr_periods'),
+      throttled: num('nr_throttled'),
+      refused: num('max', read(this._file('pidsEvents', cgroup)) ?? ''),
+      oomKills: num('oom_kill', read(this._file('memEvents', cgroup)) ?? ''),
+    };
   }
 
   /** The host's busy CPU over the window, in cores (undefined until there are two readings). */
@@ -255,6 +304,8 @@ export class CpuGuard {
     const hostBusy = this._hostBusy(now);
     // 1. Each session's numbers over its window (none until the window is full).
     const use = new Map<string, ReturnType<typeof rates>>();
+    /** Each session's numbers over its last tick only. */
+    const lastTick = new Map<string, ReturnType<typeof rates>>();
     for (const [id, s] of live) {
       // Being created or reset: runc is writing the new cgroup's weight, which the kernel refuses
       // (EINVAL) on a group the guard has made idle; so hands off. The new cgroup starts at the
@@ -265,6 +316,7 @@ export class CpuGuard {
           t.born = now;
           t.samples = [];
           t.demoted = false;
+          t.refusedAt = t.oomAt = undefined;
         }
         continue;
       }
@@ -283,11 +335,25 @@ export class CpuGuard {
       if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {
         t.samples = [];
         t.born = now;
+        t.refusedAt = t.oomAt = undefined;
         if (t.demoted) this._restore(id, t, now);
       }
+      const last = t.samples.at(-1);
+      if (last && sample.refused > last.refused) t.refusedAt = now;
+      if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
       while (t.samples.length > 2 && now - t.samples[1]!.t >= win) t.samples.shift();
       if (now - t.samples[0]!.t >= win * 0.9) use.set(id, rates(t.samples));
+      else if (!t.demoted) {
+        // The fast verdict's span: the samples of the last fastWindowS, judged early only on the
+        // kernel's evidence that the session sits at its own quota (throttled in most periods).
+        const fast = t.samples.filter((x) => now - x.t <= this.opts.fastWindowS * 1000 * 1.05);
+        if (fast.length >= 2 && now - fast[0]!.t >= this.opts.fastWindowS * 1000 * 0.9) {
+          const r = rates(fast);
+          if (r.throttledShare >= this.opts.fastThrottleShare) use.set(id, r);
+        }
+      }
+      if (t.samples.length >= 2) lastTick.set(id, rates(t.samples.slice(-2)));
     }
     // 2. Verdicts (see the header).
     const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
@@ -295,18 +361,45 @@ export class CpuGuard {
       const t = this._tracks.get(id);
       if (!t || s.starting) continue;
       const u = use.get(id);
+      // The kernel's own evidence of abuse, since the last tick: a fork refused at pids.max (a fork bomb:
+      // its processes sleep between retries, so its floor stays low), or an OOM kill while the session
+      // keeps a core busy (a memory hog at its limit, busy in the kernel faulting and zeroing pages).
+      const tick = lastTick.get(id);
+      const forkBomb = t.refusedAt === now;
+      const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.hogCores;
+      /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
+      const hold = this.opts.evidenceHoldS * 1000;
+      const refusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
       if (t.demoted) {
-        // Judged on what the kernel saw since the demotion: throttled in most periods, it still wants the CPU.
+        // Judged on what the kernel saw since the demotion: throttled in most periods, or forks still
+        // refused or processes still OOM-killed, it still wants the CPU. (Not throttled alone is no proof
+        // of calm: on a busy host an idle-ranked group may not even get its cap.)
         const over = now - t.since >= this.opts.maxHoldS * 1000;
-        if (over || (u && (u.throttledShare < this.opts.releaseShare || !this._contended(hostBusy, t, u.mean)))) this._restore(id, t, now);
+        const calm = u && !refusing && u.throttledShare < this.opts.releaseShare;
+        if (over || (u && (calm || !this._contended(hostBusy, t, u.mean)))) this._restore(id, t, now);
         else this._write(id, t, true, u?.mean ?? 0); // again, should anything have put the weight back
         continue;
       }
-      if (!u || now - t.born < this.opts.graceS * 1000) continue;
-      const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
-      const hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * median(others));
-      if (!hog || !this._contended(hostBusy, t, u.mean)) continue;
-      this._write(id, t, true, u.floor);
+      // Fork refusals need no window nor grace (no desktop starting up sits at pids.max); an OOM kill
+      // gives its verdict before the window is full, but not in the grace.
+      const graced = now - t.born < this.opts.graceS * 1000;
+      const bounded = t.cpus > 0 && t.cpus < this.opts.minCores; // its own quota bounds it
+      const evidence = tick && !bounded && (forkBomb || (memHog && !graced)) ? tick : undefined;
+      if (!evidence && (!u || graced)) continue;
+      let hog = !!evidence;
+      if (!hog && u) {
+        const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
+        hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * median(others));
+      }
+      const r = evidence ?? u!;
+      if (!hog || !this._contended(hostBusy, t, Math.max(r.mean, u?.mean ?? 0))) continue;
+      this._write(
+        id,
+        t,
+        true,
+        r.floor,
+        forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
+      );
       t.demoted = true;
       t.since = now;
       // Judged again on what comes after the demotion only.
@@ -323,7 +416,7 @@ export class CpuGuard {
     t.samples = t.samples.slice(-1);
   }
 
-  private _write(id: string, t: Track, low: boolean, cores: number): void {
+  private _write(id: string, t: Track, low: boolean, cores: number, why = 'it keeps the CPU busy'): void {
     const k = this.opts.v2 ? V2 : V1;
     const weight = this._file('weight', t.cgroup);
     const idle = this._file('idle', t.cgroup);
@@ -353,7 +446,7 @@ export class CpuGuard {
         if (read(weight)?.trim() !== value) writeFileSync(weight, value);
         if (quotaNow !== undefined) writeFileSync(quotaFile, quotaText);
       }
-      log('info', low ? 'session demoted: it keeps the CPU busy' : 'session restored to its CPU quota and the normal weight', {
+      log('info', low ? `session demoted: ${why}` : 'session restored to its CPU quota and the normal weight', {
         session: id,
         cores: Math.round(cores * 100) / 100,
       });

@@ -21,6 +21,8 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
   const used: Record<string, number> = {};
   const periods: Record<string, number> = {};
   const throttled: Record<string, number> = {};
+  const refused: Record<string, number> = {};
+  const ooms: Record<string, number> = {};
   const set = (id: string) => {
     const stat = `nr_periods ${periods[id]}\nnr_throttled ${throttled[id]}\nthrottled_time 0\n`;
     if (v2) writeFileSync(usage(id), `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n${stat}`);
@@ -99,6 +101,20 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
       readFileSync(quota(id), 'utf8') === capQuota,
     normalNow: (id: string) =>
       readFileSync(weight(id), 'utf8') === normal && (!withIdle || readFileSync(idle(id), 'utf8') === '0') && readFileSync(quota(id), 'utf8') === ownQuota(id),
+    /** The kernel refused `n` more of its forks at pids.max (pids.events max). */
+    refuse(id: string, n = 1) {
+      refused[id] = (refused[id] ?? 0) + n;
+      const f = join(root, v2 ? `${cg(id)}/pids.events` : `pids${cg(id)}/pids.events`);
+      mkdirSync(join(f, '..'), { recursive: true });
+      writeFileSync(f, `max ${refused[id]}\n`);
+    },
+    /** The kernel OOM-killed `n` more of its processes. */
+    oom(id: string, n = 1) {
+      ooms[id] = (ooms[id] ?? 0) + n;
+      const f = join(root, v2 ? `${cg(id)}/memory.events` : `memory${cg(id)}/memory.oom_control`);
+      mkdirSync(join(f, '..'), { recursive: true });
+      writeFileSync(f, v2 ? `low 0\nhigh 0\nmax 9\noom ${ooms[id]}\noom_kill ${ooms[id]}\n` : `oom_kill_disable 0\nunder_oom 0\noom_kill ${ooms[id]}\n`);
+    },
     done: () => rmSync(root, { recursive: true, force: true }),
   };
 }
@@ -240,6 +256,104 @@ for (const v2 of [false, true]) {
         // stop() gives it back its own quota and the normal weight.
         f.guard.stop();
         assert.ok(f.normalNow('spin'));
+      } finally {
+        f.done();
+      }
+    });
+
+    it('demotes a fork bomb on its first fork refused at pids.max (even in its grace), holds it while forks are refused, and never a neighbour', () => {
+      const f = fixture(v2, ['bomb', 'a', 'b']);
+      try {
+        // The bomb's CPU comes in bursts as its processes retry together: a floor near 0, never a hog by it.
+        const burst = (k: number) => ({ bomb: [0.6, 0.3, 0.02, 0.02, 0.01, 0.01, 0.3, 0.02][k % 8]!, a: 0.1, b: 0.1 });
+        for (let k = 0; k < 30; k++) f.step(500, burst(k));
+        assert.deepEqual(f.guard.demoted(), [], 'bursts alone: no verdict');
+        f.refuse('bomb', 40);
+        f.step(500, burst(0));
+        assert.deepEqual(f.guard.demoted(), ['bomb']);
+        assert.ok(f.demotedNow('bomb'));
+        // Not throttled between its bursts, but its forks are still refused: it stays demoted.
+        for (let k = 0; k < 16; k++) {
+          if (k % 3 === 0) f.refuse('bomb', 5);
+          f.step(500, { ...burst(k), bomb: 0.05 });
+          assert.deepEqual(f.guard.demoted(), ['bomb'], `tick ${k}`);
+        }
+        // No more refusals and not throttled: restored 10 s after the last one.
+        for (let k = 0; k < 19; k++) {
+          f.step(500, { ...burst(k), bomb: 0.01 });
+          assert.deepEqual(f.guard.demoted(), ['bomb'], `calm tick ${k}`);
+        }
+        for (let k = 0; k < 2; k++) f.step(500, { ...burst(k), bomb: 0.01 });
+        assert.deepEqual(f.guard.demoted(), []);
+        assert.ok(f.normalNow('bomb'));
+        for (const id of ['a', 'b']) assert.equal(f.guard.demotionsOf(id), 0, id);
+        // In its grace after a reset, a refused fork still demotes it; on an idle host it does not.
+        f.reset('bomb');
+        f.step(500, burst(0));
+        f.refuse('bomb');
+        f.step(500, burst(1));
+        assert.deepEqual(f.guard.demoted(), ['bomb'], 'in the grace');
+        f.reset('bomb');
+        for (let k = 0; k < 4; k++) f.step(500, { bomb: 0.05, a: 0.01, b: 0.01 }, { hostBusy: 0.1 });
+        f.refuse('bomb');
+        f.step(500, { bomb: 0.05, a: 0.01, b: 0.01 }, { hostBusy: 0.1 });
+        assert.deepEqual(f.guard.demoted(), [], 'an idle host: no demotion');
+      } finally {
+        f.done();
+      }
+    });
+
+    it('demotes a busy session on an OOM kill before its window is full; an OOM kill in a calm session is no verdict', () => {
+      const f = fixture(v2, ['hog', 'calm', 'a'], { graceS: 0 });
+      try {
+        f.step(500, { hog: 0.95, calm: 0.1, a: 0.1 });
+        f.oom('hog');
+        f.oom('calm');
+        f.step(500, { hog: 0.95, calm: 0.1, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), ['hog'], 'at the first kill, 1 s in');
+        assert.ok(f.demotedNow('hog'));
+        for (let k = 0; k < 8; k++) {
+          f.oom('calm');
+          f.step(500, { hog: 0.1, calm: 0.1, a: 0.1 }, { throttledIn: { hog: 1 } });
+        }
+        assert.deepEqual(f.guard.demoted(), ['hog'], 'calm never; hog held while it hits its cap');
+        // Starved at its cap (not throttled) but still OOM-killed every few seconds: held.
+        for (let k = 0; k < 30; k++) {
+          if (k % 6 === 0) f.oom('hog');
+          f.step(500, { hog: 0.04, calm: 0.1, a: 0.1 });
+          assert.deepEqual(f.guard.demoted(), ['hog'], `starved tick ${k}`);
+        }
+        // No kill for 10 s: restored.
+        for (let k = 0; k < 21; k++) f.step(500, { hog: 0.04, calm: 0.1, a: 0.1 });
+        assert.deepEqual(f.guard.demoted(), []);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges a session throttled at its own quota in most periods on the last second, before the full window', () => {
+      const f = fixture(v2, ['threads', 'single', 'a'], { graceS: 0 });
+      try {
+        // threads: several busy threads at its 1-core quota, throttled in every period; single: one
+        // thread at the same core, never throttled (it can't exceed the quota): the full window for it.
+        const use = { threads: 1, single: 1, a: 0.1 };
+        f.step(500, use, { throttledIn: { threads: 1 } });
+        f.step(500, use, { throttledIn: { threads: 1 } });
+        assert.deepEqual(f.guard.demoted(), [], 'not before a second');
+        f.step(500, use, { throttledIn: { threads: 1 } });
+        assert.deepEqual(f.guard.demoted(), ['threads']);
+        f.step(500, use, { throttledIn: { threads: 1 } });
+        assert.deepEqual(f.guard.demoted(), ['threads'], 'single: not before its window');
+        f.step(500, use, { throttledIn: { threads: 1 } });
+        assert.deepEqual(f.guard.demoted().sort(), ['single', 'threads']);
+        // Throttled in only some periods (a busy moment): no early verdict.
+        const g = fixture(v2, ['some', 'a'], { graceS: 0 });
+        try {
+          for (let k = 0; k < 3; k++) g.step(500, { some: 1, a: 0.1 }, { throttledIn: { some: 0.6 } });
+          assert.deepEqual(g.guard.demoted(), []);
+        } finally {
+          g.done();
+        }
       } finally {
         f.done();
       }
