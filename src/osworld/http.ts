@@ -3,6 +3,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { DisplayService } from '../session/display-service.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 
@@ -25,7 +26,10 @@ export class HttpError extends Error {
 
 export interface Req {
   raw: IncomingMessage;
+  /** The whole body (empty on a streamed route). */
   body: Buffer;
+  /** A streamed route's body (server.ts STREAMED), within the body limit; the handler must read it. */
+  stream?: Readable;
   /** Aborted when the client goes away before the response. */
   signal: AbortSignal;
 }
