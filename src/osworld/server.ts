@@ -108,8 +108,9 @@ export function guestHandler(ctx: GuestContext) {
     // OVER_LIMIT_DRAIN_BYTES or OVER_LIMIT_DRAIN_MS (so an ordinary client that sends its whole body before it
     // reads the answer sees the 413, not a reset); past either, or when the declared length already says the
     // drain would not reach its end, the socket is destroyed once the answer is written.
-    const limit = ctx.mgr.config.osworldMaxBodyBytes;
     const streamed = STREAMED.has(path);
+    // A body held whole (every route but the streamed ones) has its own, smaller limit.
+    const limit = streamed ? ctx.mgr.config.osworldMaxBodyBytes : Math.min(ctx.mgr.config.osworldMaxBodyBytes, ctx.mgr.config.osworldMaxBufferedBodyBytes);
     const chunks: Buffer[] = [];
     /** A streamed route's body as it arrives (bounded: it pauses the request while the handler is behind). */
     const body = streamed ? new PassThrough() : undefined;
