@@ -46,10 +46,10 @@ function guestEnv(root: boolean): Record<string, string> | undefined {
   return root ? { PATH: `${SUDO_SHIM_DIR}:${DESKTOP_ENV.PATH}`, HOME } : undefined;
 }
 
-/** Spawns argv in the session (no timeout wrapper): the caller owns the process. */
-export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts: { root?: boolean; cwd?: string } = {}): ChildProcess {
+/** Spawns argv in the session (with `timeoutMs`, under the in-session timeout): the caller owns the process. */
+export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts: { root?: boolean; cwd?: string; timeoutMs?: number } = {}): ChildProcess {
   const root = opts.root === true;
-  return spawnInSession(target(mgr, s), { argv, root, cwd: opts.cwd ?? HOME, env: guestEnv(root) });
+  return spawnInSession(target(mgr, s), { argv, root, cwd: opts.cwd ?? HOME, env: guestEnv(root), timeoutMs: opts.timeoutMs });
 }
 
 /** Runs argv in the session with a timeout enforced inside (coreutils timeout) and outside. */

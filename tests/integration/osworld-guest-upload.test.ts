@@ -137,6 +137,7 @@ describe('osworld guest upload: large bodies stream into the session with bounde
   const N = Number(process.env.DRUMS_TEST_UPLOADS) || 4;
   const SIZE = (Number(process.env.DRUMS_TEST_UPLOAD_MIB) || 320) * MiB;
   const BOUND_MIB = 160;
+  let digests: string[] = [];
   let d: TestDaemon;
   const sessions: S[] = [];
   before(async () => {
@@ -188,6 +189,7 @@ describe('osworld guest upload: large bodies stream into the session with bounde
       const got = (await sh(sessions[k % 2]!, `sha256sum /home/user/big/${k}.bin`)).split(' ')[0];
       assert.equal(got, r.sha256, `upload ${k} arrived byte-exact`);
     }
+    digests = results.map((r) => r.sha256);
     for (const [j, s] of sessions.entries()) {
       const want = Array.from({ length: N }, (_, k) => k).filter((k) => k % 2 === j);
       const got = (await sh(s, 'ls -A /home/user/big')).split('\n').filter(Boolean);
@@ -197,6 +199,41 @@ describe('osworld guest upload: large bodies stream into the session with bounde
     // it holds does not grow with the bodies (+43 to +100 MiB for 4 x 192 MiB, about +70 for 1 x 192 and for
     // 4 x 384 alike: the socket's dropped chunks until V8 collects them), so the bound is flat: half a body.
     assert.ok(growthMiB < BOUND_MIB, `the daemon's RSS grew by ${growthMiB.toFixed(0)} MiB during ${N} uploads of ${SIZE / MiB} MiB`);
+  });
+
+  it(`${N} concurrent /file downloads of those files arrive byte-exact while the daemon's RSS grows by under ${BOUND_MIB} MiB`, async () => {
+    assert.equal(digests.length, N, 'the uploads ran');
+    const pid = nodePid(d.proc.pid!);
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    const base = statusKiB(pid, 'VmRSS');
+    let peak = base;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, statusKiB(pid, 'VmRSS'));
+    }, 20);
+    let got: { status: number; bytes: number; sha256: string }[];
+    try {
+      got = await Promise.all(
+        Array.from({ length: N }, async (_, k) => {
+          const r = await fetch(`http://127.0.0.1:${sessions[k % 2]!.osworld!.serverPort}/file`, {
+            method: 'POST',
+            body: new URLSearchParams({ file_path: `/home/user/big/${k}.bin` }),
+          });
+          const hash = createHash('sha256');
+          let bytes = 0;
+          for await (const c of r.body!) {
+            hash.update(c);
+            bytes += c.length;
+          }
+          return { status: r.status, bytes, sha256: hash.digest('hex') };
+        }),
+      );
+    } finally {
+      clearInterval(sampler);
+    }
+    const growthMiB = (Math.max(peak, statusKiB(pid, 'VmHWM')) - base) / 1024;
+    process.stderr.write(`download RSS: ${N} x ${SIZE / MiB} MiB: base ${(base / 1024).toFixed(0)} MiB: +${growthMiB.toFixed(0)} MiB\n`);
+    for (const [k, r] of got.entries()) assert.deepEqual(r, { status: 200, bytes: SIZE, sha256: digests[k] });
+    assert.ok(growthMiB < BOUND_MIB, `the daemon's RSS grew by ${growthMiB.toFixed(0)} MiB during ${N} downloads of ${SIZE / MiB} MiB`);
     for (const s of sessions) await sh(s, 'rm -rf /home/user/big');
   });
 

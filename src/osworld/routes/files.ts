@@ -1,12 +1,12 @@
 // Files: /file, /setup/upload, /list_directory, the wallpaper, /setup/download_file.
 
 import { basename, extname, posix } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
+import { PassThrough, type Readable, type Writable } from 'node:stream';
 import { Busboy, type BusboyHeaders, type BusboyInstance } from '@fastify/busboy';
 import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { expandPath } from '../command.ts';
-import { type GuestResult, HOME, runGuest } from '../guest-exec.ts';
+import { type GuestResult, HOME, runGuest, spawnGuest } from '../guest-exec.ts';
 import { ensureReady, flaskPage, type GuestContext, type Handler, json, parseForm, parseJson, type Reply, text, userEnv } from '../http.ts';
 import { prepare } from '../prepare.ts';
 
@@ -79,6 +79,75 @@ export async function readGuestFile(ctx: GuestContext, s: Session, path: string)
   });
 }
 
+/** Opens the file first (its open error, no header), then a header line, then the data. Exit 44 = missing. */
+const READ_SH = '[ -f "$1" ] || exit 44; exec 3< "$1"; printf "drums-file\\n"; exec cat <&3';
+const READ_HEADER = Buffer.from('drums-file\n');
+const STDERR_CAP = 64 * 1024;
+
+/**
+ * A regular file inside the session, as the desktop user, streamed: the reply's status comes from the
+ * header line (or the exit and stderr when there is none), then the data goes to the socket with
+ * backpressure, so the daemon holds no more than the pipes' buffers. A reader that fails after the
+ * header (or a file past DRUMS_OSWORLD_MAX_BODY) ends the connection instead of completing the reply;
+ * a client that goes away TERMs the reader (KILL 4 s later).
+ */
+function streamGuestFile(ctx: GuestContext, s: Session, path: string): Promise<{ body: Readable } | { code: number; stderr: string }> {
+  const cap = ctx.mgr.config.osworldMaxBodyBytes;
+  const child = spawnGuest(ctx.mgr, s, ['/bin/sh', '-c', READ_SH, 'sh', path], { timeoutMs: 600_000 });
+  return new Promise((resolve, reject) => {
+    let head = Buffer.alloc(0);
+    let stderr = '';
+    let exited = false;
+    let code = 0;
+    const body = new PassThrough();
+    let streaming = false;
+    let sent = 0;
+    child.stderr!.on('data', (d: Buffer) => {
+      if (stderr.length < STDERR_CAP) stderr += d.toString('utf8');
+    });
+    const stop = () => {
+      if (exited) return;
+      child.kill('SIGTERM');
+      setTimeout(() => exited || child.kill('SIGKILL'), 4000).unref();
+    };
+    const onHead = (d: Buffer) => {
+      head = Buffer.concat([head, d]);
+      if (head.length < READ_HEADER.length) return;
+      child.stdout!.removeListener('data', onHead);
+      if (!head.subarray(0, READ_HEADER.length).equals(READ_HEADER)) {
+        stop();
+        return;
+      }
+      streaming = true;
+      body.once('close', stop);
+      const rest = head.subarray(READ_HEADER.length);
+      const write = (b: Buffer) => {
+        sent += b.length;
+        if (sent > cap) {
+          stop();
+          return body.destroy(new Error(`${path}: over ${cap} bytes`));
+        }
+        if (!body.write(b)) child.stdout!.pause();
+      };
+      if (rest.length) write(rest);
+      child.stdout!.on('data', write);
+      body.on('drain', () => child.stdout!.resume());
+      resolve({ body });
+    };
+    child.stdout!.on('data', onHead);
+    child.stdin!.on('error', () => {});
+    child.stdin!.end();
+    child.on('error', (e) => (streaming ? body.destroy(e) : reject(e)));
+    child.on('close', (c, sig) => {
+      exited = true;
+      code = c ?? (sig ? 137 : 1);
+      if (!streaming) return resolve({ code: code === 0 ? 1 : code, stderr });
+      if (code === 0) body.end();
+      else body.destroy(new Error(`reading ${path} failed in the session (exit ${code}): ${stderr.trim()}`));
+    });
+  });
+}
+
 export const routeFile: Handler = async (ctx, s, req) => {
   const p = (await parseForm(req)).get('file_path');
   if (typeof p !== 'string' || !p) return json(400, { error: 'file_path is required' });
@@ -87,11 +156,11 @@ export const routeFile: Handler = async (ctx, s, req) => {
   const path = posix.resolve(HOME, expandPath(p, userEnv(ctx)));
   try {
     ensureReady(s);
-    const r = await readGuestFile(ctx, s, path);
+    const r = await streamGuestFile(ctx, s, path);
+    if ('body' in r) return { ...attachment(Buffer.alloc(0), path), body: r.body };
     if (r.code === 44) return json(404, { error: 'File not found' });
-    if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: `Failed to serve file: ${r.stderr.trim()}` });
-    if (r.code !== 0) return json(500, { error: `Failed to serve file: ${r.stderr.trim() || `exit ${r.code}`}` });
-    return attachment(r.stdout, path);
+    if (guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: `Failed to serve file: ${r.stderr.trim()}` });
+    return json(500, { error: `Failed to serve file: ${r.stderr.trim() || `exit ${r.code}`}` });
   } catch (e) {
     return json(500, { error: `Failed to serve file: ${errorMessage(e)}` });
   }
