@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
@@ -21,7 +21,24 @@ import { cgroupMode } from './oci-runtime.ts';
  * a session whose floor is at least `hogCores` (0.6), or at least `minCores`
  * (0.2) and `ratio` (2.5) times the upper quartile of the means of the
  * other undemoted sessions (on a busy host the weights hold a spinner near its
- * neighbours' share, so an absolute bar alone misses it). The upper quartile,
+ * neighbours' share, so an absolute bar alone misses it).
+ *
+ * The floor counts only spinning CPU: the CPU of the session's tasks that ran
+ * at least `spinBurstMs` (20 ms) per voluntary sleep over the tick (from each
+ * task's /proc schedstat and voluntary_ctxt_switches). A busy loop never
+ * sleeps of its own accord (being preempted or throttled is involuntary); a
+ * browser's threads sleep in poll or on a futex between events, hundreds of
+ * times a second, even while the browser as a whole keeps most of a core
+ * busy. A browser driven step by step by a fast client was seen at 0.4-0.8
+ * core for minutes (noisy probe 2026-12-02, eight victims at up to 42 steps/s
+ * each), with no task of it running 20 ms between sleeps; the CPU hog's
+ * shells were all spinning. Without this, such victims were demoted by both
+ * rules. Tasks are read at a session's first sample and whenever it used at
+ * least `spinScanCores` (0.05) in its last tick. A tick without a reading of
+ * the tick before counts as not spinning, so a session that wakes from idle
+ * into a loop is judged a tick later. What this does not catch: a loop that sleeps for a moment
+ * thousands of times a second (its bursts are as short as a browser's); the
+ * session's own quota and its weight are what bound it. The upper quartile,
  * not the median: eight browsers driven in closed loops were seen to split
  * into a busier and a starved half (noisy run 22-54-52), the median of the
  * others then fell into the starved half, and busy browsers at 0.2 core were
@@ -103,10 +120,15 @@ export interface CpuGuardOptions {
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
   intervalMs: number;
-  /** Where the cgroup filesystem is, and its version, /proc/stat and the host's cores (for tests). */
+  /** A task that ran at least this long per voluntary sleep over a tick is spinning (ms). */
+  spinBurstMs: number;
+  /** A session's tasks are read only when it used at least this in its last tick (cores). */
+  spinScanCores: number;
+  /** Where the cgroup filesystem is, and its version, /proc/stat, /proc and the host's cores (for tests). */
   root: string;
   v2: boolean;
   procStat: string;
+  proc: string;
   cores: number;
 }
 
@@ -124,8 +146,11 @@ export const CPU_GUARD_DEFAULTS = {
   fastThrottleShare: 0.9,
   evidenceHoldS: 10,
   intervalMs: 500,
+  spinBurstMs: 20,
+  spinScanCores: 0.05,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
+  proc: '/proc',
 };
 
 /** A live session as the guard sees it: its cgroup path (`/drums-<inst>/<id>`) and its own CPU quota (cores; 0 = none). */
@@ -145,6 +170,8 @@ const V1 = {
   period: 'cpu/%/cpu.cfs_period_us',
   pidsEvents: 'pids/%/pids.events',
   memEvents: 'memory/%/memory.oom_control',
+  tasks: 'cpu/%',
+  tasksFile: 'tasks',
   normal: 1024,
   low: 64,
 };
@@ -157,6 +184,8 @@ const V2 = {
   period: '%/cpu.max',
   pidsEvents: '%/pids.events',
   memEvents: '%/memory.events',
+  tasks: '%',
+  tasksFile: 'cgroup.threads',
   normal: 100,
   low: 6,
 };
@@ -180,7 +209,12 @@ interface Sample {
   /** Forks the pids controller refused at pids.max (pids.events max), and OOM kills in the cgroup (oom_kill). */
   refused: number;
   oomKills: number;
+  /** Spinning CPU since the sample before (ns; see the header), 0 without a task reading of that sample. */
+  spinNs: number;
 }
+
+/** A task's CPU time (ns) and voluntary context switches. */
+type TaskReading = Map<number, [number, number]>;
 
 interface Track {
   cgroup: string;
@@ -197,6 +231,8 @@ interface Track {
   /** When the kernel last refused one of its forks at pids.max, or OOM-killed one of its processes (ms). */
   refusedAt?: number;
   oomAt?: number;
+  /** Its tasks as read at the last sample, if they were. */
+  tasks?: TaskReading;
 }
 
 /** The q-quantile of xs, linearly interpolated (q 0.5: the median). */
@@ -207,17 +243,23 @@ function quantileOf(xs: number[], q: number): number {
   return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
 }
 
-/** Mean and floor (the least of the per-tick rates) over a sample window, in cores; the share of its CFS periods it was throttled in. */
-function rates(samples: Sample[]): { mean: number; floor: number; throttledShare: number } {
+/**
+ * Over a sample window, in cores: the mean, the floor (the least of the per-tick rates) and the
+ * spin floor (the least per-tick rate of spinning CPU); and the share of its CFS periods it was throttled in.
+ */
+function rates(samples: Sample[]): { mean: number; floor: number; spinFloor: number; throttledShare: number } {
   const a = samples[0]!;
   const b = samples.at(-1)!;
   let floor = Infinity;
+  let spinFloor = Infinity;
   for (let i = 1; i < samples.length; i++) {
     const dt = samples[i]!.t - samples[i - 1]!.t;
-    if (dt > 0) floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
+    if (dt <= 0) continue;
+    floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
+    spinFloor = Math.min(spinFloor, samples[i]!.spinNs / 1e6 / dt);
   }
   const periods = b.periods - a.periods;
-  return { mean: (b.ns - a.ns) / 1e6 / (b.t - a.t), floor, throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0 };
+  return { mean: (b.ns - a.ns) / 1e6 / (b.t - a.t), floor, spinFloor, throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0 };
 }
 
 export class CpuGuard {
@@ -258,8 +300,45 @@ export class CpuGuard {
     return this._tracks.get(id)?.demotions ?? 0;
   }
 
-  private _file(kind: Exclude<keyof typeof V1, 'normal' | 'low'>, cgroup: string): string {
+  private _file(kind: Exclude<keyof typeof V1, 'normal' | 'low' | 'tasksFile'>, cgroup: string): string {
     return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
+  }
+
+  /** Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches. */
+  private _readTasks(cgroup: string): TaskReading {
+    const out: TaskReading = new Map();
+    const file = (this.opts.v2 ? V2 : V1).tasksFile;
+    const walk = (dir: string, depth: number) => {
+      for (const line of (read(join(dir, file)) ?? '').split('\n')) {
+        const tid = Number(line);
+        if (!line || !Number.isInteger(tid)) continue;
+        const ns = Number(read(join(this.opts.proc, String(tid), 'schedstat'))?.split(' ')[0]);
+        const vol = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
+        if (Number.isFinite(ns) && Number.isFinite(vol)) out.set(tid, [ns, vol]);
+      }
+      if (depth > 8) return;
+      let subs: string[] = [];
+      try {
+        subs = readdirSync(dir, { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => e.name);
+      } catch {}
+      for (const s of subs) walk(join(dir, s), depth + 1);
+    };
+    walk(this._file('tasks', cgroup), 0);
+    return out;
+  }
+
+  /** The CPU (ns) of the tasks that ran at least spinBurstMs per voluntary sleep between two readings. */
+  private _spinNs(before: TaskReading, after: TaskReading): number {
+    let spin = 0;
+    for (const [tid, [ns, vol]] of after) {
+      const b = before.get(tid);
+      if (!b) continue;
+      const ran = ns - b[0];
+      if (ran > 0 && ran / 1e6 / (vol - b[1] + 1) >= this.opts.spinBurstMs) spin += ran;
+    }
+    return spin;
   }
 
   /** One reading of a session's cgroup, or undefined when it is gone. */
@@ -277,6 +356,7 @@ export class CpuGuard {
       throttled: num('nr_throttled'),
       refused: num('max', read(this._file('pidsEvents', cgroup)) ?? ''),
       oomKills: num('oom_kill', read(this._file('memEvents', cgroup)) ?? ''),
+      spinNs: 0,
     };
   }
 
@@ -322,6 +402,7 @@ export class CpuGuard {
         if (t) {
           t.born = now;
           t.samples = [];
+          t.tasks = undefined;
           t.demoted = false;
           t.refusedAt = t.oomAt = undefined;
         }
@@ -346,6 +427,11 @@ export class CpuGuard {
         if (t.demoted) this._restore(id, t, now);
       }
       const last = t.samples.at(-1);
+      // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
+      const busy = last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores);
+      const tasks = busy ? this._readTasks(s.cgroup) : undefined;
+      if (tasks && t.tasks) sample.spinNs = this._spinNs(t.tasks, tasks);
+      t.tasks = tasks;
       if (last && sample.refused > last.refused) t.refusedAt = now;
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
@@ -396,7 +482,8 @@ export class CpuGuard {
       let hog = !!evidence;
       if (!hog && u) {
         const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
-        hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * quantileOf(others, 0.75));
+        const f = u.spinFloor;
+        hog = f >= this.opts.hogCores || (others.length > 0 && f >= this.opts.minCores && f >= this.opts.ratio * quantileOf(others, 0.75));
       }
       const r = evidence ?? u!;
       if (!hog || !this._contended(hostBusy, t, Math.max(r.mean, u?.mean ?? 0))) continue;
@@ -404,7 +491,7 @@ export class CpuGuard {
         id,
         t,
         true,
-        r.floor,
+        evidence ? r.floor : r.spinFloor,
         forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
       );
       t.demoted = true;
