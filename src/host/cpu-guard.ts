@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
@@ -10,22 +10,37 @@ import { cgroupMode } from './oci-runtime.ts';
  * daemon and the clients, and each of their wake-ups can wait out its slice.
  *
  * Who is a hog. Every `intervalMs` (500 ms) the guard reads each session's
- * CPU time; the last `windowS` (2 s) of readings give two numbers per session:
- *  - mean: the cores it used over the window;
- *  - floor: the least it used in any one tick of the window.
- * A spinner is runnable all the time, so it takes its share in every tick:
- * its floor is close to its mean. An interactive session (a browser driven by
- * a client, a desktop starting an app) works in bursts: a page load or a
- * warm-up can lift its mean for a second or two, but some tick of the window
- * is quiet, and its floor stays low. So the verdict is on the floor: a hog is
- * a session whose floor is at least `hogCores` (0.6), or at least `minCores`
- * (0.2) and `ratio` (2.5) times the upper quartile of the means of the
- * other undemoted sessions (on a busy host the weights hold a spinner near its
- * neighbours' share, so an absolute bar alone misses it). The upper quartile,
- * not the median: eight browsers driven in closed loops were seen to split
- * into a busier and a starved half (noisy run 22-54-52), the median of the
- * others then fell into the starved half, and busy browsers at 0.2 core were
- * taken for hogs. Not judged: a session in its
+ * CPU time, and the CPU time and voluntary context switches of each of its
+ * tasks (threads; /proc schedstat and status). Spinning CPU is the CPU of
+ * the tasks that ran at least `spinBurstMs` (20 ms) per voluntary sleep over
+ * the tick, plus what the cgroup used that no task read accounts for (tasks
+ * that ended within the tick: a loop that forks a short-lived process each
+ * time round, or a memory hog OOM-killed and started again, leaves no task
+ * to read, and its parent sleeps in wait()). A busy loop never sleeps of its
+ * own accord (being preempted or throttled is involuntary); a browser's
+ * threads sleep in poll or on a futex between events, hundreds of times a
+ * second, even while the browser as a whole keeps most of a core busy. A
+ * browser driven step by step by a fast client was seen at 0.4-0.8 core for
+ * minutes (noisy probe 2026-12-02, eight victims at up to 42 steps/s each)
+ * with no task of it running 20 ms between sleeps, while the CPU hog's shells
+ * never slept: judged on all its CPU, such a browser was demoted again and
+ * again. The last `windowS` (2 s) of readings give per session:
+ *  - mean and spin mean: the cores it used, and spun, over the window;
+ *  - spin floor: the least it spun in any one tick of the window.
+ * A spinner takes its share in every tick, so its floor is close to its mean;
+ * an interactive session's bursts leave a quiet tick in the window. A hog is
+ * a session whose spin floor is at least `hogCores` (0.6), or at least
+ * `minCores` (0.2) and `ratio` (2.5) times the upper quartile of the spin
+ * means of the other undemoted sessions: on a busy host the weights hold a
+ * spinner near its neighbours' share, so an absolute bar alone misses it,
+ * while a host where every session computes alike has no hog to single out.
+ * Tasks are read at a session's first sample and whenever it used at least
+ * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
+ * tick before counts as not spinning, so a session that wakes from idle into
+ * a loop is judged a tick later. Not caught: a loop that sleeps for a moment
+ * thousands of times a second (its bursts are as short as a browser's); the
+ * session's own quota and its weight are what bound it.
+ * Not judged: a session in its
  * first `graceS` (10 s) after its create or reset ended (or its counter
  * started again: a new cgroup), as a desktop and a browser starting up are busy
  * for seconds at a stretch; and any session while the host is not contended
@@ -49,7 +64,7 @@ import { cgroupMode } from './oci-runtime.ts';
  *    charge refuses it) take up to its quota; and no desktop starting up
  *    sits at pids.max;
  *  - a session OOM-killed since the last tick (v1 memory.oom_control, v2
- *    memory.events `oom_kill`) while that tick's CPU was at least `hogCores`
+ *    memory.events `oom_kill`) while that tick's CPU was at least `minCores`
  *    is demoted, after its grace: a memory hog at its limit, busy in the
  *    kernel filling and zeroing pages and refilling them after each kill.
  * A session whose own quota is below `minCores` is never demoted.
@@ -103,10 +118,15 @@ export interface CpuGuardOptions {
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
   intervalMs: number;
-  /** Where the cgroup filesystem is, and its version, /proc/stat and the host's cores (for tests). */
+  /** A task that ran at least this long per voluntary sleep over a tick is spinning (ms). */
+  spinBurstMs: number;
+  /** A session's tasks are read only when it used at least this in its last tick (cores). */
+  spinScanCores: number;
+  /** Where the cgroup filesystem is, and its version, /proc/stat, /proc and the host's cores (for tests). */
   root: string;
   v2: boolean;
   procStat: string;
+  proc: string;
   cores: number;
 }
 
@@ -124,8 +144,11 @@ export const CPU_GUARD_DEFAULTS = {
   fastThrottleShare: 0.9,
   evidenceHoldS: 10,
   intervalMs: 500,
+  spinBurstMs: 20,
+  spinScanCores: 0.05,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
+  proc: '/proc',
 };
 
 /** A live session as the guard sees it: its cgroup path (`/drums-<inst>/<id>`) and its own CPU quota (cores; 0 = none). */
@@ -145,6 +168,8 @@ const V1 = {
   period: 'cpu/%/cpu.cfs_period_us',
   pidsEvents: 'pids/%/pids.events',
   memEvents: 'memory/%/memory.oom_control',
+  tasks: 'cpu/%',
+  tasksFile: 'tasks',
   normal: 1024,
   low: 64,
 };
@@ -157,6 +182,8 @@ const V2 = {
   period: '%/cpu.max',
   pidsEvents: '%/pids.events',
   memEvents: '%/memory.events',
+  tasks: '%',
+  tasksFile: 'cgroup.threads',
   normal: 100,
   low: 6,
 };
@@ -180,7 +207,12 @@ interface Sample {
   /** Forks the pids controller refused at pids.max (pids.events max), and OOM kills in the cgroup (oom_kill). */
   refused: number;
   oomKills: number;
+  /** Spinning CPU since the sample before (ns; see the header), 0 without a task reading of that sample. */
+  spinNs: number;
 }
+
+/** A task's CPU time (ns) and voluntary context switches. */
+type TaskReading = Map<number, [number, number]>;
 
 interface Track {
   cgroup: string;
@@ -197,6 +229,8 @@ interface Track {
   /** When the kernel last refused one of its forks at pids.max, or OOM-killed one of its processes (ms). */
   refusedAt?: number;
   oomAt?: number;
+  /** Its tasks as read at the last sample, if they were. */
+  tasks?: TaskReading;
 }
 
 /** The q-quantile of xs, linearly interpolated (q 0.5: the median). */
@@ -207,17 +241,32 @@ function quantileOf(xs: number[], q: number): number {
   return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
 }
 
-/** Mean and floor (the least of the per-tick rates) over a sample window, in cores; the share of its CFS periods it was throttled in. */
-function rates(samples: Sample[]): { mean: number; floor: number; throttledShare: number } {
+/**
+ * Over a sample window, in cores: the mean, the floor (the least of the per-tick rates) and the
+ * spin floor (the least per-tick rate of spinning CPU); and the share of its CFS periods it was throttled in.
+ */
+function rates(samples: Sample[]): { mean: number; floor: number; spinMean: number; spinFloor: number; throttledShare: number } {
   const a = samples[0]!;
   const b = samples.at(-1)!;
   let floor = Infinity;
+  let spinFloor = Infinity;
+  let spin = 0;
   for (let i = 1; i < samples.length; i++) {
     const dt = samples[i]!.t - samples[i - 1]!.t;
-    if (dt > 0) floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
+    if (dt <= 0) continue;
+    floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
+    spinFloor = Math.min(spinFloor, samples[i]!.spinNs / 1e6 / dt);
+    spin += samples[i]!.spinNs;
   }
   const periods = b.periods - a.periods;
-  return { mean: (b.ns - a.ns) / 1e6 / (b.t - a.t), floor, throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0 };
+  const span = b.t - a.t;
+  return {
+    mean: (b.ns - a.ns) / 1e6 / span,
+    floor,
+    spinMean: spin / 1e6 / span,
+    spinFloor,
+    throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0,
+  };
 }
 
 export class CpuGuard {
@@ -258,8 +307,53 @@ export class CpuGuard {
     return this._tracks.get(id)?.demotions ?? 0;
   }
 
-  private _file(kind: Exclude<keyof typeof V1, 'normal' | 'low'>, cgroup: string): string {
+  private _file(kind: Exclude<keyof typeof V1, 'normal' | 'low' | 'tasksFile'>, cgroup: string): string {
     return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
+  }
+
+  /** Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches. */
+  private _readTasks(cgroup: string): TaskReading {
+    const out: TaskReading = new Map();
+    const file = (this.opts.v2 ? V2 : V1).tasksFile;
+    const walk = (dir: string, depth: number) => {
+      for (const line of (read(join(dir, file)) ?? '').split('\n')) {
+        const tid = Number(line);
+        if (!line || !Number.isInteger(tid)) continue;
+        const ns = Number(read(join(this.opts.proc, String(tid), 'schedstat'))?.split(' ')[0]);
+        const vol = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
+        if (Number.isFinite(ns) && Number.isFinite(vol)) out.set(tid, [ns, vol]);
+      }
+      if (depth > 8) return;
+      let subs: string[] = [];
+      try {
+        subs = readdirSync(dir, { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => e.name);
+      } catch {}
+      for (const s of subs) walk(join(dir, s), depth + 1);
+    };
+    walk(this._file('tasks', cgroup), 0);
+    return out;
+  }
+
+  /**
+   * The spinning CPU (ns) between two readings of a session's tasks, over which its cgroup used `usedNs`:
+   * the tasks that ran at least spinBurstMs per voluntary sleep (one that started in between, over its
+   * life), and the CPU of tasks that ended in between (what the cgroup used that no task read accounts
+   * for): a loop that forks a short-lived process each time round, or a memory hog OOM-killed and started
+   * again, leaves no task to read, and its parent sleeps in wait().
+   */
+  private _spinNs(before: TaskReading, after: TaskReading, usedNs: number): number {
+    let spin = 0;
+    let seen = 0;
+    for (const [tid, [ns, vol]] of after) {
+      const b = before.get(tid) ?? [0, 0];
+      const ran = ns - b[0];
+      if (ran <= 0) continue;
+      seen += ran;
+      if (ran / 1e6 / (vol - b[1] + 1) >= this.opts.spinBurstMs) spin += ran;
+    }
+    return Math.min(usedNs, spin + Math.max(0, usedNs - seen));
   }
 
   /** One reading of a session's cgroup, or undefined when it is gone. */
@@ -277,6 +371,7 @@ export class CpuGuard {
       throttled: num('nr_throttled'),
       refused: num('max', read(this._file('pidsEvents', cgroup)) ?? ''),
       oomKills: num('oom_kill', read(this._file('memEvents', cgroup)) ?? ''),
+      spinNs: 0,
     };
   }
 
@@ -322,6 +417,7 @@ export class CpuGuard {
         if (t) {
           t.born = now;
           t.samples = [];
+          t.tasks = undefined;
           t.demoted = false;
           t.refusedAt = t.oomAt = undefined;
         }
@@ -346,6 +442,11 @@ export class CpuGuard {
         if (t.demoted) this._restore(id, t, now);
       }
       const last = t.samples.at(-1);
+      // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
+      const busy = last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores);
+      const tasks = busy ? this._readTasks(s.cgroup) : undefined;
+      if (tasks && t.tasks && last) sample.spinNs = this._spinNs(t.tasks, tasks, sample.ns - last.ns);
+      t.tasks = tasks;
       if (last && sample.refused > last.refused) t.refusedAt = now;
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
@@ -373,7 +474,7 @@ export class CpuGuard {
       // keeps a core busy (a memory hog at its limit, busy in the kernel faulting and zeroing pages).
       const tick = lastTick.get(id);
       const forkBomb = t.refusedAt === now;
-      const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.hogCores;
+      const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.minCores;
       /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
       const hold = this.opts.evidenceHoldS * 1000;
       const refusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
@@ -395,8 +496,9 @@ export class CpuGuard {
       if (!evidence && (!u || graced)) continue;
       let hog = !!evidence;
       if (!hog && u) {
-        const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.mean);
-        hog = u.floor >= this.opts.hogCores || (others.length > 0 && u.floor >= this.opts.minCores && u.floor >= this.opts.ratio * quantileOf(others, 0.75));
+        const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.spinMean);
+        const f = u.spinFloor;
+        hog = f >= this.opts.hogCores || (others.length > 0 && f >= this.opts.minCores && f >= this.opts.ratio * quantileOf(others, 0.75));
       }
       const r = evidence ?? u!;
       if (!hog || !this._contended(hostBusy, t, Math.max(r.mean, u?.mean ?? 0))) continue;
@@ -404,7 +506,7 @@ export class CpuGuard {
         id,
         t,
         true,
-        r.floor,
+        evidence ? r.floor : r.spinFloor,
         forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
       );
       t.demoted = true;

@@ -23,7 +23,16 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
   const throttled: Record<string, number> = {};
   const refused: Record<string, number> = {};
   const ooms: Record<string, number> = {};
+  /** Each session is one task in the fixture: its CPU time is the session's, and its voluntary sleeps count up as told. */
+  const proc = join(root, 'proc');
+  const tid = (id: string) => 1000 + ids.indexOf(id);
+  const sleeps: Record<string, number> = {};
+  /** CPU time (ns) of tasks that ended within a tick: in the cgroup's counter, in no task's. */
+  const gone: Record<string, number> = {};
   const set = (id: string) => {
+    mkdirSync(join(proc, String(tid(id))), { recursive: true });
+    writeFileSync(join(proc, String(tid(id)), 'schedstat'), `${Math.round(used[id]! - (gone[id] ?? 0))} 0 0\n`);
+    writeFileSync(join(proc, String(tid(id)), 'status'), `Name:\tt\nvoluntary_ctxt_switches:\t${sleeps[id] ?? 0}\nnonvoluntary_ctxt_switches:\t0\n`);
     const stat = `nr_periods ${periods[id]}\nnr_throttled ${throttled[id]}\nthrottled_time 0\n`;
     if (v2) writeFileSync(usage(id), `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n${stat}`);
     else {
@@ -42,6 +51,7 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
     if (withIdle) writeFileSync(idle(id), '0');
     writeFileSync(quota(id), ownQuota(id));
     if (!v2) writeFileSync(join(dir(id), 'cpu.cfs_period_us'), '100000');
+    writeFileSync(join(dir(id), v2 ? 'cgroup.threads' : 'tasks'), `${tid(id)}\n`);
     used[id] = periods[id] = throttled[id] = 0;
     set(id);
   }
@@ -51,6 +61,7 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
     root,
     v2,
     procStat,
+    proc,
     cores: 2,
     ...opts,
   });
@@ -70,11 +81,18 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
     /**
      * `ms` of time: each session uses its `cores`, the host is busy with `hostBusy` cores (default: the
      * sessions' sum plus 1, a contended host), and a session in `throttledIn` was throttled in that share
-     * of its periods; then one tick.
+     * of its periods, a session in `sleepsIn` slept of its own accord that many times (default 0: it spins),
+     * and one in `goneIn` used that share of its CPU in tasks that ended within the tick; then one tick.
      */
-    step(ms: number, cores: Record<string, number>, o: { hostBusy?: number; throttledIn?: Record<string, number> } = {}) {
+    step(
+      ms: number,
+      cores: Record<string, number>,
+      o: { hostBusy?: number; throttledIn?: Record<string, number>; sleepsIn?: Record<string, number>; goneIn?: Record<string, number> } = {},
+    ) {
       now += ms;
       for (const id of ids) {
+        sleeps[id] = (sleeps[id] ?? 0) + (o.sleepsIn?.[id] ?? 0);
+        gone[id] = (gone[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.goneIn?.[id] ?? 0);
         used[id]! += (cores[id] ?? 0) * ms * 1e6;
         const p = (cores[id] ?? 0) > 0 ? ms / 100 : 0;
         periods[id]! += p;
@@ -182,6 +200,47 @@ for (const v2 of [false, true]) {
         for (let k = 0; k < 40; k++) {
           f.step(500, rate);
           assert.deepEqual(f.guard.demoted(), [], `tick ${k}`);
+        }
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges only spinning CPU: a browser busy all the time but sleeping between events is no hog; a loop that never sleeps is', () => {
+      // Seen in noisy probe 2026-12-02: a driven browser at 0.4-0.8 core for minutes next to others at 0.1-0.2,
+      // every tick busy, and no task of it running 20 ms between voluntary sleeps.
+      const f = fixture(v2, ['browser', 'a', 'b', 'c', 'loop'], { graceS: 0 });
+      try {
+        const use = { browser: 0.8, a: 0.15, b: 0.15, c: 0.15 };
+        // 0.8 core over 500 ms with 200 sleeps: 2 ms per sleep.
+        for (let k = 0; k < 40; k++) {
+          f.step(500, use, { sleepsIn: { browser: 200, a: 50, b: 50, c: 50 } });
+          assert.deepEqual(f.guard.demoted(), [], `tick ${k}`);
+        }
+        // Sleeping more rarely than once per spinBurstMs of CPU (400 ms over 10 sleeps: 40 ms each) is spinning.
+        for (let k = 0; k < 6; k++) f.step(500, use, { sleepsIn: { browser: 9, a: 50, b: 50, c: 50 } });
+        assert.deepEqual(f.guard.demoted(), ['browser']);
+        // A loop at 0.3 core, twice the others' CPU: it spins and they don't, so the ratio rule demotes it.
+        for (let k = 0; k < 6; k++) f.step(500, { ...use, browser: 0, loop: 0.3 }, { sleepsIn: { a: 50, b: 50, c: 50 } });
+        assert.deepEqual(f.guard.demoted(), ['loop'], 'the loop demoted; the browser, idle now, restored');
+      } finally {
+        f.done();
+      }
+    });
+
+    it('counts CPU no task accounts for (tasks that ended within the tick) as spinning: a loop of short-lived processes', () => {
+      // The shell sleeps in wait() between its children, who each live less than a tick: no task of it is seen spinning.
+      const f = fixture(v2, ['forker', 'a', 'b'], { graceS: 0 });
+      try {
+        for (let k = 0; k < 6; k++) f.step(500, { forker: 0.5, a: 0.15, b: 0.15 }, { sleepsIn: { forker: 400, a: 50, b: 50 }, goneIn: { forker: 0.95 } });
+        assert.deepEqual(f.guard.demoted(), ['forker']);
+        // The same CPU in tasks that live on and sleep often: no hog.
+        const g = fixture(v2, ['busy', 'a', 'b'], { graceS: 0 });
+        try {
+          for (let k = 0; k < 20; k++) g.step(500, { busy: 0.5, a: 0.15, b: 0.15 }, { sleepsIn: { busy: 400, a: 50, b: 50 } });
+          assert.deepEqual(g.guard.demoted(), []);
+        } finally {
+          g.done();
         }
       } finally {
         f.done();

@@ -155,7 +155,7 @@ const BENCHES: RecordBench[] = [
     options: [
       ['--quick', 'short phases (CI)'],
       ['--victims <n>', 'sessions driven in a closed loop', '8'],
-      ['--seconds <n>', 'length of each phase'],
+      ['--seconds <n>', 'length of each phase (default 20, 5 with --quick)'],
       ['--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)'],
       ['--abuses <list>', 'comma-separated abuses to run, in order (default: cpu,memory,fork,disk,flood)'],
       ['--userns-sessions <n>', 'sessions per arm of the user-namespace cost measured in the same run (0: skip; default 3, 0 with --quick)'],
@@ -168,7 +168,7 @@ const BENCHES: RecordBench[] = [
         quick: !!o.quick,
         outDir: String(o.out),
         victims: num(o.victims),
-        seconds: Number(o.seconds ?? (o.quick ? 5 : 10)),
+        seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
         rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
         usernsSessions: Number(o.usernsSessions ?? (o.quick ? 0 : 3)),
         abuses: o.abuses === undefined ? undefined : noisy.parseAbuses(String(o.abuses)),
