@@ -35,9 +35,10 @@ import { cgroupMode } from './oci-runtime.ts';
  * spinner near its neighbours' share, so an absolute bar alone misses it,
  * while a host where every session computes alike has no hog to single out.
  * Tasks are read at a session's first sample and whenever it used at least
- * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
- * tick before counts as not spinning, so a session that wakes from idle into
- * a loop is judged a tick later. Not caught: a loop that sleeps for a moment
+ * `spinScanCores` (0.2, `minCores`: one below it in a tick can't be a hog in
+ * that window) in its last tick; a tick without a reading of the tick before
+ * counts as not spinning, so a session that wakes from idle into a loop is
+ * judged a tick later. Not caught: a loop that sleeps for a moment
  * thousands of times a second (its bursts are as short as a browser's); the
  * session's own quota and its weight are what bound it.
  * Not judged: a session in its
@@ -145,7 +146,7 @@ export const CPU_GUARD_DEFAULTS = {
   evidenceHoldS: 10,
   intervalMs: 500,
   spinBurstMs: 20,
-  spinScanCores: 0.05,
+  spinScanCores: 0.2,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
   proc: '/proc',
@@ -311,8 +312,12 @@ export class CpuGuard {
     return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
   }
 
-  /** Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches. */
-  private _readTasks(cgroup: string): TaskReading {
+  /**
+   * Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches.
+   * A task that ran less than a millisecond since `prev` keeps its count from there (its status, the
+   * larger file, is not read): whether it slept can't make it spin. A browser has ~100 tasks, a few busy.
+   */
+  private _readTasks(cgroup: string, prev: TaskReading | undefined): TaskReading {
     const out: TaskReading = new Map();
     const file = (this.opts.v2 ? V2 : V1).tasksFile;
     const walk = (dir: string, depth: number) => {
@@ -320,7 +325,11 @@ export class CpuGuard {
         const tid = Number(line);
         if (!line || !Number.isInteger(tid)) continue;
         const ns = Number(read(join(this.opts.proc, String(tid), 'schedstat'))?.split(' ')[0]);
-        const vol = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
+        const was = prev?.get(tid);
+        const vol =
+          was && ns >= was[0] && ns - was[0] < 1e6
+            ? was[1]
+            : Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
         if (Number.isFinite(ns) && Number.isFinite(vol)) out.set(tid, [ns, vol]);
       }
       if (depth > 8) return;
@@ -444,7 +453,7 @@ export class CpuGuard {
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
       const busy = last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores);
-      const tasks = busy ? this._readTasks(s.cgroup) : undefined;
+      const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) sample.spinNs = this._spinNs(t.tasks, tasks, sample.ns - last.ns);
       t.tasks = tasks;
       if (last && sample.refused > last.refused) t.refusedAt = now;
