@@ -35,10 +35,11 @@ import { cgroupMode } from './oci-runtime.ts';
  * spinner near its neighbours' share, so an absolute bar alone misses it,
  * while a host where every session computes alike has no hog to single out.
  * Tasks are read at a session's first sample and whenever it used at least
- * `spinScanCores` (0.2, `minCores`: one below it in a tick can't be a hog in
- * that window) in its last tick; a tick without a reading of the tick before
- * counts as not spinning, so a session that wakes from idle into a loop is
- * judged a tick later. Not caught: a loop that sleeps for a moment
+ * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
+ * tick before counts as not spinning, so a session that wakes from idle into
+ * a loop is judged a tick later. (At `minCores` instead, a hog held below 0.2
+ * core for one tick by a busy host lost two ticks of readings, and was
+ * demoted 6 s into a phase: noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
  * thousands of times a second (its bursts are as short as a browser's); the
  * session's own quota and its weight are what bound it.
  * Not judged: a session in its
@@ -146,7 +147,7 @@ export const CPU_GUARD_DEFAULTS = {
   evidenceHoldS: 10,
   intervalMs: 500,
   spinBurstMs: 20,
-  spinScanCores: 0.2,
+  spinScanCores: 0.05,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
   proc: '/proc',
