@@ -255,7 +255,15 @@ function quantileOf(xs: number[], q: number): number {
  * Over a sample window, in cores: the mean, the floor (the least of the per-tick rates) and the
  * spin floor (the least per-tick rate of spinning CPU); and the share of its CFS periods it was throttled in.
  */
-function rates(samples: Sample[]): { mean: number; floor: number; spinMean: number; spinFloor: number; spinTasks: number; throttledShare: number } {
+function rates(samples: Sample[]): {
+  mean: number;
+  floor: number;
+  spinMean: number;
+  spinFloor: number;
+  spinTasks: number;
+  throttledShare: number;
+  spanS: number;
+} {
   const a = samples[0]!;
   const b = samples.at(-1)!;
   let floor = Infinity;
@@ -280,6 +288,7 @@ function rates(samples: Sample[]): { mean: number; floor: number; spinMean: numb
     spinFloor,
     spinTasks,
     throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0,
+    spanS: span / 1000,
   };
 }
 
@@ -541,6 +550,8 @@ export class CpuGuard {
         true,
         evidence ? r.floor : r.spinFloor,
         forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
+        // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
+        { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
       );
       t.demoted = true;
       t.since = now;
@@ -558,7 +569,7 @@ export class CpuGuard {
     t.samples = t.samples.slice(-1);
   }
 
-  private _write(id: string, t: Track, low: boolean, cores: number, why = 'it keeps the CPU busy'): void {
+  private _write(id: string, t: Track, low: boolean, cores: number, why = 'it keeps the CPU busy', detail: Record<string, number> = {}): void {
     const k = this.opts.v2 ? V2 : V1;
     const weight = this._file('weight', t.cgroup);
     const idle = this._file('idle', t.cgroup);
@@ -591,6 +602,7 @@ export class CpuGuard {
       log('info', low ? `session demoted: ${why}` : 'session restored to its CPU quota and the normal weight', {
         session: id,
         cores: Math.round(cores * 100) / 100,
+        ...Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, Number.isFinite(v) ? Math.round(v * 100) / 100 : v])),
       });
     } catch (e) {
       log('warn', 'CPU guard could not write a session cgroup', { session: id, error: String(e) });
