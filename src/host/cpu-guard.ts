@@ -37,7 +37,9 @@ import { cgroupMode } from './oci-runtime.ts';
  * Tasks are read at a session's first sample and whenever it used at least
  * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
  * tick before counts as not spinning, so a session that wakes from idle into
- * a loop is judged a tick later. Not caught: a loop that sleeps for a moment
+ * a loop is judged a tick later. (At `minCores` instead, a hog held below 0.2
+ * core for one tick by a busy host lost two ticks of readings, and was
+ * demoted 6 s into a phase: noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
  * thousands of times a second (its bursts are as short as a browser's); the
  * session's own quota and its weight are what bound it.
  * Not judged: a session in its
@@ -52,10 +54,16 @@ import { cgroupMode } from './oci-runtime.ts';
  * Sooner, on the kernel's own evidence (still only on a contended host):
  *  - a session the kernel throttled at its own quota in at least
  *    `fastThrottleShare` (90%) of its CFS periods over the last `fastWindowS`
- *    (1 s) is judged by the rule above on that span, without waiting for the
- *    full window: it wanted more than its quota all the time (several busy
- *    threads). A single-threaded burst can't exceed a quota of a core or
- *    more, so a bursty browser is not throttled like that;
+ *    (1 s), or with two or more tasks spinning (and `minCores` spun) in
+ *    every tick of it, is judged by the rule above on that span, without
+ *    waiting for the full window: several busy threads at once. A
+ *    single-threaded burst can't exceed a quota of a core or more, so a
+ *    bursty browser is not throttled like that, nor is it several spinning
+ *    tasks (its main thread computes, the rest sleep between events). On a
+ *    busy host the weights keep a multi-threaded spinner under its quota, so
+ *    only the spinning tasks tell it early: with the full window alone a CPU
+ *    hog of 8 shells went undemoted for the first 2-2.5 s of each noisy-bench
+ *    phase (noisy-2026-12-02T01-19-27-354Z), the victims' slowest steps;
  *  - a session whose fork the pids controller refused at pids.max since the
  *    last tick (pids.events `max`) is demoted at once, grace or not: a fork
  *    bomb. Its processes sleep between retries (bash backs off 1, 2, 4, 8 s)
@@ -209,6 +217,8 @@ interface Sample {
   oomKills: number;
   /** Spinning CPU since the sample before (ns; see the header), 0 without a task reading of that sample. */
   spinNs: number;
+  /** How many of its tasks spun since the sample before (0 without a task reading). */
+  spinTasks: number;
 }
 
 /** A task's CPU time (ns) and voluntary context switches. */
@@ -245,17 +255,28 @@ function quantileOf(xs: number[], q: number): number {
  * Over a sample window, in cores: the mean, the floor (the least of the per-tick rates) and the
  * spin floor (the least per-tick rate of spinning CPU); and the share of its CFS periods it was throttled in.
  */
-function rates(samples: Sample[]): { mean: number; floor: number; spinMean: number; spinFloor: number; throttledShare: number } {
+function rates(samples: Sample[]): {
+  mean: number;
+  floor: number;
+  spinMean: number;
+  spinFloor: number;
+  spinTasks: number;
+  throttledShare: number;
+  spanS: number;
+} {
   const a = samples[0]!;
   const b = samples.at(-1)!;
   let floor = Infinity;
   let spinFloor = Infinity;
+  /** The fewest tasks that spun in any tick. */
+  let spinTasks = Infinity;
   let spin = 0;
   for (let i = 1; i < samples.length; i++) {
     const dt = samples[i]!.t - samples[i - 1]!.t;
     if (dt <= 0) continue;
     floor = Math.min(floor, (samples[i]!.ns - samples[i - 1]!.ns) / 1e6 / dt);
     spinFloor = Math.min(spinFloor, samples[i]!.spinNs / 1e6 / dt);
+    spinTasks = Math.min(spinTasks, samples[i]!.spinTasks);
     spin += samples[i]!.spinNs;
   }
   const periods = b.periods - a.periods;
@@ -265,7 +286,9 @@ function rates(samples: Sample[]): { mean: number; floor: number; spinMean: numb
     floor,
     spinMean: spin / 1e6 / span,
     spinFloor,
+    spinTasks,
     throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0,
+    spanS: span / 1000,
   };
 }
 
@@ -311,8 +334,12 @@ export class CpuGuard {
     return join(this.opts.root, (this.opts.v2 ? V2 : V1)[kind].replace('%', cgroup));
   }
 
-  /** Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches. */
-  private _readTasks(cgroup: string): TaskReading {
+  /**
+   * Every task (thread) in the session's cgroup and the groups below it: CPU time and voluntary switches.
+   * A task that ran less than a millisecond since `prev` keeps its count from there (its status, the
+   * larger file, is not read): whether it slept can't make it spin. A browser has ~100 tasks, a few busy.
+   */
+  private _readTasks(cgroup: string, prev: TaskReading | undefined): TaskReading {
     const out: TaskReading = new Map();
     const file = (this.opts.v2 ? V2 : V1).tasksFile;
     const walk = (dir: string, depth: number) => {
@@ -320,7 +347,11 @@ export class CpuGuard {
         const tid = Number(line);
         if (!line || !Number.isInteger(tid)) continue;
         const ns = Number(read(join(this.opts.proc, String(tid), 'schedstat'))?.split(' ')[0]);
-        const vol = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
+        const was = prev?.get(tid);
+        const vol =
+          was && ns >= was[0] && ns - was[0] < 1e6
+            ? was[1]
+            : Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
         if (Number.isFinite(ns) && Number.isFinite(vol)) out.set(tid, [ns, vol]);
       }
       if (depth > 8) return;
@@ -343,17 +374,21 @@ export class CpuGuard {
    * for): a loop that forks a short-lived process each time round, or a memory hog OOM-killed and started
    * again, leaves no task to read, and its parent sleeps in wait().
    */
-  private _spinNs(before: TaskReading, after: TaskReading, usedNs: number): number {
+  private _spin(before: TaskReading, after: TaskReading, usedNs: number): { ns: number; tasks: number } {
     let spin = 0;
+    let tasks = 0;
     let seen = 0;
     for (const [tid, [ns, vol]] of after) {
       const b = before.get(tid) ?? [0, 0];
       const ran = ns - b[0];
       if (ran <= 0) continue;
       seen += ran;
-      if (ran / 1e6 / (vol - b[1] + 1) >= this.opts.spinBurstMs) spin += ran;
+      if (ran / 1e6 / (vol - b[1] + 1) >= this.opts.spinBurstMs) {
+        spin += ran;
+        tasks++;
+      }
     }
-    return Math.min(usedNs, spin + Math.max(0, usedNs - seen));
+    return { ns: Math.min(usedNs, spin + Math.max(0, usedNs - seen)), tasks };
   }
 
   /** One reading of a session's cgroup, or undefined when it is gone. */
@@ -372,6 +407,7 @@ export class CpuGuard {
       refused: num('max', read(this._file('pidsEvents', cgroup)) ?? ''),
       oomKills: num('oom_kill', read(this._file('memEvents', cgroup)) ?? ''),
       spinNs: 0,
+      spinTasks: 0,
     };
   }
 
@@ -444,21 +480,27 @@ export class CpuGuard {
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
       const busy = last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores);
-      const tasks = busy ? this._readTasks(s.cgroup) : undefined;
-      if (tasks && t.tasks && last) sample.spinNs = this._spinNs(t.tasks, tasks, sample.ns - last.ns);
+      const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
+      if (tasks && t.tasks && last) {
+        const spun = this._spin(t.tasks, tasks, sample.ns - last.ns);
+        sample.spinNs = spun.ns;
+        sample.spinTasks = spun.tasks;
+      }
       t.tasks = tasks;
       if (last && sample.refused > last.refused) t.refusedAt = now;
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
       while (t.samples.length > 2 && now - t.samples[1]!.t >= win) t.samples.shift();
-      if (now - t.samples[0]!.t >= win * 0.9) use.set(id, rates(t.samples));
-      else if (!t.demoted) {
-        // The fast verdict's span: the samples of the last fastWindowS, judged early only on the
-        // kernel's evidence that the session sits at its own quota (throttled in most periods).
+      const full = now - t.samples[0]!.t >= win * 0.9;
+      if (full) use.set(id, rates(t.samples));
+      if (!t.demoted) {
+        // The fast verdict's span: the samples of the last fastWindowS, judged early when the session
+        // sits at its own quota (throttled in most periods), or several of its tasks spun in every tick.
         const fast = t.samples.filter((x) => now - x.t <= this.opts.fastWindowS * 1000 * 1.05);
-        if (fast.length >= 2 && now - fast[0]!.t >= this.opts.fastWindowS * 1000 * 0.9) {
+        if (fast.length >= 2 && (!full || fast.length < t.samples.length) && now - fast[0]!.t >= this.opts.fastWindowS * 1000 * 0.9) {
           const r = rates(fast);
-          if (r.throttledShare >= this.opts.fastThrottleShare) use.set(id, r);
+          const threads = r.spinTasks >= 2 && r.spinFloor >= this.opts.minCores;
+          if ((!full && r.throttledShare >= this.opts.fastThrottleShare) || threads) use.set(id, r);
         }
       }
       if (t.samples.length >= 2) lastTick.set(id, rates(t.samples.slice(-2)));
@@ -508,6 +550,8 @@ export class CpuGuard {
         true,
         evidence ? r.floor : r.spinFloor,
         forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
+        // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
+        { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
       );
       t.demoted = true;
       t.since = now;
@@ -525,7 +569,7 @@ export class CpuGuard {
     t.samples = t.samples.slice(-1);
   }
 
-  private _write(id: string, t: Track, low: boolean, cores: number, why = 'it keeps the CPU busy'): void {
+  private _write(id: string, t: Track, low: boolean, cores: number, why = 'it keeps the CPU busy', detail: Record<string, number> = {}): void {
     const k = this.opts.v2 ? V2 : V1;
     const weight = this._file('weight', t.cgroup);
     const idle = this._file('idle', t.cgroup);
@@ -558,6 +602,7 @@ export class CpuGuard {
       log('info', low ? `session demoted: ${why}` : 'session restored to its CPU quota and the normal weight', {
         session: id,
         cores: Math.round(cores * 100) / 100,
+        ...Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, Number.isFinite(v) ? Math.round(v * 100) / 100 : v])),
       });
     } catch (e) {
       log('warn', 'CPU guard could not write a session cgroup', { session: id, error: String(e) });

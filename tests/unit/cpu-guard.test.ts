@@ -6,7 +6,15 @@ import { join } from 'node:path';
 import { CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
 
 /** A cgroup tree and a /proc/stat in a temporary directory with the v1 or v2 file names, and a guard over it. */
-function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}, cpus: Record<string, number> = {}, withIdle = true) {
+function fixture(
+  v2: boolean,
+  ids: string[],
+  opts: Partial<CpuGuardOptions> = {},
+  cpus: Record<string, number> = {},
+  withIdle = true,
+  /** Tasks per session (default 1), which share its CPU and its sleeps equally. */
+  threads: Record<string, number> = {},
+) {
   const root = mkdtempSync(join(tmpdir(), 'drums-cpu-guard-'));
   const cg = (id: string) => `/drums-t/${id}`;
   const usage = (id: string) => join(root, v2 ? `${cg(id)}/cpu.stat` : `cpuacct${cg(id)}/cpuacct.usage`);
@@ -25,14 +33,20 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
   const ooms: Record<string, number> = {};
   /** Each session is one task in the fixture: its CPU time is the session's, and its voluntary sleeps count up as told. */
   const proc = join(root, 'proc');
-  const tid = (id: string) => 1000 + ids.indexOf(id);
+  const tids = (id: string) => Array.from({ length: threads[id] ?? 1 }, (_, j) => 1000 + 100 * ids.indexOf(id) + j);
   const sleeps: Record<string, number> = {};
   /** CPU time (ns) of tasks that ended within a tick: in the cgroup's counter, in no task's. */
   const gone: Record<string, number> = {};
   const set = (id: string) => {
-    mkdirSync(join(proc, String(tid(id))), { recursive: true });
-    writeFileSync(join(proc, String(tid(id)), 'schedstat'), `${Math.round(used[id]! - (gone[id] ?? 0))} 0 0\n`);
-    writeFileSync(join(proc, String(tid(id)), 'status'), `Name:\tt\nvoluntary_ctxt_switches:\t${sleeps[id] ?? 0}\nnonvoluntary_ctxt_switches:\t0\n`);
+    const n = threads[id] ?? 1;
+    for (const tid of tids(id)) {
+      mkdirSync(join(proc, String(tid)), { recursive: true });
+      writeFileSync(join(proc, String(tid), 'schedstat'), `${Math.round((used[id]! - (gone[id] ?? 0)) / n)} 0 0\n`);
+      writeFileSync(
+        join(proc, String(tid), 'status'),
+        `Name:\tt\nvoluntary_ctxt_switches:\t${Math.floor((sleeps[id] ?? 0) / n)}\nnonvoluntary_ctxt_switches:\t0\n`,
+      );
+    }
     const stat = `nr_periods ${periods[id]}\nnr_throttled ${throttled[id]}\nthrottled_time 0\n`;
     if (v2) writeFileSync(usage(id), `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n${stat}`);
     else {
@@ -51,7 +65,7 @@ function fixture(v2: boolean, ids: string[], opts: Partial<CpuGuardOptions> = {}
     if (withIdle) writeFileSync(idle(id), '0');
     writeFileSync(quota(id), ownQuota(id));
     if (!v2) writeFileSync(join(dir(id), 'cpu.cfs_period_us'), '100000');
-    writeFileSync(join(dir(id), v2 ? 'cgroup.threads' : 'tasks'), `${tid(id)}\n`);
+    writeFileSync(join(dir(id), v2 ? 'cgroup.threads' : 'tasks'), `${tids(id).join('\n')}\n`);
     used[id] = periods[id] = throttled[id] = 0;
     set(id);
   }
@@ -223,6 +237,27 @@ for (const v2 of [false, true]) {
         // A loop at 0.3 core, twice the others' CPU: it spins and they don't, so the ratio rule demotes it.
         for (let k = 0; k < 6; k++) f.step(500, { ...use, browser: 0, loop: 0.3 }, { sleepsIn: { a: 50, b: 50, c: 50 } });
         assert.deepEqual(f.guard.demoted(), ['loop'], 'the loop demoted; the browser, idle now, restored');
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges several spinning tasks on the last second, before the full window; one spinning task waits for the window', () => {
+      // The CPU hog of the noisy bench: 8 shells, held by the weights at its neighbours' share (0.3-0.5 core), never throttled at its quota.
+      const f = fixture(v2, ['multi', 'single', 'a', 'b'], { graceS: 0 }, {}, true, { multi: 8 });
+      try {
+        const use = { multi: 0.4, single: 0.4, a: 0.15, b: 0.15 };
+        const sleepsIn = { a: 50, b: 50 };
+        for (let k = 0; k < 5; k++) f.step(500, { a: 0.15, b: 0.15 }, { sleepsIn }); // a full window, both calm
+        f.step(500, use, { sleepsIn });
+        f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted(), [], 'not before a second');
+        f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted(), ['multi'], 'several spinning tasks: judged on the last second');
+        f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted(), ['multi'], 'one spinning task: not before its window');
+        f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted().sort(), ['multi', 'single']);
       } finally {
         f.done();
       }
