@@ -39,6 +39,7 @@ export interface DaemonConfig {
   osworldPeerCheck: boolean;
   osworldOpenTimeoutS: number;
   osworldMaxBodyBytes: number;
+  osworldMaxBufferedBodyBytes: number;
   debugKeepFailed: boolean;
   keepSessions: boolean;
   hostId: string | undefined;
@@ -213,9 +214,16 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   },
   osworldMaxBodyBytes: {
     env: 'DRUMS_OSWORLD_MAX_BODY',
-    doc: "OSWorld guest server's largest request or file, in bytes",
+    doc: "OSWorld guest server's largest request (an upload streams into the session) or file, in bytes",
     default: GiB,
     defaultDoc: '1 GiB',
+    parse: int(1),
+  },
+  osworldMaxBufferedBodyBytes: {
+    env: 'DRUMS_OSWORLD_MAX_BUFFERED_BODY',
+    doc: "OSWorld guest server's largest request body held whole in the daemon (every route but `/setup/upload`, which streams), in bytes; at most DRUMS_OSWORLD_MAX_BODY",
+    default: 16 * 1024 * 1024,
+    defaultDoc: '16 MiB',
     parse: int(1),
   },
   debugKeepFailed: {

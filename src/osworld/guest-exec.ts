@@ -5,6 +5,7 @@
 // working directory, as OSWorld's sudo commands expect).
 
 import type { ChildProcess } from 'node:child_process';
+import type { Writable } from 'node:stream';
 import { DESKTOP_ENV, DESKTOP_HOME } from '../session/desktop-user.ts';
 import { runInSession, spawnInSession, type Target } from '../session/exec.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
@@ -16,6 +17,8 @@ export interface GuestRun {
   argv: string[];
   root?: boolean;
   stdin?: Buffer | string;
+  /** Streams stdin instead (runInSession's `feed`). */
+  feed?: (stdin: Writable) => void;
   timeoutMs: number;
   cwd?: string;
   /** Merge stderr into stdout in the order written (one pipe inside the session, like Popen's stderr=STDOUT). */
@@ -43,10 +46,10 @@ function guestEnv(root: boolean): Record<string, string> | undefined {
   return root ? { PATH: `${SUDO_SHIM_DIR}:${DESKTOP_ENV.PATH}`, HOME } : undefined;
 }
 
-/** Spawns argv in the session (no timeout wrapper): the caller owns the process. */
-export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts: { root?: boolean; cwd?: string } = {}): ChildProcess {
+/** Spawns argv in the session (with `timeoutMs`, under the in-session timeout): the caller owns the process. */
+export function spawnGuest(mgr: SessionManager, s: Session, argv: string[], opts: { root?: boolean; cwd?: string; timeoutMs?: number } = {}): ChildProcess {
   const root = opts.root === true;
-  return spawnInSession(target(mgr, s), { argv, root, cwd: opts.cwd ?? HOME, env: guestEnv(root) });
+  return spawnInSession(target(mgr, s), { argv, root, cwd: opts.cwd ?? HOME, env: guestEnv(root), timeoutMs: opts.timeoutMs });
 }
 
 /** Runs argv in the session with a timeout enforced inside (coreutils timeout) and outside. */
@@ -58,6 +61,7 @@ export async function runGuest(mgr: SessionManager, s: Session, req: GuestRun): 
     cwd: req.cwd ?? HOME,
     env: guestEnv(root),
     stdin: req.stdin,
+    feed: req.feed,
     timeoutMs: req.timeoutMs,
     mergeStderr: req.mergeStderr,
     maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,

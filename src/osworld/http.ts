@@ -3,6 +3,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
 import type { DisplayService } from '../session/display-service.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 
@@ -25,11 +26,15 @@ export class HttpError extends Error {
 
 export interface Req {
   raw: IncomingMessage;
+  /** The whole body (empty on a streamed route). */
   body: Buffer;
+  /** A streamed route's body (server.ts STREAMED), within the body limit; the handler must read it. */
+  stream?: Readable;
   /** Aborted when the client goes away before the response. */
   signal: AbortSignal;
 }
 
+/** A reply; a Readable body is streamed (server.ts send). */
 export type Reply = { status: number; body: unknown; type?: string; headers?: Record<string, string> };
 export type Handler = (ctx: GuestContext, s: Session, req: Req, rec: RecordingState) => Promise<Reply>;
 
@@ -95,6 +100,17 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 export function send(res: ServerResponse, r: Reply): void {
+  if (r.body instanceof Readable) {
+    // Streamed (chunked), with backpressure; a stream that fails midway ends the connection, so the client
+    // sees a short reply, never a complete-looking one.
+    const body = r.body;
+    if (res.headersSent || res.destroyed) return void body.destroy();
+    res.writeHead(r.status, { 'content-type': r.type ?? 'application/octet-stream', ...r.headers });
+    body.once('error', () => res.destroy());
+    res.once('close', () => body.destroy());
+    body.pipe(res);
+    return;
+  }
   if (res.headersSent || res.destroyed) return;
   let data: Buffer;
   if (Buffer.isBuffer(r.body)) data = r.body;

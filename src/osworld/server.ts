@@ -10,10 +10,12 @@
 // plumbing and prepare.ts the once-per-generation guest preparation.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { PassThrough } from 'node:stream';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { FAIR_RETRY_AFTER_S } from '../session/fair-share.ts';
 import { log } from '../common/log.ts';
-import { flaskPage, type GuestContext, type Handler, HttpError, json, type RecordingState, send } from './http.ts';
+import type { Session } from '../session/manager.ts';
+import { flaskPage, type GuestContext, type Handler, HttpError, json, type RecordingState, type Req, send } from './http.ts';
 import { routeExecute, routeExecuteVerify, routeLaunch } from './routes/execute.ts';
 import { routeChangeWallpaper, routeDownloadFile, routeFile, routeListDirectory, routeUpload, routeWallpaper } from './routes/files.ts';
 import {
@@ -44,6 +46,12 @@ const OVER_LIMIT_DRAIN_MS = 5_000;
  * DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`).
  */
 const QUEUED = new Set(['/screenshot', '/accessibility', '/terminal', '/cursor_position']);
+
+/**
+ * Routes that read their body as it arrives (`Req.stream`) instead of whole: an upload goes from the socket
+ * through the multipart parser into the writer in the session, so the daemon holds a bounded part of it.
+ */
+const STREAMED = new Set(['/setup/upload']);
 
 const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   '/execute': { POST: routeExecute },
@@ -100,12 +108,19 @@ export function guestHandler(ctx: GuestContext) {
     // OVER_LIMIT_DRAIN_BYTES or OVER_LIMIT_DRAIN_MS (so an ordinary client that sends its whole body before it
     // reads the answer sees the 413, not a reset); past either, or when the declared length already says the
     // drain would not reach its end, the socket is destroyed once the answer is written.
-    const limit = ctx.mgr.config.osworldMaxBodyBytes;
+    const streamed = STREAMED.has(path);
+    // A body held whole (every route but the streamed ones) has its own, smaller limit.
+    const limit = streamed ? ctx.mgr.config.osworldMaxBodyBytes : Math.min(ctx.mgr.config.osworldMaxBodyBytes, ctx.mgr.config.osworldMaxBufferedBodyBytes);
     const chunks: Buffer[] = [];
+    /** A streamed route's body as it arrives (bounded: it pauses the request while the handler is behind). */
+    const body = streamed ? new PassThrough() : undefined;
     let refused = false;
     const tooBig = (declared?: number) => {
       refused = true;
       chunks.length = 0;
+      // A streamed handler already running stops: its writer in the session ends without committing.
+      ac.abort();
+      body?.destroy();
       const sock = req.socket;
       const t = setTimeout(() => sock.destroy(), OVER_LIMIT_DRAIN_MS);
       t.unref();
@@ -118,24 +133,11 @@ export function guestHandler(ctx: GuestContext) {
         drained += d.length;
         if (drained > OVER_LIMIT_DRAIN_BYTES) sock.destroy();
       });
+      req.resume();
       send(res, json(413, { status: 'error', message: `request body is over ${limit} bytes` }));
     };
-    const declared = Number(req.headers['content-length']);
-    if (Number.isFinite(declared) && declared > limit) tooBig(declared);
-    let size = 0;
-    if (!refused) {
-      req.on('data', (d: Buffer) => {
-        size += d.length;
-        if (size > limit) return tooBig();
-        chunks.push(d);
-      });
-    }
-    req.on('error', () => ac.abort());
-    req.on('end', () => {
-      if (refused) return;
-      const s = ctx.session();
-      if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
-      const run = () => h(ctx, s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal }, rec);
+    const dispatch = (s: Session, r: Req) => {
+      const run = () => h(ctx, s, r, rec);
       (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : ctx.display.fair.bounded(s.id, run))
         .then(
           (r) => send(res, r),
@@ -151,7 +153,41 @@ export function guestHandler(ctx: GuestContext) {
             send(res, json(500, { status: 'error', message: errorMessage(e) }));
           },
         )
+        // What a streamed handler did not read (it answered early) is read and discarded, within the limit.
+        .finally(() => body?.resume())
         .catch(() => {});
+    };
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit) tooBig(declared);
+    let size = 0;
+    if (!refused) {
+      req.on('data', (d: Buffer) => {
+        size += d.length;
+        if (size > limit) return tooBig();
+        if (!body) chunks.push(d);
+        else if (!body.write(d)) req.pause();
+      });
+      body?.on('drain', () => req.resume());
+    }
+    req.on('error', () => ac.abort());
+    if (body) {
+      // Streamed: the handler starts now and reads the body as it comes.
+      req.on('end', () => {
+        if (!refused) body.end();
+      });
+      if (refused) return;
+      const s = ctx.session();
+      if (!s) {
+        body.resume();
+        return send(res, json(503, { status: 'error', message: 'the session is gone' }));
+      }
+      return dispatch(s, { raw: req, body: Buffer.alloc(0), stream: body, signal: ac.signal });
+    }
+    req.on('end', () => {
+      if (refused) return;
+      const s = ctx.session();
+      if (!s) return send(res, json(503, { status: 'error', message: 'the session is gone' }));
+      dispatch(s, { raw: req, body: Buffer.concat(chunks), signal: ac.signal });
     });
   };
   return {

@@ -1,5 +1,6 @@
 /** Running commands inside a session: the one exec-in-session primitive (API exec, files, OSWorld) and the API's exec request. */
 import type { ChildProcess } from 'node:child_process';
+import type { Writable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { ValidationError } from '../common/errors.ts';
 import type { OciRuntime } from '../host/oci-runtime.ts';
@@ -87,6 +88,11 @@ export interface SpawnOptions {
 export interface RunOptions extends SpawnOptions {
   timeoutMs: number;
   stdin?: Buffer | string;
+  /**
+   * Instead of `stdin`: the caller writes the command's stdin itself (streaming, with backpressure through
+   * write()'s result and 'drain') and ends it. Write errors (the command has exited) are swallowed here.
+   */
+  feed?: (stdin: Writable) => void;
   /** Cap on stdout plus stderr; what is over it is dropped (truncated: true). */
   maxOutputBytes?: number;
   /** Kill the command once it writes past the cap (a file read that cannot fit), rather than draining it. */
@@ -206,7 +212,8 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       });
     });
     child.stdin!.on('error', () => {});
-    child.stdin!.end(o.stdin ?? '');
+    if (o.feed) o.feed(child.stdin!);
+    else child.stdin!.end(o.stdin ?? '');
   });
 }
 
