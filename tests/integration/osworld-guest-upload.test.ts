@@ -132,20 +132,23 @@ function nodePid(pid: number): number {
 }
 const statusKiB = (pid: number, field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
-describe('osworld guest upload: large bodies stream into the session with bounded daemon memory', () => {
-  // DRUMS_TEST_UPLOADS and DRUMS_TEST_UPLOAD_MIB change the load for a measurement (defaults: 4 of 320 MiB).
-  const N = Number(process.env.DRUMS_TEST_UPLOADS) || 4;
-  const SIZE = (Number(process.env.DRUMS_TEST_UPLOAD_MIB) || 320) * MiB;
-  const BOUND_MIB = 160;
-  let d: TestDaemon;
-  const sessions: S[] = [];
+/**
+ * For one describe block: a daemon of its own and two OSWorld sessions with room for N bodies of
+ * `size` bytes between them, destroyed after the block; `sh` runs a shell command in a session.
+ */
+function bigBodies(n: number, size: number) {
+  const big = {
+    d: undefined as unknown as TestDaemon,
+    sessions: [] as S[],
+    sh: async (s: S, cmd: string) => (await big.d.client.exec(s.id, { shell: cmd, timeoutMs: 120_000 })).stdout,
+  };
   before(async () => {
-    d = await startDaemon({ DRUMS_OSWORLD_MAX_BODY: String(512 * MiB) });
+    big.d = await startDaemon({ DRUMS_OSWORLD_MAX_BODY: String(512 * MiB) });
     for (let k = 0; k < 2; k++) {
-      sessions.push(
-        (await d.client.createSession({
+      big.sessions.push(
+        (await big.d.client.createSession({
           image: 'minimal',
-          diskMb: Math.max(1024, Math.ceil(N / 2) * (SIZE / MiB) + 256),
+          diskMb: Math.max(1024, Math.ceil(n / 2) * (size / MiB) + 256),
           labels: { 'drums.osworld': '1' },
         } as never)) as unknown as S,
       );
@@ -153,15 +156,24 @@ describe('osworld guest upload: large bodies stream into the session with bounde
   });
   after(async () => {
     try {
-      for (const s of sessions) await d.client.destroySession(s.id).catch(() => {});
+      for (const s of big.sessions) await big.d.client.destroySession(s.id).catch(() => {});
     } finally {
-      await d.finish();
+      await big.d.finish();
     }
   });
-  const sh = async (s: S, cmd: string) => (await d.client.exec(s.id, { shell: cmd, timeoutMs: 120_000 })).stdout;
+  return big;
+}
+
+describe('osworld guest upload: large bodies stream into the session with bounded daemon memory', () => {
+  // DRUMS_TEST_UPLOADS and DRUMS_TEST_UPLOAD_MIB change the load for a measurement (defaults: 4 of 320 MiB).
+  const N = Number(process.env.DRUMS_TEST_UPLOADS) || 4;
+  const SIZE = (Number(process.env.DRUMS_TEST_UPLOAD_MIB) || 320) * MiB;
+  const BOUND_MIB = 160;
+  const big = bigBodies(N, SIZE);
+  const { sessions, sh } = big;
 
   it(`${N} concurrent ${SIZE / MiB} MiB uploads to two sessions arrive byte-exact while the daemon's RSS grows by under ${BOUND_MIB} MiB`, async () => {
-    const pid = nodePid(d.proc.pid!);
+    const pid = nodePid(big.d.proc.pid!);
     // The peak from here on: VmHWM reset to the current RSS (clear_refs 5), and RSS sampled as a check.
     writeFileSync(`/proc/${pid}/clear_refs`, '5');
     const base = statusKiB(pid, 'VmRSS');
@@ -251,28 +263,8 @@ describe('osworld guest /file: large replies stream from the session with bounde
   const N = Number(process.env.DRUMS_TEST_UPLOADS) || 4;
   const SIZE = (Number(process.env.DRUMS_TEST_UPLOAD_MIB) || 320) * MiB;
   const BOUND_MIB = 160;
-  let d: TestDaemon;
-  const sessions: S[] = [];
-  before(async () => {
-    d = await startDaemon({ DRUMS_OSWORLD_MAX_BODY: String(512 * MiB) });
-    for (let k = 0; k < 2; k++) {
-      sessions.push(
-        (await d.client.createSession({
-          image: 'minimal',
-          diskMb: Math.max(1024, Math.ceil(N / 2) * (SIZE / MiB) + 256),
-          labels: { 'drums.osworld': '1' },
-        } as never)) as unknown as S,
-      );
-    }
-  });
-  after(async () => {
-    try {
-      for (const s of sessions) await d.client.destroySession(s.id).catch(() => {});
-    } finally {
-      await d.finish();
-    }
-  });
-  const sh = async (s: S, cmd: string) => (await d.client.exec(s.id, { shell: cmd, timeoutMs: 120_000 })).stdout;
+  const big = bigBodies(N, SIZE);
+  const { sessions, sh } = big;
 
   it(`${N} concurrent /file downloads of ${SIZE / MiB} MiB files arrive byte-exact while the daemon's RSS grows by under ${BOUND_MIB} MiB`, async () => {
     // Files made in the sessions, on a daemon of its own (an upload's garbage would hide a buffered reply).
@@ -284,7 +276,7 @@ describe('osworld guest /file: large replies stream from the session with bounde
       );
       digests.push(out.split(' ')[0]!);
     }
-    const pid = nodePid(d.proc.pid!);
+    const pid = nodePid(big.d.proc.pid!);
     writeFileSync(`/proc/${pid}/clear_refs`, '5');
     const base = statusKiB(pid, 'VmRSS');
     let peak = base;
