@@ -12,19 +12,20 @@ import { cgroupMode } from './oci-runtime.ts';
  * Who is a hog. Every `intervalMs` (500 ms) the guard reads each session's
  * CPU time, and the CPU time and voluntary context switches of each of its
  * tasks (threads; /proc schedstat and status). Spinning CPU is the CPU of
- * the tasks that ran at least `spinBurstMs` (20 ms) per voluntary sleep over
- * the tick, plus what the cgroup used that no task read accounts for (tasks
- * that ended within the tick: a loop that forks a short-lived process each
- * time round, or a memory hog OOM-killed and started again, leaves no task
- * to read, and its parent sleeps in wait()). A busy loop never sleeps of its
- * own accord (being preempted or throttled is involuntary); a browser's
- * threads sleep in poll or on a futex between events, hundreds of times a
- * second, even while the browser as a whole keeps most of a core busy. A
+ * the tasks that ran at least `spinBurstMs` (20 ms) over the tick without
+ * one voluntary sleep, plus what the cgroup used that no task read accounts
+ * for (tasks that ended within the tick: a loop that forks a short-lived
+ * process each time round, or a memory hog OOM-killed and started again,
+ * leaves no task to read, and its parent sleeps in wait()). A busy loop
+ * never sleeps of its own accord (being preempted or throttled is
+ * involuntary); a browser's threads sleep in poll or on a futex between
+ * events, even while the browser as a whole keeps most of a core busy. A
  * browser driven step by step by a fast client was seen at 0.4-0.8 core for
- * minutes (noisy probe 2026-12-02, eight victims at up to 42 steps/s each)
- * with no task of it running 20 ms between sleeps, while the CPU hog's shells
- * never slept: judged on all its CPU, such a browser was demoted again and
- * again. The last `windowS` (2 s) of readings give per session:
+ * minutes (noisy probes 2026-12-02, eight victims at up to 42 steps/s each),
+ * its main thread at 20-44 ms of CPU per sleep and 1-7 sleeps a tick, while
+ * the CPU hog's shells slept 0 times in every tick: judged on all its CPU,
+ * or on its CPU per sleep (20 ms), such a browser was demoted again and again.
+ * The last `windowS` (2 s) of readings give per session:
  *  - mean and spin mean: the cores it used, and spun, over the window;
  *  - spin floor: the least it spun in any one tick of the window.
  * A spinner takes its share in every tick, so its floor is close to its mean;
@@ -37,11 +38,14 @@ import { cgroupMode } from './oci-runtime.ts';
  * Tasks are read at a session's first sample and whenever it used at least
  * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
  * tick before counts as not spinning, so a session that wakes from idle into
- * a loop is judged a tick later. (At `minCores` instead, a hog held below 0.2
+ * a loop is judged a tick later. A demoted session's tasks are not read: it is
+ * judged on the kernel's counts alone (below), and a fork bomb held at its
+ * cap has a thousand of them (10-35 ms of the daemon's event loop a tick:
+ * the reads are synchronous). (At `minCores` instead, a hog held below 0.2
  * core for one tick by a busy host lost two ticks of readings, and was
  * demoted 6 s into a phase: noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
- * thousands of times a second (its bursts are as short as a browser's); the
- * session's own quota and its weight are what bound it.
+ * in every tick (twice a second is enough); the session's own quota and its
+ * weight are what bound it.
  * Not judged: a session in its
  * first `graceS` (10 s) after its create or reset ended (or its counter
  * started again: a new cgroup), as a desktop and a browser starting up are busy
@@ -126,7 +130,7 @@ export interface CpuGuardOptions {
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
   intervalMs: number;
-  /** A task that ran at least this long per voluntary sleep over a tick is spinning (ms). */
+  /** A task that ran at least this long over a tick without a voluntary sleep is spinning (ms). */
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
   spinScanCores: number;
@@ -300,6 +304,8 @@ export class CpuGuard {
   readonly opts: CpuGuardOptions;
   /** Sessions demoted since start, for /metrics. */
   demotions = 0;
+  /** Task (thread) readings taken since start: what the spin rule costs the daemon (tests). */
+  tasksRead = 0;
 
   /** `cgroups()` gives the live sessions by id. */
   private readonly cgroups: () => Map<string, GuardedSession>;
@@ -353,6 +359,7 @@ export class CpuGuard {
             ? was[1]
             : Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(read(join(this.opts.proc, String(tid), 'status')) ?? '')?.[1]);
         if (Number.isFinite(ns) && Number.isFinite(vol)) out.set(tid, [ns, vol]);
+        this.tasksRead++;
       }
       if (depth > 8) return;
       let subs: string[] = [];
@@ -369,8 +376,8 @@ export class CpuGuard {
 
   /**
    * The spinning CPU (ns) between two readings of a session's tasks, over which its cgroup used `usedNs`:
-   * the tasks that ran at least spinBurstMs per voluntary sleep (one that started in between, over its
-   * life), and the CPU of tasks that ended in between (what the cgroup used that no task read accounts
+   * the tasks that ran at least spinBurstMs without a voluntary sleep (one that started in between, over
+   * its life), and the CPU of tasks that ended in between (what the cgroup used that no task read accounts
    * for): a loop that forks a short-lived process each time round, or a memory hog OOM-killed and started
    * again, leaves no task to read, and its parent sleeps in wait().
    */
@@ -383,7 +390,7 @@ export class CpuGuard {
       const ran = ns - b[0];
       if (ran <= 0) continue;
       seen += ran;
-      if (ran / 1e6 / (vol - b[1] + 1) >= this.opts.spinBurstMs) {
+      if (vol === b[1] && ran / 1e6 >= this.opts.spinBurstMs) {
         spin += ran;
         tasks++;
       }
@@ -479,7 +486,8 @@ export class CpuGuard {
       }
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
-      const busy = last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores);
+      // Not while demoted: it is judged on the kernel's counts then.
+      const busy = !t.demoted && (last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores));
       const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
         const spun = this._spin(t.tasks, tasks, sample.ns - last.ns);
