@@ -130,6 +130,8 @@ export interface CpuGuardOptions {
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
   intervalMs: number;
+  /** How often the kernel's evidence (a fork refused, an OOM kill) of busy sessions is read between ticks (ms). */
+  evidenceMs: number;
   /** A task that ran at least this long over a tick without a voluntary sleep is spinning (ms). */
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
@@ -156,6 +158,7 @@ export const CPU_GUARD_DEFAULTS = {
   fastThrottleShare: 0.9,
   evidenceHoldS: 10,
   intervalMs: 500,
+  evidenceMs: 100,
   spinBurstMs: 20,
   spinScanCores: 0.05,
   root: '/sys/fs/cgroup',
@@ -206,6 +209,11 @@ function read(file: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The number after `key ` on a line of a cgroup file (cpu.stat, pids.events, memory.events), 0 without it. */
+function counter(text: string | undefined, key: string): number {
+  return Number(new RegExp(`^${key} (\\d+)$`, 'm').exec(text ?? '')?.[1] ?? 0);
 }
 
 interface Sample {
@@ -301,6 +309,7 @@ export class CpuGuard {
   /** [time ms, busy cores·ms, total cores·ms] of the host (/proc/stat), oldest first, covering the window. */
   private _host: [number, number, number][] = [];
   private _timer: NodeJS.Timeout | undefined;
+  private _poll: NodeJS.Timeout | undefined;
   readonly opts: CpuGuardOptions;
   /** Sessions demoted since start, for /metrics. */
   demotions = 0;
@@ -315,14 +324,46 @@ export class CpuGuard {
   }
 
   start(): void {
-    this._timer ??= setInterval(() => this.tick(performance.now()), this.opts.intervalMs);
+    if (this._poll) return;
+    this._schedule();
+    this._poll = setInterval(() => {
+      if (this.evidenceSince()) this._schedule(true);
+    }, this.opts.evidenceMs);
+    this._poll.unref();
+  }
+
+  /** The next tick in intervalMs, or (now) one at once and the next intervalMs after it. */
+  private _schedule(now = false): void {
+    clearTimeout(this._timer);
+    if (now) this.tick(performance.now());
+    this._timer = setTimeout(() => this._schedule(true), this.opts.intervalMs);
     this._timer.unref();
+  }
+
+  /**
+   * Whether the kernel refused a fork at pids.max, or OOM-killed a process, since the last tick in a
+   * session that is not demoted and used at least `spinScanCores` in its last tick (read between ticks,
+   * every `evidenceMs`: two small files per busy session). The guard then ticks at once: a fork bomb
+   * runs at full speed until it is demoted, the worst time for its neighbours, and the pids controller
+   * refuses its first fork within a second of its start (exposed for tests).
+   */
+  evidenceSince(now = performance.now()): boolean {
+    for (const t of this._tracks.values()) {
+      const [a, b] = t.samples.slice(-2);
+      if (t.demoted || !b || (t.cpus > 0 && t.cpus < this.opts.minCores)) continue;
+      if (a && (b.ns - a.ns) / 1e6 / Math.max(1, b.t - a.t) < this.opts.spinScanCores) continue;
+      if (counter(read(this._file('pidsEvents', t.cgroup)), 'max') > b.refused) return true;
+      // An OOM kill gives no verdict in the grace.
+      if (now - t.born >= this.opts.graceS * 1000 && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
+    }
+    return false;
   }
 
   /** Stops sampling and gives every demoted session back its own quota and the normal weight. */
   stop(): void {
-    clearInterval(this._timer);
-    this._timer = undefined;
+    clearTimeout(this._timer);
+    clearInterval(this._poll);
+    this._timer = this._poll = undefined;
     for (const [id, t] of this._tracks) if (t.demoted) this._restore(id, t, 0);
   }
 
@@ -381,7 +422,9 @@ export class CpuGuard {
    * for): a loop that forks a short-lived process each time round, or a memory hog OOM-killed and started
    * again, leaves no task to read, and its parent sleeps in wait().
    */
-  private _spin(before: TaskReading, after: TaskReading, usedNs: number): { ns: number; tasks: number } {
+  private _spin(before: TaskReading, after: TaskReading, usedNs: number, tickMs: number): { ns: number; tasks: number } {
+    // spinBurstMs is per intervalMs: a tick out of schedule (a fork refused) is shorter.
+    const burstNs = this.opts.spinBurstMs * 1e6 * Math.min(1, tickMs / this.opts.intervalMs);
     let spin = 0;
     let tasks = 0;
     let seen = 0;
@@ -390,7 +433,7 @@ export class CpuGuard {
       const ran = ns - b[0];
       if (ran <= 0) continue;
       seen += ran;
-      if (vol === b[1] && ran / 1e6 >= this.opts.spinBurstMs) {
+      if (vol === b[1] && ran >= burstNs) {
         spin += ran;
         tasks++;
       }
@@ -405,14 +448,13 @@ export class CpuGuard {
     const ns = this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
     if (!Number.isFinite(ns)) return undefined;
     const stat = (this.opts.v2 ? usage : read(this._file('stat', cgroup))) ?? '';
-    const num = (k: string, text = stat) => Number(new RegExp(`^${k} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
     return {
       t: now,
       ns,
-      periods: num('nr_periods'),
-      throttled: num('nr_throttled'),
-      refused: num('max', read(this._file('pidsEvents', cgroup)) ?? ''),
-      oomKills: num('oom_kill', read(this._file('memEvents', cgroup)) ?? ''),
+      periods: counter(stat, 'nr_periods'),
+      throttled: counter(stat, 'nr_throttled'),
+      refused: counter(read(this._file('pidsEvents', cgroup)), 'max'),
+      oomKills: counter(read(this._file('memEvents', cgroup)), 'oom_kill'),
       spinNs: 0,
       spinTasks: 0,
     };
@@ -490,7 +532,7 @@ export class CpuGuard {
       const busy = !t.demoted && (last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores));
       const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
-        const spun = this._spin(t.tasks, tasks, sample.ns - last.ns);
+        const spun = this._spin(t.tasks, tasks, sample.ns - last.ns, sample.t - last.t);
         sample.spinNs = spun.ns;
         sample.spinTasks = spun.tasks;
       }

@@ -422,6 +422,43 @@ for (const v2 of [false, true]) {
       }
     });
 
+    it('reads the kernel evidence of busy sessions between ticks: a refused fork makes a tick at once, which demotes', () => {
+      const f = fixture(v2, ['bomb', 'hog', 'idle', 'a']);
+      try {
+        const use = { bomb: 0.3, hog: 0.3, idle: 0.01, a: 0.1 };
+        const sleepsIn = { bomb: 50, hog: 50, idle: 5, a: 50 }; // no spinner
+        for (let k = 0; k < 4; k++) f.step(500, use, { sleepsIn });
+        assert.equal(f.guard.evidenceSince(f.now), false);
+        // An idle session's refused fork waits for the tick; an OOM kill in the grace is no verdict.
+        f.refuse('idle');
+        f.oom('hog');
+        assert.equal(f.guard.evidenceSince(f.now), false);
+        f.refuse('bomb', 3);
+        assert.equal(f.guard.evidenceSince(f.now), true);
+        f.step(100, { ...use, bomb: 0.9 }, { sleepsIn }); // the tick the poll asks for, 100 ms after the last
+        assert.deepEqual(f.guard.demoted(), ['bomb', 'idle'], "the tick demotes the idle session's refused fork too");
+        assert.equal(f.guard.evidenceSince(f.now), false, 'demoted: not read, nor is an idle session');
+        // Out of its grace, a busy session's OOM kill is read between ticks too.
+        for (let k = 0; k < 20; k++) f.step(500, use, { sleepsIn });
+        assert.equal(f.guard.evidenceSince(f.now), false);
+        f.oom('hog');
+        assert.equal(f.guard.evidenceSince(f.now), true);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('scales the spin burst to a short tick: 20 ms per 500 ms', () => {
+      // A loop at 0.15 core never sleeping: 15 ms in a 100 ms tick is spinning (a full tick's 20 ms would say no).
+      const f = fixture(v2, ['loop', 'a', 'b'], { graceS: 0, hogCores: 0.1 });
+      try {
+        for (let k = 0; k < 25; k++) f.step(100, { loop: 0.15, a: 0.02, b: 0.02 }, { sleepsIn: { a: 5, b: 5 } });
+        assert.deepEqual(f.guard.demoted(), ['loop']);
+      } finally {
+        f.done();
+      }
+    });
+
     it('demotes a busy session on an OOM kill before its window is full; an OOM kill in a calm session is no verdict', () => {
       const f = fixture(v2, ['hog', 'calm', 'a'], { graceS: 0 });
       try {
