@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { procCpuNs, sleep } from './measure.ts';
@@ -39,6 +40,8 @@ export interface NoisyOptions {
   usernsSessions: number;
   /** The abuses to run, in this order (default: all). */
   abuses?: readonly Abuse[];
+  /** The longest warm-up before the first phase (s): the victims' loop runs until its step rate stops rising, or this long. */
+  warmupS: number;
   progress?: (m: string) => void;
 }
 
@@ -76,6 +79,62 @@ function isDemoted(instance: string, id: string): boolean {
     } catch {}
   }
   return false;
+}
+
+const WARMUP_WINDOW_S = 10;
+
+/**
+ * The closed loop's steps, each its start and latency (ms), in two typed arrays. A run holds
+ * ~600k steps; kept as objects, they grew the harness's old generation all run long, and its
+ * major GCs, pausing the one event loop that drives every victim, stalled all of them at once:
+ * ~1 s in every ~60 s from 6 minutes into a run (noisy-2026-12-04T22-49-22: 25-40 steps in such a
+ * second against ~500, quiet phases too).
+ */
+class StepLog {
+  private _t = new Float64Array(1 << 16);
+  private _ms = new Float64Array(1 << 16);
+  private _n = 0;
+  push(t: number, ms: number): void {
+    if (this._n === this._t.length) {
+      const grow = (a: Float64Array) => {
+        const b = new Float64Array(a.length * 2);
+        b.set(a);
+        return b;
+      };
+      this._t = grow(this._t);
+      this._ms = grow(this._ms);
+    }
+    this._t[this._n] = t;
+    this._ms[this._n++] = ms;
+  }
+  /** The steps that started in [from, to): their starts and latencies, in the order they ended. */
+  within(from: number, to: number): { t: number[]; ms: number[] } {
+    const out = { t: [] as number[], ms: [] as number[] };
+    for (let i = 0; i < this._n; i++) {
+      if (this._t[i]! < from || this._t[i]! >= to) continue;
+      out.t.push(this._t[i]!);
+      out.ms.push(this._ms[i]!);
+    }
+    return out;
+  }
+}
+
+/**
+ * Runs until the closed loop's step rate over the last two WARMUP_WINDOW_S windows is no more than 10%
+ * above its rate over the two before them, or for `maxS` seconds. (Window against window stopped too
+ * early: a dip of a window while the rate still rose, 236 -> 220 -> 289 -> 457 steps/s in the probe.)
+ */
+async function warmUp(steps: StepLog, maxS: number) {
+  const t0 = performance.now();
+  const rates: number[] = [];
+  const settled = () => rates.length >= 4 && rates.at(-1)! + rates.at(-2)! <= (rates.at(-3)! + rates.at(-4)!) * 1.1;
+  while (!settled() && (performance.now() - t0) / 1000 < maxS) {
+    const from = performance.now();
+    await sleep(WARMUP_WINDOW_S * 1000);
+    const to = performance.now();
+    rates.push(Math.round((steps.within(from, to).ms.length / (to - from)) * 1000 * 10) / 10);
+  }
+  return { seconds: Math.round((performance.now() - t0) / 1000), stepsPerSec: rates, settled: settled() };
 }
 
 const load1 = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
@@ -214,6 +273,8 @@ interface PhaseResult {
   bySecond: { steps: number; p50: number; p99: number }[];
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
+  /** How late the harness's event loop (which drives every victim's client) ran its timers in the phase (ms): p99 and max. */
+  harnessLoopDelayMs: { p99: number; max: number };
   /** The 8 largest users of othersCpuCores by process name (cores), and the rest of othersCpuCores (smaller names, processes that came and went within the phase). */
   othersTop: Record<string, number>;
   othersUnseenCores: number;
@@ -253,6 +314,7 @@ export async function runNoisyBench(o: NoisyOptions) {
   let drivers: Promise<void>[] = [];
   let stopLoop = () => {};
   let gapErrors = 0;
+  let warmup: Awaited<ReturnType<typeof warmUp>> = { seconds: 0, stepsPerSec: [], settled: false };
   try {
     o.progress?.(`creating ${o.victims} victim sessions (Chromium) and the abuser`);
     for (let i = 0; i < o.victims; i++) victims.push(await c.createSession({ image: 'default', url: PAGE, screen: '1280x800' }));
@@ -271,7 +333,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     // reset), so that no phase starts with all of them stepping in lockstep: a loop restarted per
     // phase made every phase's first second 2-3 times slower than the rest, quiet ones too, and
     // those steps were most of each phase's p99. Each step belongs to the phase it started in.
-    const loop = { running: true, steps: [] as { t: number; ms: number }[], errors: [] as { t: number; e: string }[] };
+    const loop = { running: true, steps: new StepLog(), errors: [] as { t: number; e: string }[] };
     /** The start of each victim's step in flight (undefined between steps). */
     const inflight: (number | undefined)[] = victims.map(() => undefined);
     drivers = victims.map(async (v, k) => {
@@ -281,7 +343,7 @@ export async function runNoisyBench(o: NoisyOptions) {
         try {
           await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
           await c.screenshot(v.id, 'png');
-          loop.steps.push({ t, ms: performance.now() - t });
+          loop.steps.push(t, performance.now() - t);
         } catch (e) {
           loop.errors.push({ t, e: String(e).slice(0, 200) });
         }
@@ -291,8 +353,13 @@ export async function runNoisyBench(o: NoisyOptions) {
     stopLoop = () => {
       loop.running = false;
     };
-    // Off the clock, so that the first phase too starts with the loop already spread out.
-    await sleep(2000);
+    // Off the clock until the victims' step rate stops rising: new Chromium sessions do start-up work for
+    // seconds each, and with eight of them sharing two cores their rate rose 3.5-fold over the first 100 s
+    // (probe 2026-12-04: Chromium 0.87 core in the first 20 s, ~0 after 100 s; quiet p50 71 -> 20 ms over
+    // the first round of noisy-2026-12-02T01-19-27), so the first round's abuse phases were compared with
+    // quiet neighbours of another regime. This also spreads the loop out before the first phase.
+    warmup = await warmUp(loop.steps, o.warmupS);
+    o.progress?.(`warm-up: ${warmup.seconds} s, steps/s per ${WARMUP_WINDOW_S} s window: ${warmup.stepsPerSec.join(' ')}`);
     const order: Phase[] = ['quiet'];
     const abuses = o.abuses ?? ABUSES;
     for (let r = 0; r < o.rounds; r++) for (const a of abuses) order.push(a, 'quiet');
@@ -314,6 +381,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       const load0 = load1();
       // How often the CPU guard had the abuser and the victims demoted during the phase.
       const demo = { samples: 0, abuser: 0, victims: 0 };
+      const lag = monitorEventLoopDelay({ resolution: 10 });
+      lag.enable();
       const watch = setInterval(() => {
         demo.samples++;
         if (isDemoted(d.instance, abuserId)) demo.abuser++;
@@ -328,14 +397,15 @@ export async function runNoisyBench(o: NoisyOptions) {
       // its last steps to finish.
       await sleep(end - performance.now());
       while (inflight.some((x) => x !== undefined && x < end)) await sleep(5);
-      const mine = loop.steps.filter((x) => x.t >= t0 && x.t < end);
-      const lat = mine.map((x) => x.ms);
+      const mine = loop.steps.within(t0, end);
+      const lat = mine.ms;
       /** Each step's start, in seconds since the phase began (parallel to lat). */
-      const at = mine.map((x) => (x.t - t0) / 1000);
+      const at = mine.t.map((x) => (x - t0) / 1000);
       const failed = loop.errors.filter((x) => x.t >= t0 && x.t < end);
       const errors = failed.length;
       const errorSamples = failed.slice(0, 5).map((x) => x.e);
       clearInterval(watch);
+      lag.disable();
       const elapsed = (performance.now() - t0) / 1000;
       const busy = hostBusyNs() - busy0,
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
@@ -359,6 +429,7 @@ export async function runNoisyBench(o: NoisyOptions) {
           return { steps: xs.length, p50: xs.length ? r(quantile(xs, 0.5)) : 0, p99: xs.length ? r(quantile(xs, 0.99)) : 0 };
         }),
         othersCpuCores,
+        harnessLoopDelayMs: { p99: Math.round(lag.percentile(99) / 1e5) / 10, max: Math.round(lag.max / 1e5) / 10 },
         othersTop,
         othersUnseenCores: Math.round(Math.max(0, othersCpuCores - Object.values(othersTop).reduce((a, b) => a + b, 0)) * 1000) / 1000,
         ownCpuCores: own / 1e9 / elapsed,
@@ -453,6 +524,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       loop: 'one closed loop per victim through all phases and the gaps between them; a step counts in the phase it started in',
       abuser: { image: 'minimal', memoryMb: 512, diskMb: 1024, pids: 1024, cpus: 'default' },
       secondsPerPhase: o.seconds,
+      /** Off the clock before the first phase: until the victims' step rate stopped rising (settled), or warmupS. */
+      warmup: { ...warmup, maxS: o.warmupS, windowS: WARMUP_WINDOW_S },
       floodClients: 16,
     },
     phases,

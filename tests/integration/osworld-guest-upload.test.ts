@@ -164,6 +164,27 @@ function bigBodies(n: number, size: number) {
   return big;
 }
 
+/**
+ * The process's RSS growth (MiB) while `work` runs: VmHWM reset to the current RSS first (clear_refs 5),
+ * and RSS sampled every 20 ms as a check; the larger of the two peaks, less the RSS at the start.
+ */
+async function rssGrowth<T>(pid: number, work: () => Promise<T>): Promise<{ result: T; baseMiB: number; peakMiB: number; growthMiB: number }> {
+  writeFileSync(`/proc/${pid}/clear_refs`, '5');
+  const base = statusKiB(pid, 'VmRSS');
+  let peak = base;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, statusKiB(pid, 'VmRSS'));
+  }, 20);
+  let result: T;
+  try {
+    result = await work();
+  } finally {
+    clearInterval(sampler);
+  }
+  peak = Math.max(peak, statusKiB(pid, 'VmHWM'));
+  return { result, baseMiB: base / 1024, peakMiB: peak / 1024, growthMiB: (peak - base) / 1024 };
+}
+
 describe('osworld guest upload: large bodies stream into the session with bounded daemon memory', () => {
   // DRUMS_TEST_UPLOADS and DRUMS_TEST_UPLOAD_MIB change the load for a measurement (defaults: 4 of 320 MiB).
   const N = Number(process.env.DRUMS_TEST_UPLOADS) || 4;
@@ -173,26 +194,16 @@ describe('osworld guest upload: large bodies stream into the session with bounde
   const { sessions, sh } = big;
 
   it(`${N} concurrent ${SIZE / MiB} MiB uploads to two sessions arrive byte-exact while the daemon's RSS grows by under ${BOUND_MIB} MiB`, async () => {
-    const pid = nodePid(big.d.proc.pid!);
-    // The peak from here on: VmHWM reset to the current RSS (clear_refs 5), and RSS sampled as a check.
-    writeFileSync(`/proc/${pid}/clear_refs`, '5');
-    const base = statusKiB(pid, 'VmRSS');
-    let peak = base;
-    const sampler = setInterval(() => {
-      peak = Math.max(peak, statusKiB(pid, 'VmRSS'));
-    }, 20);
-    let results: { status: number; text: string; sha256: string }[];
-    try {
-      results = await Promise.all(
-        Array.from({ length: N }, (_, k) => streamUpload(sessions[k % 2]!.osworld!.serverPort, `/home/user/big/${k}.bin`, SIZE, k + 1)),
-      );
-    } finally {
-      clearInterval(sampler);
-    }
-    const hwm = statusKiB(pid, 'VmHWM');
-    const growthMiB = (Math.max(peak, hwm) - base) / 1024;
+    const {
+      result: results,
+      baseMiB,
+      peakMiB,
+      growthMiB,
+    } = await rssGrowth(nodePid(big.d.proc.pid!), () =>
+      Promise.all(Array.from({ length: N }, (_, k) => streamUpload(sessions[k % 2]!.osworld!.serverPort, `/home/user/big/${k}.bin`, SIZE, k + 1))),
+    );
     process.stderr.write(
-      `upload RSS: ${N} x ${SIZE / MiB} MiB: base ${(base / 1024).toFixed(0)} MiB, sampled peak ${(peak / 1024).toFixed(0)} MiB, VmHWM ${(hwm / 1024).toFixed(0)} MiB: +${growthMiB.toFixed(0)} MiB\n`,
+      `upload RSS: ${N} x ${SIZE / MiB} MiB: base ${baseMiB.toFixed(0)} MiB, peak ${peakMiB.toFixed(0)} MiB: +${growthMiB.toFixed(0)} MiB\n`,
     );
     for (const [k, r] of results.entries()) {
       assert.equal(r.status, 200, r.text);
@@ -276,16 +287,12 @@ describe('osworld guest /file: large replies stream from the session with bounde
       );
       digests.push(out.split(' ')[0]!);
     }
-    const pid = nodePid(big.d.proc.pid!);
-    writeFileSync(`/proc/${pid}/clear_refs`, '5');
-    const base = statusKiB(pid, 'VmRSS');
-    let peak = base;
-    const sampler = setInterval(() => {
-      peak = Math.max(peak, statusKiB(pid, 'VmRSS'));
-    }, 20);
-    let got: { status: number; bytes: number; sha256: string }[];
-    try {
-      got = await Promise.all(
+    const {
+      result: got,
+      baseMiB,
+      growthMiB,
+    } = await rssGrowth(nodePid(big.d.proc.pid!), () =>
+      Promise.all(
         Array.from({ length: N }, async (_, k) => {
           const r = await fetch(`http://127.0.0.1:${sessions[k % 2]!.osworld!.serverPort}/file`, {
             method: 'POST',
@@ -299,12 +306,9 @@ describe('osworld guest /file: large replies stream from the session with bounde
           }
           return { status: r.status, bytes, sha256: hash.digest('hex') };
         }),
-      );
-    } finally {
-      clearInterval(sampler);
-    }
-    const growthMiB = (Math.max(peak, statusKiB(pid, 'VmHWM')) - base) / 1024;
-    process.stderr.write(`download RSS: ${N} x ${SIZE / MiB} MiB: base ${(base / 1024).toFixed(0)} MiB: +${growthMiB.toFixed(0)} MiB\n`);
+      ),
+    );
+    process.stderr.write(`download RSS: ${N} x ${SIZE / MiB} MiB: base ${baseMiB.toFixed(0)} MiB: +${growthMiB.toFixed(0)} MiB\n`);
     for (const [k, r] of got.entries()) assert.deepEqual(r, { status: 200, bytes: SIZE, sha256: digests[k] });
     assert.ok(growthMiB < BOUND_MIB, `the daemon's RSS grew by ${growthMiB.toFixed(0)} MiB during ${N} downloads of ${SIZE / MiB} MiB`);
     for (const s of sessions) await sh(s, 'rm -rf /home/user/big');

@@ -27,6 +27,12 @@ const OUT: [string, string, string] = ['--out <dir>', 'record directory', 'bench
 const JSON_OPT: [string, string] = ['--json', 'print the record'];
 const IMAGE = (dflt: string): [string, string, string] => ['--image <name>', 'image', dflt];
 const num = (v: unknown) => Number(v);
+/** A number of seconds >= 0, or an error that names the option. */
+const seconds = (v: unknown, name: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name}: expected seconds >= 0, got ${String(v)}`);
+  return n;
+};
 const list = (v: unknown) => String(v).split(',').map(Number);
 const bars = (r: { bars: Bars }) => {
   printBars(r.bars);
@@ -159,6 +165,7 @@ const BENCHES: RecordBench[] = [
       ['--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)'],
       ['--abuses <list>', 'comma-separated abuses to run, in order (default: cpu,memory,fork,disk,flood)'],
       ['--userns-sessions <n>', 'sessions per arm of the user-namespace cost measured in the same run (0: skip; default 3, 0 with --quick)'],
+      ['--warmup <s>', "the longest warm-up before the first phase: the victims' loop runs until its step rate stops rising (default 240, 20 with --quick)"],
       OUT,
     ],
     progress: 'log',
@@ -171,6 +178,7 @@ const BENCHES: RecordBench[] = [
         seconds: Number(o.seconds ?? (o.quick ? 5 : 20)),
         rounds: Number(o.rounds ?? (o.quick ? 1 : 3)),
         usernsSessions: Number(o.usernsSessions ?? (o.quick ? 0 : 3)),
+        warmupS: seconds(o.warmup ?? (o.quick ? 20 : 240), '--warmup'),
         abuses: o.abuses === undefined ? undefined : noisy.parseAbuses(String(o.abuses)),
         progress,
       });
