@@ -3,6 +3,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { setPriority } from 'node:os';
+import { Worker } from 'node:worker_threads';
+import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { procCpuNs, sleep } from './measure.ts';
@@ -86,11 +88,10 @@ function isDemoted(instance: string, id: string): boolean {
 const WARMUP_WINDOW_S = 10;
 
 /**
- * Raises the harness to nice -5 (as root) and says what it runs at. One event loop here drives all the
- * victims' clients, and its stalls count as theirs: in noisy-2026-12-04T23-41-59 the seconds whose p50
- * rose past 160 ms (every ~55 s from the 5th minute, quiet phases too) were the phases whose harness
- * event-loop delay peaked at 200-400 ms. Clients of a real deployment run elsewhere. Only the
- * calling thread's nice changes (Linux), and only after the daemon started; the flood is put back to 0.
+ * Raises the harness to nice -5 (as root) and says what it runs at: it is the instrument, and its
+ * stalls count as the victims'. Only the calling thread's nice changes (Linux); the victims' driver
+ * threads, started after, inherit it; the daemon, started before, does not; the flood's process is
+ * put back to 0. Clients of a real deployment run elsewhere.
  */
 function harnessNice(): number {
   try {
@@ -101,39 +102,58 @@ function harnessNice(): number {
   }
 }
 
+/** Steps one victim's worker can record (a victim takes ~75 steps/s; a default run lasts ~20 minutes). */
+const MAX_STEPS = 1 << 18;
+
 /**
- * The closed loop's steps, each its start and latency (ms), in two typed arrays. A run holds
- * ~600k steps; kept as objects, they grew the harness's old generation all run long, and its
- * major GCs, pausing the one event loop that drives every victim, stalled all of them at once:
- * ~1 s in every ~60 s from 6 minutes into a run (noisy-2026-12-04T22-49-22: 25-40 steps in such a
- * second against ~500, quiet phases too).
+ * The victims' closed loops, a worker thread each (src/bench/noisy-driver.ts), and their steps on the
+ * harness's clock (performance.now()). In the harness's own event loop, the steps' objects and the PNG
+ * bodies drove its major GCs to 150-320 ms late in a run, each a stall of every victim at once (the
+ * slowest second of the phase it fell in, quiet phases too: noisy-2026-12-05T00-02-18).
  */
-class StepLog {
-  private _t = new Float64Array(1 << 16);
-  private _ms = new Float64Array(1 << 16);
-  private _n = 0;
-  push(t: number, ms: number): void {
-    if (this._n === this._t.length) {
-      const grow = (a: Float64Array) => {
-        const b = new Float64Array(a.length * 2);
-        b.set(a);
-        return b;
-      };
-      this._t = grow(this._t);
-      this._ms = grow(this._ms);
+class Drivers {
+  private readonly _w: { steps: Float64Array; state: Int32Array; inflight: Float64Array; done: Promise<void> }[] = [];
+  readonly errors: { t: number; e: string }[] = [];
+  constructor(url: string, token: string, ids: string[]) {
+    for (const [k, id] of ids.entries()) {
+      const data: DriverData = { url, token, id, k, steps: new SharedArrayBuffer(8 * 2 * MAX_STEPS), state: new SharedArrayBuffer(16) };
+      const state = new Int32Array(data.state, 0, 2);
+      state[1] = 1;
+      const inflight = new Float64Array(data.state, 8, 1);
+      inflight[0] = Number.NaN;
+      const worker = new Worker(new URL('./noisy-driver.ts', import.meta.url), { workerData: data });
+      const done = new Promise<void>((resolve) => {
+        worker.on('message', (m: { t?: number; e?: string; done?: boolean }) => {
+          if (m.e !== undefined) this.errors.push({ t: m.t! - performance.timeOrigin, e: m.e });
+          if (m.done) void worker.terminate(); // its client's keep-alive sockets would hold it open
+        });
+        worker.on('error', (e) => this.errors.push({ t: performance.now(), e: `driver: ${String(e)}` }));
+        worker.on('exit', () => resolve());
+      });
+      this._w.push({ steps: new Float64Array(data.steps), state, inflight, done });
     }
-    this._t[this._n] = t;
-    this._ms[this._n++] = ms;
   }
-  /** The steps that started in [from, to): their starts and latencies, in the order they ended. */
+  /** The steps that started in [from, to) (performance.now() ms): their starts and latencies. */
   within(from: number, to: number): { t: number[]; ms: number[] } {
     const out = { t: [] as number[], ms: [] as number[] };
-    for (let i = 0; i < this._n; i++) {
-      if (this._t[i]! < from || this._t[i]! >= to) continue;
-      out.t.push(this._t[i]!);
-      out.ms.push(this._ms[i]!);
+    for (const w of this._w) {
+      const n = Atomics.load(w.state, 0);
+      for (let i = 0; i < n; i++) {
+        const t = w.steps[2 * i]! - performance.timeOrigin;
+        if (t < from || t >= to) continue;
+        out.t.push(t);
+        out.ms.push(w.steps[2 * i + 1]!);
+      }
     }
     return out;
+  }
+  /** Whether a step that started before `t` is still running. */
+  inflightBefore(t: number): boolean {
+    return this._w.some((w) => !Number.isNaN(w.inflight[0]!) && w.inflight[0]! - performance.timeOrigin < t);
+  }
+  async stop(): Promise<void> {
+    for (const w of this._w) Atomics.store(w.state, 1, 0);
+    await Promise.all(this._w.map((w) => w.done));
   }
 }
 
@@ -145,7 +165,7 @@ class StepLog {
  * 50 s, and the rate rose to ~600 in the first round: noisy-2026-12-04T23-41-59. The rate settled 90-140 s
  * after the victims' create in three runs on this host.)
  */
-async function warmUp(steps: StepLog, minS: number, maxS: number) {
+async function warmUp(steps: Drivers, minS: number, maxS: number) {
   const t0 = performance.now();
   const rates: number[] = [];
   const settled = () => (performance.now() - t0) / 1000 >= minS && rates.length >= 4 && rates.at(-1)! + rates.at(-2)! <= (rates.at(-3)! + rates.at(-4)!) * 1.1;
@@ -340,8 +360,7 @@ export async function runNoisyBench(o: NoisyOptions) {
   const phases: PhaseResult[] = [];
   /** Every phase's step latencies (ms), for the pooled ratios. */
   const raw: number[][] = [];
-  let drivers: Promise<void>[] = [];
-  let stopLoop = () => {};
+  let drivers: Drivers | undefined;
   let gapErrors = 0;
   let warmup: Awaited<ReturnType<typeof warmUp>> = { seconds: 0, stepsPerSec: [], settled: false };
   try {
@@ -362,32 +381,18 @@ export async function runNoisyBench(o: NoisyOptions) {
     // reset), so that no phase starts with all of them stepping in lockstep: a loop restarted per
     // phase made every phase's first second 2-3 times slower than the rest, quiet ones too, and
     // those steps were most of each phase's p99. Each step belongs to the phase it started in.
-    const loop = { running: true, steps: new StepLog(), errors: [] as { t: number; e: string }[] };
-    /** The start of each victim's step in flight (undefined between steps). */
-    const inflight: (number | undefined)[] = victims.map(() => undefined);
-    drivers = victims.map(async (v, k) => {
-      for (let i = 0; loop.running; i++) {
-        const t = performance.now();
-        inflight[k] = t;
-        try {
-          await c.act(v.id, { actions: [{ type: 'click', x: 20 + ((i * 37 + k * 11) % 1200), y: 20 + ((i * 53) % 740) }] });
-          await c.screenshot(v.id, 'png');
-          loop.steps.push(t, performance.now() - t);
-        } catch (e) {
-          loop.errors.push({ t, e: String(e).slice(0, 200) });
-        }
-        inflight[k] = undefined;
-      }
-    });
-    stopLoop = () => {
-      loop.running = false;
-    };
+    const loop = new Drivers(
+      url,
+      d.token,
+      victims.map((v) => v.id),
+    );
+    drivers = loop;
     // Off the clock until the victims' step rate stops rising: new Chromium sessions do start-up work for
     // seconds each, and with eight of them sharing two cores their rate rose 3.5-fold over the first 100 s
     // (probe 2026-12-04: Chromium 0.87 core in the first 20 s, ~0 after 100 s; quiet p50 71 -> 20 ms over
     // the first round of noisy-2026-12-02T01-19-27), so the first round's abuse phases were compared with
     // quiet neighbours of another regime. This also spreads the loop out before the first phase.
-    warmup = await warmUp(loop.steps, Math.min(o.warmupMinS, o.warmupS), o.warmupS);
+    warmup = await warmUp(loop, Math.min(o.warmupMinS, o.warmupS), o.warmupS);
     o.progress?.(`warm-up: ${warmup.seconds} s, steps/s per ${WARMUP_WINDOW_S} s window: ${warmup.stepsPerSec.join(' ')}`);
     const order: Phase[] = ['quiet'];
     const abuses = o.abuses ?? ABUSES;
@@ -438,8 +443,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       // The phase is every step that starts in [t0, end); the loop runs on, and the phase waits for
       // its last steps to finish.
       await sleep(end - performance.now());
-      while (inflight.some((x) => x !== undefined && x < end)) await sleep(5);
-      const mine = loop.steps.within(t0, end);
+      while (loop.inflightBefore(end)) await sleep(5);
+      const mine = loop.within(t0, end);
       const lat = mine.ms;
       /** Each step's start, in seconds since the phase began (parallel to lat). */
       const at = mine.t.map((x) => (x - t0) / 1000);
@@ -500,8 +505,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     // Errors between phases (the abuser's reset) count against the victims too.
     gapErrors = loop.errors.filter((x) => !phases.some((p) => x.t >= p.window[0] && x.t < p.window[1])).length;
   } finally {
-    stopLoop();
-    await Promise.all(drivers);
+    await drivers?.stop();
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
     try {
@@ -573,7 +577,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       secondsPerPhase: o.seconds,
       /** Off the clock before the first phase: until the victims' step rate stopped rising (settled), or warmupS. */
       warmup: { ...warmup, minS: o.warmupMinS, maxS: o.warmupS, windowS: WARMUP_WINDOW_S },
-      /** The harness (every victim's client, one event loop) runs at nice -5 where it may: it is the instrument, and its own stalls would count as the victims'. */
+      /** The harness and the victims' driver threads run at nice -5 where they may (the instrument: its stalls would count as the victims'). */
       harnessNice: nice,
       floodClients: 16,
     },
