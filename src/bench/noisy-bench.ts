@@ -165,7 +165,7 @@ class Drivers {
  * 50 s, and the rate rose to ~600 in the first round: noisy-2026-12-04T23-41-59. The rate settled 90-140 s
  * after the victims' create in three runs on this host.)
  */
-async function warmUp(steps: Drivers, minS: number, maxS: number) {
+async function warmUp(loop: Drivers, minS: number, maxS: number) {
   const t0 = performance.now();
   const rates: number[] = [];
   const settled = () => (performance.now() - t0) / 1000 >= minS && rates.length >= 4 && rates.at(-1)! + rates.at(-2)! <= (rates.at(-3)! + rates.at(-4)!) * 1.1;
@@ -173,7 +173,7 @@ async function warmUp(steps: Drivers, minS: number, maxS: number) {
     const from = performance.now();
     await sleep(WARMUP_WINDOW_S * 1000);
     const to = performance.now();
-    rates.push(Math.round((steps.within(from, to).ms.length / (to - from)) * 1000 * 10) / 10);
+    rates.push(Math.round((loop.within(from, to).ms.length / (to - from)) * 1000 * 10) / 10);
   }
   return { seconds: Math.round((performance.now() - t0) / 1000), stepsPerSec: rates, settled: settled() };
 }
@@ -318,9 +318,9 @@ interface PhaseResult {
   bySecond: { steps: number; p50: number; p99: number }[];
   /** Share of the host's 100%·cores busy with processes other than this bench's, during the phase. */
   othersCpuCores: number;
-  /** How late the harness's event loop (which drives every victim's client) ran its timers in the phase (ms): p99 and max. */
+  /** How late the harness's main event loop ran its timers in the phase (ms): p99 and max. The victims' clients run in worker threads of their own; this tells of the host's stalls and the harness's own work (phase set-up, /proc reads). */
   harnessLoopDelayMs: { p99: number; max: number };
-  /** The harness's garbage collections in the phase: how many, their total and longest pause (ms), and the major (mark-compact) ones. */
+  /** The harness main thread's garbage collections in the phase: how many, their total and longest pause (ms), and the major (mark-compact) ones (before the victims had worker threads, these stalled all of them at once). */
   harnessGc: { count: number; totalMs: number; maxMs: number; major: number; majorMs: number };
   /** The 8 largest users of othersCpuCores by process name (cores), and the rest of othersCpuCores (smaller names, processes that came and went within the phase). */
   othersTop: Record<string, number>;
@@ -381,12 +381,11 @@ export async function runNoisyBench(o: NoisyOptions) {
     // reset), so that no phase starts with all of them stepping in lockstep: a loop restarted per
     // phase made every phase's first second 2-3 times slower than the rest, quiet ones too, and
     // those steps were most of each phase's p99. Each step belongs to the phase it started in.
-    const loop = new Drivers(
+    const loop = (drivers = new Drivers(
       url,
       d.token,
       victims.map((v) => v.id),
-    );
-    drivers = loop;
+    ));
     // Off the clock until the victims' step rate stops rising: new Chromium sessions do start-up work for
     // seconds each, and with eight of them sharing two cores their rate rose 3.5-fold over the first 100 s
     // (probe 2026-12-04: Chromium 0.87 core in the first 20 s, ~0 after 100 s; quiet p50 71 -> 20 ms over

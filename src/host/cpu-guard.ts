@@ -350,13 +350,27 @@ export class CpuGuard {
   evidenceSince(now = performance.now()): boolean {
     for (const t of this._tracks.values()) {
       const [a, b] = t.samples.slice(-2);
-      if (t.demoted || !b || (t.cpus > 0 && t.cpus < this.opts.minCores)) continue;
-      if (a && (b.ns - a.ns) / 1e6 / Math.max(1, b.t - a.t) < this.opts.spinScanCores) continue;
+      if (t.demoted || !b || this._bounded(t) || (a && !this._busy(a, b))) continue;
       if (counter(read(this._file('pidsEvents', t.cgroup)), 'max') > b.refused) return true;
       // An OOM kill gives no verdict in the grace.
-      if (now - t.born >= this.opts.graceS * 1000 && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
+      if (!this._graced(t, now) && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
     }
     return false;
+  }
+
+  /** Whether a session used at least spinScanCores between two samples (its tasks are worth reading). */
+  private _busy(a: Sample, b: Sample): boolean {
+    return b.t > a.t && (b.ns - a.ns) / 1e6 / (b.t - a.t) >= this.opts.spinScanCores;
+  }
+
+  /** Its own quota bounds it below minCores: never demoted. */
+  private _bounded(t: Track): boolean {
+    return t.cpus > 0 && t.cpus < this.opts.minCores;
+  }
+
+  /** In its grace after its create or reset. */
+  private _graced(t: Track, now: number): boolean {
+    return now - t.born < this.opts.graceS * 1000;
   }
 
   /** Stops sampling and gives every demoted session back its own quota and the normal weight. */
@@ -529,7 +543,7 @@ export class CpuGuard {
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
       // Not while demoted: it is judged on the kernel's counts then.
-      const busy = !t.demoted && (last === undefined || (sample.t > last.t && (sample.ns - last.ns) / 1e6 / (sample.t - last.t) >= this.opts.spinScanCores));
+      const busy = !t.demoted && (last === undefined || this._busy(last, sample));
       const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
         const spun = this._spin(t.tasks, tasks, sample.ns - last.ns, sample.t - last.t);
@@ -582,9 +596,8 @@ export class CpuGuard {
       }
       // Fork refusals need no window nor grace (no desktop starting up sits at pids.max); an OOM kill
       // gives its verdict before the window is full, but not in the grace.
-      const graced = now - t.born < this.opts.graceS * 1000;
-      const bounded = t.cpus > 0 && t.cpus < this.opts.minCores; // its own quota bounds it
-      const evidence = tick && !bounded && (forkBomb || (memHog && !graced)) ? tick : undefined;
+      const graced = this._graced(t, now);
+      const evidence = tick && !this._bounded(t) && (forkBomb || (memHog && !graced)) ? tick : undefined;
       if (!evidence && (!u || graced)) continue;
       let hog = !!evidence;
       if (!hog && u) {
