@@ -13,6 +13,7 @@ import { createApp, sessionView } from './api/app.ts';
 import { attachUpgrades } from './api/frames/upgrade.ts';
 import { startIdleGc } from './api/idle-gc.ts';
 import { rateLimitOf } from './api/request.ts';
+import { watchEventLoop } from './api/metrics.ts';
 import { fairShareOf } from './session/fair-share.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
@@ -103,6 +104,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // WebSocket upgrades (frame streams, VNC) go through the same app and its checks.
   const closeUpgrades = attachUpgrades(http, app.fetch);
   const idleGc = startIdleGc(http);
+  const stopLoopWatch = watchEventLoop();
   const addr = server.address() as AddressInfo;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`;
   writeFileSync(daemonFile(inst), JSON.stringify({ pid: process.pid, startTime: procStartTime(process.pid), url }) + '\n');
@@ -115,6 +117,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
       server.close();
       closeUpgrades();
       idleGc.stop();
+      stopLoopWatch();
       cpuGuard.stop();
       await poolsOf(mgr).stop();
       osworld.closeAll();

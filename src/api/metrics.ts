@@ -76,6 +76,11 @@ export class MetricsRegistry {
     'drums_pool_claims_total',
     'Claims from warm pools, by pool and result (hit: a ready session; miss: a fresh create; empty: 429 pool_empty).',
   );
+  readonly loopLag = new Histogram(
+    'drums_daemon_event_loop_lag_seconds',
+    "How late the daemon's event loop ran a 20 ms timer (every tick): a stall here delays every session's requests at once.",
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+  );
   readonly poolRefill = new Histogram(
     'drums_pool_refill_seconds',
     'Time a pool refill took to make one ready session (queueing under the create admission included).',
@@ -90,9 +95,22 @@ export class MetricsRegistry {
         ...g.values.map(([l, v]) => `${g.name}${Object.keys(l).length ? `{${key(l)}}` : ''} ${v}`),
       ].join('\n'),
     );
-    for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops, this.poolClaims, this.poolRefill]) parts.push(m.render());
+    for (const m of [this.creates, this.resets, this.destroys, this.requests, this.errors, this.ops, this.poolClaims, this.poolRefill, this.loopLag])
+      parts.push(m.render());
     return parts.join('\n') + '\n';
   }
 }
 
 export const metrics = new MetricsRegistry();
+
+/** Feeds `metrics.loopLag` from a 20 ms timer until the returned stop is called (the timer keeps no process alive). */
+export function watchEventLoop(everyMs = 20): () => void {
+  let due = performance.now() + everyMs;
+  const t = setInterval(() => {
+    const now = performance.now();
+    metrics.loopLag.observe({}, Math.max(0, now - due) / 1000);
+    due = now + everyMs;
+  }, everyMs);
+  t.unref();
+  return () => clearInterval(t);
+}

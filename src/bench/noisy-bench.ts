@@ -50,7 +50,9 @@ export interface NoisyOptions {
 }
 
 export const ABUSES = ['cpu', 'memory', 'fork', 'disk', 'flood'] as const;
-export type Abuse = (typeof ABUSES)[number];
+/** Also known to --abuses, not run by default: `idle`, a control (the abuser's exec runs `sleep`), which tells what starting an abuse costs by itself. */
+const KNOWN = [...ABUSES, 'idle'] as const;
+export type Abuse = (typeof KNOWN)[number];
 type Phase = 'quiet' | Abuse;
 
 /** The abuser's shell for each phase (each ends by itself after `s` seconds). */
@@ -64,6 +66,8 @@ function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string
     // The bomb's processes outlive the phase (they are the session's, up to pids.max) until the reset after it.
     case 'fork':
       return `(timeout -s KILL ${s} bash -c 'b(){ b|b& }; b') >/dev/null 2>&1 & sleep ${s}; echo pids=$(cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current)`;
+    case 'idle':
+      return `sleep ${s}; echo slept`;
     case 'disk':
       return `n=0; end=$(($(date +%s)+${s})); while [ $(date +%s) -lt $end ]; do dd if=/dev/zero of=/home/user/fill bs=1M count=100000 2>/dev/null; rm -f /home/user/fill; n=$((n+1)); done; echo fills=$n`;
   }
@@ -261,6 +265,21 @@ function othersByName(
 }
 
 /** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
+/** The daemon's event-loop lag histogram (/metrics): cumulative tick counts by upper bound (s). */
+async function daemonLoopLag(url: string, token: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
+  const out = new Map<string, number>();
+  for (const m of text.matchAll(/^drums_daemon_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)) out.set(m[1]!, Number(m[2]));
+  return out;
+}
+
+/** Ticks of the daemon's loop-lag timer in a phase that ran later than 50, 100, 250 and 500 ms (from two scrapes). */
+function lateTicks(a: Map<string, number>, b: Map<string, number>): Record<string, number> {
+  const n = (m: Map<string, number>, le: string) => m.get(le) ?? 0;
+  const over = (le: string) => n(b, '+Inf') - n(b, le) - (n(a, '+Inf') - n(a, le));
+  return { over50ms: over('0.05'), over100ms: over('0.1'), over250ms: over('0.25'), over500ms: over('0.5') };
+}
+
 function startFlood(url: string, token: string, id: string, seconds: number, clients: number) {
   const code = `
     const [url, token, id, seconds, clients] = process.argv.slice(1);
@@ -322,6 +341,8 @@ interface PhaseResult {
   harnessLoopDelayMs: { p99: number; max: number };
   /** The harness main thread's garbage collections in the phase: how many, their total and longest pause (ms), and the major (mark-compact) ones (before the victims had worker threads, these stalled all of them at once). */
   harnessGc: { count: number; totalMs: number; maxMs: number; major: number; majorMs: number };
+  /** The daemon's event loop in the phase: how many of its 20 ms timer's ticks ran more than 50/100/250/500 ms late (a stall there delays every victim at once). */
+  daemonLateTicks: Record<string, number>;
   /** The 8 largest users of othersCpuCores by process name (cores), and the rest of othersCpuCores (smaller names, processes that came and went within the phase). */
   othersTop: Record<string, number>;
   othersUnseenCores: number;
@@ -434,6 +455,7 @@ export async function runNoisyBench(o: NoisyOptions) {
         if (isDemoted(d.instance, abuserId)) demo.abuser++;
         for (const v of victims) if (isDemoted(d.instance, v.id)) demo.victims++;
       }, 500);
+      const lag0 = await daemonLoopLag(url, d.token);
       const tasks0 = taskCpu();
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
@@ -458,6 +480,7 @@ export async function runNoisyBench(o: NoisyOptions) {
         own = ownCpuNs(d, daemonPid, floodPid) - own0;
       const othersTop = othersByName(tasks0, taskCpu(), d.instance, [process.pid, ...(floodPid ? [floodPid] : [])], elapsed);
       const othersCpuCores = Math.max(0, (busy - own) / 1e9 / elapsed);
+      const daemonLateTicks = lateTicks(lag0, await daemonLoopLag(url, d.token));
       const abuserResult = abuse ? await abuse : undefined;
       raw.push(lat);
       phases.push({
@@ -477,6 +500,7 @@ export async function runNoisyBench(o: NoisyOptions) {
         }),
         othersCpuCores,
         harnessLoopDelayMs: { p99: Math.round(lag.percentile(99) / 1e5) / 10, max: Math.round(lag.max / 1e5) / 10 },
+        daemonLateTicks,
         harnessGc: { ...gc, totalMs: Math.round(gc.totalMs), maxMs: Math.round(gc.maxMs * 10) / 10, majorMs: Math.round(gc.majorMs) },
         othersTop,
         othersUnseenCores: Math.round(Math.max(0, othersCpuCores - Object.values(othersTop).reduce((a, b) => a + b, 0)) * 1000) / 1000,
@@ -610,7 +634,7 @@ export function parseAbuses(list: string): Abuse[] {
     .split(',')
     .map((x) => x.trim())
     .filter(Boolean);
-  const bad = out.filter((x) => !(ABUSES as readonly string[]).includes(x));
-  if (bad.length || !out.length) throw new Error(`--abuses: unknown ${bad.join(', ') || '(empty)'}; choose from ${ABUSES.join(', ')}`);
+  const bad = out.filter((x) => !(KNOWN as readonly string[]).includes(x));
+  if (bad.length || !out.length) throw new Error(`--abuses: unknown ${bad.join(', ') || '(empty)'}; choose from ${KNOWN.join(', ')}`);
   return out as Abuse[];
 }

@@ -163,7 +163,7 @@ const BENCHES: RecordBench[] = [
       ['--victims <n>', 'sessions driven in a closed loop', '8'],
       ['--seconds <n>', 'length of each phase (default 20, 5 with --quick)'],
       ['--rounds <n>', 'times each abuse runs (the bars take the median ratio over them)'],
-      ['--abuses <list>', 'comma-separated abuses to run, in order (default: cpu,memory,fork,disk,flood)'],
+      ['--abuses <list>', 'comma-separated abuses to run, in order (default: cpu,memory,fork,disk,flood; idle, a control, runs only sleep)'],
       ['--userns-sessions <n>', 'sessions per arm of the user-namespace cost measured in the same run (0: skip; default 3, 0 with --quick)'],
       ['--warmup <s>', "the longest warm-up before the first phase: the victims' loop runs until its step rate stops rising (default 300, 20 with --quick)"],
       ['--warmup-min <s>', 'the shortest warm-up (default 150, 0 with --quick)'],
