@@ -68,6 +68,15 @@ import { cgroupMode } from './oci-runtime.ts';
  *    only the spinning tasks tell it early: with the full window alone a CPU
  *    hog of 8 shells went undemoted for the first 2-2.5 s of each noisy-bench
  *    phase (noisy-2026-12-02T01-19-27-354Z), the victims' slowest steps;
+ *  - a session with `spinTasksAtOnce` (4) or more tasks spinning (and
+ *    `minCores` spun) over one full tick is judged on that tick: the hog of 8
+ *    shells was demoted 1.2-1.8 s into its phases with the second-long span
+ *    (noisy-2026-12-05T02-06-51, spinTasks 8), and the victims' p99 in those
+ *    first seconds was 98-305 ms; one tick after its tasks were first read,
+ *    it is 0.5-1 s. A browser's threads sleep between events (no victim of
+ *    a noisy run was ever demoted by the two-task rule above); four tasks
+ *    at once, half a second each without a voluntary sleep, is a parallel
+ *    computation;
  *  - a session whose fork the pids controller refused at pids.max since the
  *    last tick (pids.events `max`) is demoted at once, grace or not: a fork
  *    bomb. Its processes sleep between retries (bash backs off 1, 2, 4, 8 s)
@@ -132,6 +141,8 @@ export interface CpuGuardOptions {
   intervalMs: number;
   /** How often the kernel's evidence (a fork refused, an OOM kill) of busy sessions is read between ticks (ms). */
   evidenceMs: number;
+  /** A session with this many tasks spinning over one full tick is judged on that tick. */
+  spinTasksAtOnce: number;
   /** A task that ran at least this long over a tick without a voluntary sleep is spinning (ms). */
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
@@ -159,6 +170,7 @@ export const CPU_GUARD_DEFAULTS = {
   evidenceHoldS: 10,
   intervalMs: 500,
   evidenceMs: 100,
+  spinTasksAtOnce: 4,
   spinBurstMs: 20,
   spinScanCores: 0.05,
   root: '/sys/fs/cgroup',
@@ -581,6 +593,12 @@ export class CpuGuard {
       const tick = lastTick.get(id);
       const forkBomb = t.refusedAt === now;
       const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.minCores;
+      // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation.
+      const spinners =
+        tick !== undefined &&
+        tick.spinTasks >= this.opts.spinTasksAtOnce &&
+        tick.spinFloor >= this.opts.minCores &&
+        tick.spanS * 1000 >= this.opts.intervalMs * 0.8;
       /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
       const hold = this.opts.evidenceHoldS * 1000;
       const refusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
@@ -597,7 +615,7 @@ export class CpuGuard {
       // Fork refusals need no window nor grace (no desktop starting up sits at pids.max); an OOM kill
       // gives its verdict before the window is full, but not in the grace.
       const graced = this._graced(t, now);
-      const evidence = tick && !this._bounded(t) && (forkBomb || (memHog && !graced)) ? tick : undefined;
+      const evidence = tick && !this._bounded(t) && (forkBomb || ((memHog || spinners) && !graced)) ? tick : undefined;
       if (!evidence && (!u || graced)) continue;
       let hog = !!evidence;
       if (!hog && u) {
@@ -612,7 +630,7 @@ export class CpuGuard {
         t,
         true,
         evidence ? r.floor : r.spinFloor,
-        forkBomb && evidence ? 'forks refused at pids.max' : memHog && evidence ? 'OOM-killed while busy' : 'it keeps the CPU busy',
+        !evidence ? 'it keeps the CPU busy' : forkBomb ? 'forks refused at pids.max' : memHog ? 'OOM-killed while busy' : 'several tasks spin',
         // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
         { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
       );

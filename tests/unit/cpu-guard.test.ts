@@ -248,22 +248,42 @@ for (const v2 of [false, true]) {
       }
     });
 
-    it('judges several spinning tasks on the last second, before the full window; one spinning task waits for the window', () => {
+    it('judges four or more spinning tasks on one tick, two or three on the last second; one spinning task waits for the window', () => {
       // The CPU hog of the noisy bench: 8 shells, held by the weights at its neighbours' share (0.3-0.5 core), never throttled at its quota.
-      const f = fixture(v2, ['multi', 'single', 'a', 'b'], { graceS: 0 }, {}, true, { multi: 8 });
+      const f = fixture(v2, ['multi', 'few', 'single', 'a', 'b'], { graceS: 0 }, {}, true, { multi: 8, few: 3 });
       try {
-        const use = { multi: 0.4, single: 0.4, a: 0.15, b: 0.15 };
+        const use = { multi: 0.4, few: 0.3, single: 0.4, a: 0.15, b: 0.15 };
         const sleepsIn = { a: 50, b: 50 };
-        for (let k = 0; k < 5; k++) f.step(500, { a: 0.15, b: 0.15 }, { sleepsIn }); // a full window, both calm
+        for (let k = 0; k < 5; k++) f.step(500, { a: 0.15, b: 0.15 }, { sleepsIn }); // a full window, all calm
         f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted(), [], 'not on the tick its tasks were first read');
         f.step(500, use, { sleepsIn });
-        assert.deepEqual(f.guard.demoted(), [], 'not before a second');
+        assert.deepEqual(f.guard.demoted(), ['multi'], 'eight spinning tasks: judged on one tick');
         f.step(500, use, { sleepsIn });
-        assert.deepEqual(f.guard.demoted(), ['multi'], 'several spinning tasks: judged on the last second');
+        assert.deepEqual(f.guard.demoted().sort(), ['few', 'multi'], 'three spinning tasks: judged on the last second');
         f.step(500, use, { sleepsIn });
-        assert.deepEqual(f.guard.demoted(), ['multi'], 'one spinning task: not before its window');
+        assert.deepEqual(f.guard.demoted().sort(), ['few', 'multi'], 'one spinning task: not before its window');
         f.step(500, use, { sleepsIn });
-        assert.deepEqual(f.guard.demoted().sort(), ['multi', 'single']);
+        assert.deepEqual(f.guard.demoted().sort(), ['few', 'multi', 'single']);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges spinning tasks at once only over a full tick, and not in the grace', () => {
+      const f = fixture(v2, ['multi', 'young', 'a'], { graceS: 3 }, {}, true, { multi: 8, young: 8 });
+      try {
+        const use = { multi: 0.6, young: 0.6, a: 0.2 };
+        const sleepsIn = { a: 50 };
+        for (let k = 0; k < 6; k++) f.step(500, { a: 0.2 }, { sleepsIn }); // past the grace
+        f.starting.add('young');
+        f.step(500, { a: 0.2 }, { sleepsIn });
+        f.starting.delete('young'); // young was reset just now: in its grace
+        f.step(500, use, { sleepsIn });
+        f.step(200, use, { sleepsIn }); // a short tick (out of schedule): no verdict on it
+        assert.deepEqual(f.guard.demoted(), []);
+        f.step(500, use, { sleepsIn });
+        assert.deepEqual(f.guard.demoted(), ['multi'], 'a full tick of eight spinning tasks');
       } finally {
         f.done();
       }
