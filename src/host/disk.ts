@@ -15,15 +15,9 @@ import { mountsUnder } from './overlay.ts';
  * Why not project quotas on a shared filesystem (the container engines' way):
  * they need CONFIG_QUOTA (ext4) or XFS quota support, which kernels like this
  * host's leave out; a filesystem per session needs only loop and ext4. The
- * image is sparse, so it takes host disk only for what the session has
- * written (about 400 KiB when empty), at most its quota (admission keeps the
- * whole quota free for it anyway, src/session/admission.ts); a reset or a
- * destroy gives it all back. Not mounted with `discard`: with it every
- * delete punched its holes through the loop device into the host's
- * filesystem at once, in kernel threads outside the session's cgroups, and
- * the noisy bench's disk fill (1 GiB written, deleted, again) slowed the
- * other sessions' steps most in the seconds of its `rm` (p99 110-191 ms
- * against ~40, noisy-2026-12-05T02-06-51).
+ * image is sparse and mounted with `discard`, so it takes host disk only for
+ * what the session holds (about 400 KiB when empty) and deleted files give
+ * the space back.
  */
 const MKFS_OPTS = [
   '-q',
@@ -59,7 +53,7 @@ export async function makeSessionDisk(image: string, mountpoint: string, bytes: 
     const dev = await attachLoop(image);
     const numbers = deviceNumbers(dev);
     try {
-      const r = await run(['mount', '-t', 'ext4', '-o', 'nodiscard,nosuid,nodev', dev, mountpoint], { okCodes: attempt === 0 ? [0, 32] : [0] });
+      const r = await run(['mount', '-t', 'ext4', '-o', 'discard,nosuid,nodev', dev, mountpoint], { okCodes: attempt === 0 ? [0, 32] : [0] });
       if (r.code !== 0) continue;
     } finally {
       await run(['losetup', '-d', dev], { okCodes: [0, 1] });
