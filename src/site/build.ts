@@ -69,11 +69,13 @@ export function loadRecords(dir: string, barsDir = BARS_DIR): { ok: LoadedRecord
     }
     const errors = validateRecord(rec);
     if (errors.length) {
-      // Records of the component benches (ops, api, OSWorld, density) have their own shape.
+      // Records of the component benches (ops, api, OSWorld, density; noisy and soak at schemaVersion 2) have their own shape.
       const o = rec as { schemaVersion?: unknown; kind?: unknown; experiment?: unknown; started?: unknown };
       const name = typeof o?.experiment === 'string' ? o.experiment : typeof o?.kind === 'string' ? o.kind : undefined;
       const component =
-        o && o.schemaVersion === 1 && o.kind !== 'drums-bench-record' && name ? { experiment: name, started: String(o.started ?? '') } : undefined;
+        o && (o.schemaVersion === 1 || o.schemaVersion === 2) && o.kind !== 'drums-bench-record' && name
+          ? { experiment: name, started: String(o.started ?? '') }
+          : undefined;
       bad.push({ file: f, errors, component });
       continue;
     }
@@ -347,8 +349,14 @@ function indexPage(loaded: LoadedRecord[], bad: OtherRecord[]): string {
   return page('DrumsBench', b);
 }
 
-/** A component record (schemaVersion 1, its own shape): its numbers as a flat table, its bars, its JSON. */
-function componentPage(file: string, rec: Record<string, unknown>): string {
+/** Keys of a component record that are no result (shown apart, or not at all). */
+const HEADER_KEYS = new Set(['schemaVersion', 'kind', 'experiment', 'started', 'host', 'bars', 'notes']);
+
+/**
+ * A component record (its own shape): its numbers as a flat table (its `results`, or, in records
+ * without one such as noisy and soak, every other key), its bars, its JSON.
+ */
+export function componentPage(file: string, rec: Record<string, unknown>): string {
   const rows: string[] = [];
   const walk = (v: unknown, path: string) => {
     if (typeof v === 'number' || typeof v === 'boolean' || (typeof v === 'string' && v.length < 120))
@@ -357,8 +365,9 @@ function componentPage(file: string, rec: Record<string, unknown>): string {
       if (v.length <= 12) v.forEach((x, i) => walk(x, `${path}[${i}]`));
     } else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, path ? `${path}.${k}` : k);
   };
-  walk(rec.results, '');
-  let b = `<p><a href="index.html">index</a></p><p>Experiment <b>${esc(rec.experiment)}</b>, measured ${esc(rec.started)}.</p>`;
+  walk('results' in rec ? rec.results : Object.fromEntries(Object.entries(rec).filter(([k]) => !HEADER_KEYS.has(k))), '');
+  const name = rec.experiment ?? rec.kind;
+  let b = `<p><a href="index.html">index</a></p><p>Experiment <b>${esc(name)}</b>, measured ${esc(rec.started)}.</p>`;
   if (rec.bars && typeof rec.bars === 'object') {
     b += '<h2>Bars</h2><table><tr><th>bar</th><th>value</th><th>target</th><th>verdict</th></tr>';
     for (const [k, v] of Object.entries(rec.bars as Record<string, { value?: unknown; bar?: unknown; pass?: boolean }>)) {
@@ -369,7 +378,7 @@ function componentPage(file: string, rec: Record<string, unknown>): string {
   b += `<h2>Results</h2><table>${rows.join('')}</table>`;
   if (Array.isArray(rec.notes)) b += `<h2>Notes</h2><ul>${(rec.notes as unknown[]).map((n) => `<li>${esc(n)}</li>`).join('')}</ul>`;
   b += `<h2>Host</h2><pre>${esc(JSON.stringify(rec.host ?? {}, null, 2))}</pre><p><a href="records/${esc(file)}">the record as JSON</a></p>`;
-  return page(`${String(rec.experiment)} — ${file}`, b);
+  return page(`${String(name)} — ${file}`, b);
 }
 
 export function buildSite(opts: { out: string; records?: string; barsDir?: string }): { out: string; pages: string[]; bad: OtherRecord[] } {

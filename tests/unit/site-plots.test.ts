@@ -121,3 +121,35 @@ test('the headline figure comes before the tables, and the index shows one per e
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a noisy-neighbour record (schemaVersion 2, no results key) gets a page with its ratios and bars, not the unreadable list', () => {
+  const dir = mkdtempSync('/tmp/drums-site-test-');
+  try {
+    const recs = join(dir, 'records');
+    mkdirSync(recs);
+    const noisy = {
+      schemaVersion: 2,
+      kind: 'noisy-neighbour',
+      started: '2026-12-05T00:00:00.000Z',
+      host: { cpus: 2 },
+      phases: Array.from({ length: 31 }, (_, i) => ({ phase: i % 2 ? 'cpu' : 'quiet', steps: 100 + i })),
+      ratios: { cpu: { p99: { median: 1.234 } } },
+      bars: { cpuP99Ratio: { value: 1.234, bar: '<= 1.2', pass: false } },
+    };
+    writeFileSync(join(recs, 'noisy-x.json'), JSON.stringify(noisy));
+    writeFileSync(join(recs, 'broken.json'), '{"schemaVersion": 3}');
+    const r = buildSite({ out: join(dir, 'site'), records: recs });
+    assert.ok(r.pages.includes('noisy-x.html'));
+    assert.deepEqual(
+      r.bad.map((b) => b.file),
+      ['broken.json'],
+    );
+    const html = readFileSync(join(dir, 'site', 'noisy-x.html'), 'utf8');
+    assert.match(html, /noisy-neighbour/);
+    assert.match(html, /ratios\.cpu\.p99\.median<\/code><\/td><td>1\.23/);
+    assert.match(html, /cpuP99Ratio<\/td><td>1\.234<\/td><td>&lt;= 1\.2<\/td><td>FAIL/);
+    assert.doesNotMatch(html, /phases\[/, 'long arrays (31 phases) are left to the JSON');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
