@@ -4,6 +4,7 @@ import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { setPriority } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { bucketCounts } from '../common/prom-text.ts';
 import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -264,13 +265,10 @@ function othersByName(
   );
 }
 
-/** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
 /** The daemon's event-loop lag histogram (/metrics): cumulative tick counts by upper bound (s). */
 async function daemonLoopLag(url: string, token: string): Promise<Map<string, number>> {
   const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
-  const out = new Map<string, number>();
-  for (const m of text.matchAll(/^drums_daemon_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)) out.set(m[1]!, Number(m[2]));
-  return out;
+  return bucketCounts(text, 'drums_daemon_event_loop_lag_seconds');
 }
 
 /** Ticks of the daemon's loop-lag timer in a phase that ran later than 50, 100, 250 and 500 ms (from two scrapes). */
@@ -280,6 +278,7 @@ function lateTicks(a: Map<string, number>, b: Map<string, number>): Record<strin
   return { over50ms: over('0.05'), over100ms: over('0.1'), over250ms: over('0.25'), over500ms: over('0.5') };
 }
 
+/** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
 function startFlood(url: string, token: string, id: string, seconds: number, clients: number) {
   const code = `
     const [url, token, id, seconds, clients] = process.argv.slice(1);

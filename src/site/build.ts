@@ -356,7 +356,7 @@ const HEADER_KEYS = new Set(['schemaVersion', 'kind', 'experiment', 'started', '
  * A component record (its own shape): its numbers as a flat table (its `results`, or, in records
  * without one such as noisy and soak, every other key), its bars, its JSON.
  */
-export function componentPage(file: string, rec: Record<string, unknown>): string {
+function componentPage(file: string, rec: Record<string, unknown>): string {
   const rows: string[] = [];
   const walk = (v: unknown, path: string) => {
     if (typeof v === 'number' || typeof v === 'boolean' || (typeof v === 'string' && v.length < 120))

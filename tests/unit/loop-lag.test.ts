@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { metrics, watchEventLoop } from '../../src/api/metrics.ts';
+import { bucketCounts } from '../../src/common/prom-text.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Ticks counted in the lag histogram above `le` seconds, from its rendered text. */
 function over(le: string): number {
-  const text = metrics.loopLag.render();
-  const n = (b: string) => Number(new RegExp(`_bucket\\{le="${b.replace('+', '\\+')}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
-  return n('+Inf') - n(le);
+  const counts = bucketCounts(metrics.loopLag.render(), metrics.loopLag.name);
+  return (counts.get('+Inf') ?? 0) - (counts.get(le) ?? 0);
 }
 
 test('the loop-lag histogram counts a blocked event loop until stopped', async () => {
