@@ -96,7 +96,9 @@ const WARMUP_WINDOW_S = 10;
  * Raises the harness to nice -5 (as root) and says what it runs at: it is the instrument, and its
  * stalls count as the victims'. Only the calling thread's nice changes (Linux); the victims' driver
  * threads, started after, inherit it; the daemon, started before, does not; the flood's process is
- * put back to 0. Clients of a real deployment run elsewhere.
+ * put back to 0. Clients of a real deployment run elsewhere. Where sched_autogroup_enabled is 1 (this
+ * host) a root-cgroup task's nice ranks it only within its autogroup, which weighs as nice 0 against
+ * the daemon's cgroup and the sessions': there this raise is not in force (docs/bench.md, day 10).
  */
 function harnessNice(): number {
   try {
