@@ -116,8 +116,9 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   const cgroupRoots: string[] = [];
   const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
   parents.push(`/sys/fs/cgroup/drums-${instance}`);
-  // The daemon's own CPU cgroup.
-  parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}-daemon`)), `/sys/fs/cgroup/drums-${instance}-daemon`);
+  // The daemon's own CPU cgroup and the one a client on the host may join.
+  for (const own of [`drums-${instance}-daemon`, `drums-${instance}-client`])
+    parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, own)), `/sys/fs/cgroup/${own}`);
   for (const p of parents) {
     if (!existsSync(p)) continue;
     cgroupRoots.push(p);

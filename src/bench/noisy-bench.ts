@@ -2,9 +2,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
-import { setPriority } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { bucketCounts } from '../common/prom-text.ts';
+import { enterClientCgroup, leaveClientCgroup } from '../host/resources.ts';
 import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -91,23 +91,6 @@ function isDemoted(instance: string, id: string): boolean {
 }
 
 const WARMUP_WINDOW_S = 10;
-
-/**
- * Raises the harness to nice -5 (as root) and says what it runs at: it is the instrument, and its
- * stalls count as the victims'. Only the calling thread's nice changes (Linux); the victims' driver
- * threads, started after, inherit it; the daemon, started before, does not; the flood's process is
- * put back to 0. Clients of a real deployment run elsewhere. Where sched_autogroup_enabled is 1 (this
- * host) a root-cgroup task's nice ranks it only within its autogroup, which weighs as nice 0 against
- * the daemon's cgroup and the sessions': there this raise is not in force (docs/bench.md, day 10).
- */
-function harnessNice(): number {
-  try {
-    setPriority(-5);
-    return -5;
-  } catch {
-    return 0;
-  }
-}
 
 /** Steps one victim's worker can record (a victim takes ~75 steps/s; a default run lasts ~20 minutes). */
 const MAX_STEPS = 1 << 18;
@@ -281,7 +264,7 @@ function lateTicks(a: Map<string, number>, b: Map<string, number>): Record<strin
 }
 
 /** A flood of screenshot requests on one session id from a separate process (so the harness's timing stays clean). */
-function startFlood(url: string, token: string, id: string, seconds: number, clients: number) {
+function startFlood(instance: string, url: string, token: string, id: string, seconds: number, clients: number) {
   const code = `
     const [url, token, id, seconds, clients] = process.argv.slice(1);
     const end = Date.now() + Number(seconds) * 1000;
@@ -302,10 +285,8 @@ function startFlood(url: string, token: string, id: string, seconds: number, cli
   const child = spawn(process.execPath, ['--input-type=module', '-e', code, url, token, id, String(seconds), String(clients)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  // Not the harness's nice: the flood is an abuser.
-  try {
-    setPriority(child.pid!, 0);
-  } catch {}
+  // Not in the harness's cgroup: the flood is an abuser.
+  leaveClientCgroup(instance, child.pid!);
   let out = '';
   child.stdout!.on('data', (b: Buffer) => {
     out += b.toString();
@@ -372,8 +353,11 @@ export async function runNoisyBench(o: NoisyOptions) {
       },
     },
   );
-  // After the daemon's start: a child inherits the nice of the thread that spawns it.
-  const nice = harnessNice();
+  // The harness is the instrument, and its stalls count as the victims': it runs in a CPU cgroup of its
+  // own beside the daemon's, with the same weight, joined after the daemon's start (a child starts in its
+  // parent's cgroup). Clients of a real deployment run elsewhere. Its nice would not do: where autogroups
+  // are on (this host) a root-cgroup task's nice counts only inside its autogroup (docs/bench.md, day 10).
+  const harnessCgroup = enterClientCgroup(d.instance);
   const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
   const url = c.url;
@@ -423,7 +407,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       let abuse: Promise<Record<string, unknown>> | undefined;
       let floodPid: number | undefined;
       if (phase === 'flood') {
-        const f = startFlood(url, d.token, abuserId, o.seconds, 16);
+        const f = startFlood(d.instance, url, d.token, abuserId, o.seconds, 16);
         floodPid = f.pid;
         abuse = f.done.then((counts) => ({ requests: counts }));
       } else if (phase !== 'quiet') {
@@ -532,9 +516,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     await drivers?.stop();
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
-    try {
-      setPriority(0); // the user-namespace arms' daemon, started next, is not the harness
-    } catch {}
+    leaveClientCgroup(d.instance); // the user-namespace arms' daemon, started next, is not the harness
   }
   /** Phase i against the quiet phases next to it: [p50 ratio, p99 ratio]. */
   const against = (i: number): [number, number] => {
@@ -601,8 +583,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       secondsPerPhase: o.seconds,
       /** Off the clock before the first phase: until the victims' step rate stopped rising (settled), or warmupS. */
       warmup: { ...warmup, minS: o.warmupMinS, maxS: o.warmupS, windowS: WARMUP_WINDOW_S },
-      /** The harness and the victims' driver threads run at nice -5 where they may (the instrument: its stalls would count as the victims'). */
-      harnessNice: nice,
+      /** The CPU cgroup the harness and the victims' driver threads ran in (the daemon's weight), or null where it could not make one. */
+      harnessCgroup: harnessCgroup ?? null,
       floodClients: 16,
     },
     phases,

@@ -11,6 +11,8 @@ import { cgroupMode } from './oci-runtime.ts';
  *    of the sessions' parent `drums-<inst>` with twice its weight, so however
  *    many sessions spin, the daemon keeps at least 2/3 of a contended CPU for
  *    itself (weights are work-conserving: it takes only what it uses);
+ *  - a client on the same host (a bench's harness) may join a sibling with the
+ *    daemon's weight, `drums-<inst>-client`;
  *  - per-session OOM kills are read from the session's memory cgroup;
  *  - host and cgroup pressure (PSI) for /metrics.
  * Only the CPU controllers are touched for the daemon: its memory cgroup is
@@ -25,11 +27,53 @@ export function daemonCgroupName(instName: string): string {
   return `drums-${instName}-daemon`;
 }
 
-/** The daemon's own CPU cgroup directories (v1: cpu and cpuacct; v2: one unified directory). */
-function daemonCgroupDirs(instName: string): string[] {
-  const name = daemonCgroupName(instName);
+/**
+ * The CPU cgroup a client of the daemon on the same host joins (a bench's harness: it is the
+ * instrument, and its stalls would count as the sessions'), beside the daemon's with the same weight.
+ * Where autogroups are on, a root-cgroup task's nice counts only inside its autogroup, which weighs
+ * as nice 0 at the root: a cgroup is the one lever that works on v1 and v2 alike.
+ */
+export function clientCgroupName(instName: string): string {
+  return `drums-${instName}-client`;
+}
+
+/** One CPU cgroup's directories at the root (v1: cpu and cpuacct; v2: one unified directory). */
+function cpuCgroupDirs(name: string): string[] {
   if (cgroupMode() === 'v2') return [join('/sys/fs/cgroup', name)];
   return V1_CPU_CONTROLLERS.map((c) => join('/sys/fs/cgroup', c, name)).filter((d) => existsSync(join(d, '..')));
+}
+
+/** Makes the CPU cgroup `name` at the root with the daemon's weight and moves `pid` (all its threads) into it. */
+function enterCpuCgroup(name: string, pid: number): void {
+  for (const dir of cpuCgroupDirs(name)) {
+    mkdirSync(dir, { recursive: true });
+    if (existsSync(join(dir, 'cpu.shares'))) writeFileSync(join(dir, 'cpu.shares'), String(DAEMON_CPU_SHARES));
+    if (existsSync(join(dir, 'cpu.weight'))) writeFileSync(join(dir, 'cpu.weight'), String(DAEMON_CPU_WEIGHT));
+    writeFileSync(join(dir, 'cgroup.procs'), String(pid));
+  }
+}
+
+/** Moves `pid` out of the CPU cgroup `name` to the root, if it is there. */
+function leaveCpuCgroup(name: string, pid: number): void {
+  for (const dir of cpuCgroupDirs(name)) {
+    if (!existsSync(dir)) continue;
+    try {
+      const procs = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
+      if (procs.includes(String(pid))) writeFileSync(join(dir, '..', 'cgroup.procs'), String(pid));
+    } catch {}
+  }
+}
+
+/** Removes the CPU cgroup `name` if it is empty. Returns the directories removed. */
+function removeCpuCgroup(name: string): string[] {
+  const removed: string[] = [];
+  for (const dir of cpuCgroupDirs(name)) {
+    try {
+      rmdirSync(dir);
+      removed.push(dir);
+    } catch {}
+  }
+  return removed;
 }
 
 /**
@@ -48,12 +92,7 @@ export function enterDaemonCgroup(instName: string): string {
         .trim();
       if (own && own !== '/') return `kept cgroup ${own} (set by the service manager)`;
     }
-    for (const dir of daemonCgroupDirs(instName)) {
-      mkdirSync(dir, { recursive: true });
-      if (existsSync(join(dir, 'cpu.shares'))) writeFileSync(join(dir, 'cpu.shares'), String(DAEMON_CPU_SHARES));
-      if (existsSync(join(dir, 'cpu.weight'))) writeFileSync(join(dir, 'cpu.weight'), String(DAEMON_CPU_WEIGHT));
-      writeFileSync(join(dir, 'cgroup.procs'), String(process.pid));
-    }
+    enterCpuCgroup(daemonCgroupName(instName), process.pid);
     // The daemon is the last thing the host's OOM killer should pick; sessions run at +500. Lowering it
     // needs CAP_SYS_RESOURCE, which a root in a container may lack: the cgroup above stands without it.
     try {
@@ -70,26 +109,33 @@ export function enterDaemonCgroup(instName: string): string {
 
 /** Moves this process back to the root CPU cgroup and removes the daemon cgroup (at stop). */
 export function leaveDaemonCgroup(instName: string): void {
-  for (const dir of daemonCgroupDirs(instName)) {
-    if (!existsSync(dir)) continue;
-    try {
-      const procs = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
-      if (procs.includes(String(process.pid))) writeFileSync(join(dir, '..', 'cgroup.procs'), String(process.pid));
-    } catch {}
-  }
-  removeDaemonCgroup(instName);
+  leaveCpuCgroup(daemonCgroupName(instName), process.pid);
+  removeCpuCgroup(daemonCgroupName(instName));
 }
 
-/** Removes the daemon cgroup if it is empty (the sweep's part). Returns what it removed. */
-export function removeDaemonCgroup(instName: string): string[] {
-  const removed: string[] = [];
-  for (const dir of daemonCgroupDirs(instName)) {
-    try {
-      rmdirSync(dir);
-      removed.push(dir);
-    } catch {}
+/**
+ * Moves this process (a client of instance `instName` on this host) into the client cgroup. Returns
+ * the cgroup's name, or undefined where it could not (not root, no CPU controller).
+ */
+export function enterClientCgroup(instName: string): string | undefined {
+  try {
+    enterCpuCgroup(clientCgroupName(instName), process.pid);
+    return clientCgroupName(instName);
+  } catch {
+    leaveClientCgroup(instName);
+    return undefined;
   }
-  return removed;
+}
+
+/** Moves `pid` (default: this process) out of the client cgroup; for this process, removes it too. */
+export function leaveClientCgroup(instName: string, pid = process.pid): void {
+  leaveCpuCgroup(clientCgroupName(instName), pid);
+  if (pid === process.pid) removeCpuCgroup(clientCgroupName(instName));
+}
+
+/** Removes the daemon's and the client's CPU cgroups if they are empty (the sweep's part). Returns what it removed. */
+export function removeDaemonCgroup(instName: string): string[] {
+  return [...removeCpuCgroup(daemonCgroupName(instName)), ...removeCpuCgroup(clientCgroupName(instName))];
 }
 
 /** Whether the runtime can turn swap off for a session (v1 needs swap accounting: memory.memsw.*). */

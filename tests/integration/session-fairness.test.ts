@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
@@ -37,6 +38,43 @@ describe('CPU and memory fairness', () => {
       assert.match(cg, new RegExp(`:cpu(,cpuacct)?:/drums-${d.instance}-daemon$`, 'm'));
       assert.equal(readFileSync(`/sys/fs/cgroup/cpu/drums-${d.instance}-daemon/cpu.shares`, 'utf8').trim(), '2048');
     }
+  });
+
+  it("a client on the host joins a CPU cgroup beside the daemon's with its weight; a dead client's is swept", () => {
+    const resources = new URL('../../src/host/resources.ts', import.meta.url).href;
+    // A child joins, reports its cgroup and the weight, moves a grandchild out (as the noisy bench
+    // does with its flood), leaves, and says whether the cgroup is gone; a second child dies inside.
+    const code = `
+      import { readFileSync, existsSync } from 'node:fs';
+      import { spawn } from 'node:child_process';
+      import { enterClientCgroup, leaveClientCgroup } from '${resources}';
+      const [inst, die] = process.argv.slice(1);
+      const name = enterClientCgroup(inst);
+      const cg = readFileSync('/proc/self/cgroup', 'utf8');
+      const weight = ['/sys/fs/cgroup/cpu/' + name + '/cpu.shares', '/sys/fs/cgroup/' + name + '/cpu.weight'].filter(existsSync).map((f) => readFileSync(f, 'utf8').trim());
+      const kid = spawn('sleep', ['5']);
+      leaveClientCgroup(inst, kid.pid);
+      const kidCg = readFileSync('/proc/' + kid.pid + '/cgroup', 'utf8');
+      kid.kill();
+      if (die) process.kill(process.pid, 'SIGKILL');
+      leaveClientCgroup(inst);
+      const gone = !existsSync('/sys/fs/cgroup/cpu/' + name) && !existsSync('/sys/fs/cgroup/' + name);
+      process.stdout.write(JSON.stringify({ name, cg, weight, kidCg, gone }));
+    `;
+    const run = (die: string) => spawnSync(process.execPath, ['--input-type=module', '-e', code, d.instance, die], { encoding: 'utf8' });
+    const r = run('');
+    assert.equal(r.status, 0, r.stderr);
+    const o = JSON.parse(r.stdout) as { name: string; cg: string; weight: string[]; kidCg: string; gone: boolean };
+    assert.equal(o.name, `drums-${d.instance}-client`);
+    assert.match(o.cg, v2 ? new RegExp(`^0::/${o.name}$`, 'm') : new RegExp(`:cpu(,cpuacct)?:/${o.name}$`, 'm'));
+    assert.deepEqual(o.weight, [v2 ? '200' : '2048']);
+    assert.doesNotMatch(o.kidCg, new RegExp(o.name), 'the moved-out child is not in the client cgroup');
+    assert.ok(o.gone, 'the client cgroup is removed when its last member leaves');
+    // A client killed inside leaves the cgroup behind, empty: the instance's sweep takes it (d.finish checks).
+    const k = run('die');
+    assert.equal(k.signal, 'SIGKILL');
+    const left = [`/sys/fs/cgroup/cpu/drums-${d.instance}-client`, `/sys/fs/cgroup/drums-${d.instance}-client`].filter((p) => existsSync(p));
+    assert.equal(left.length, 1, 'the dead client left its cgroup');
   });
 
   it('sessions get a CPU quota by default; a process over the memory limit is killed in its own session only, and the state says so', async () => {
