@@ -11,7 +11,9 @@ with the record's phases. Stop it by its PID or let --seconds run out.
 --fifo N runs it SCHED_FIFO at priority N (root); --slice-us N gives it a custom EEVDF slice
 (sched_setattr sched_runtime, Linux 6.12+); --cgroup NAME moves it into the v1 cpu and cpuacct
 cgroups, or the v2 cgroup, of that name at the root once that exists (waiting for it: a bench's
-drums-<inst>-client is made when the bench starts). It makes nothing and removes nothing.
+drums-<inst>-client is made when the bench starts), and back to the root when --seconds run
+out. While it is in there, that cgroup cannot be removed: a bench that ends first leaves it,
+empty once the probe is gone, for `rmdir` (or the instance's `drums sweep`). It makes nothing.
 """
 
 import argparse
@@ -31,14 +33,16 @@ def set_slice(ns: int) -> None:
         raise OSError(ctypes.get_errno(), "sched_setattr")
 
 
-def try_join(name: str) -> bool:
+def cgroup_dirs(name: str) -> list[str]:
     v1 = [f"/sys/fs/cgroup/{c}/{name}" for c in ("cpu", "cpuacct")]
     v2 = f"/sys/fs/cgroup/{name}"
-    dirs = [d for d in v1 if os.path.isdir(d)] or ([v2] if os.path.isdir(v2) else [])
+    return [d for d in v1 if os.path.isdir(d)] or ([v2] if os.path.isdir(v2) else [])
+
+
+def move_to(dirs: list[str]) -> None:
     for d in dirs:
         with open(f"{d}/cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
-    return bool(dirs)
 
 
 def main() -> None:
@@ -55,17 +59,18 @@ def main() -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(a.fifo))
     if a.slice_us:
         set_slice(a.slice_us * 1000)
-    joined = not a.cgroup
+    joined: list[str] = []
     end = time.monotonic() + a.seconds
     while time.monotonic() < end:
-        if not joined and try_join(a.cgroup):
-            joined = True
+        if a.cgroup and not joined and (joined := cgroup_dirs(a.cgroup)):
+            move_to(joined)
             print(f"{time.monotonic():.3f} joined {a.cgroup}", flush=True)
         t = time.monotonic()
         time.sleep(0.001)
         late = (time.monotonic() - t - 0.001) * 1000
         if late > a.late_ms:
             print(f"{t:.3f} {late:.0f}", flush=True)
+    move_to([os.path.dirname(d) for d in joined])
 
 
 if __name__ == "__main__":
