@@ -4,7 +4,7 @@ import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { bucketCounts } from '../common/prom-text.ts';
-import { enterClientCgroup, leaveClientCgroup } from '../host/resources.ts';
+import { enterClientCgroup, leaveClientCgroup, moveOutOfClientCgroup } from '../host/resources.ts';
 import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -286,7 +286,7 @@ function startFlood(instance: string, url: string, token: string, id: string, se
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   // Not in the harness's cgroup: the flood is an abuser.
-  leaveClientCgroup(instance, child.pid!);
+  moveOutOfClientCgroup(instance, child.pid!);
   let out = '';
   child.stdout!.on('data', (b: Buffer) => {
     out += b.toString();

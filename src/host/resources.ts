@@ -127,14 +127,19 @@ export function enterClientCgroup(instName: string): string | undefined {
   }
 }
 
-/** Moves `pid` (default: this process) out of the client cgroup; for this process, removes it too. */
-export function leaveClientCgroup(instName: string, pid = process.pid): void {
+/** Moves this process out of the client cgroup and removes the cgroup if that left it empty. */
+export function leaveClientCgroup(instName: string): void {
+  leaveCpuCgroup(clientCgroupName(instName), process.pid);
+  removeCpuCgroup(clientCgroupName(instName));
+}
+
+/** Moves a child the client started (one that is not part of the instrument) out of the client cgroup to the root. */
+export function moveOutOfClientCgroup(instName: string, pid: number): void {
   leaveCpuCgroup(clientCgroupName(instName), pid);
-  if (pid === process.pid) removeCpuCgroup(clientCgroupName(instName));
 }
 
 /** Removes the daemon's and the client's CPU cgroups if they are empty (the sweep's part). Returns what it removed. */
-export function removeDaemonCgroup(instName: string): string[] {
+export function removeInstanceCpuCgroups(instName: string): string[] {
   return [...removeCpuCgroup(daemonCgroupName(instName)), ...removeCpuCgroup(clientCgroupName(instName))];
 }
 

@@ -11,7 +11,7 @@ import { detachLoops } from '../host/disk.ts';
 import { clearFreeLoopThrottles } from '../host/disk-throttle.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
-import { removeDaemonCgroup } from '../host/resources.ts';
+import { removeInstanceCpuCgroups } from '../host/resources.ts';
 
 export interface SweepReport {
   containers: string[];
@@ -174,8 +174,8 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
     }
     if (!keep.length) await attempt(`cgroup ${root}`, () => rmdirSync(root));
   }
-  // The daemon's own CPU cgroup (empty once that daemon is gone; a live one moves itself out first).
-  report.cgroups.push(...removeDaemonCgroup(inst.name));
+  // The daemon's own CPU cgroup and a client's (empty once their processes are gone; a live daemon moves itself out first).
+  report.cgroups.push(...removeInstanceCpuCgroups(inst.name));
   // 7. Subnet claims, session directories and the runtime's state.
   for (const c of listClaims(inst).filter((c) => !keptIds.has(c.sessionId))) {
     rmSync(c.file, { force: true });

@@ -47,13 +47,13 @@ describe('CPU and memory fairness', () => {
     const code = `
       import { readFileSync, existsSync } from 'node:fs';
       import { spawn } from 'node:child_process';
-      import { enterClientCgroup, leaveClientCgroup } from '${resources}';
+      import { enterClientCgroup, leaveClientCgroup, moveOutOfClientCgroup } from '${resources}';
       const [inst, die] = process.argv.slice(1);
       const name = enterClientCgroup(inst);
       const cg = readFileSync('/proc/self/cgroup', 'utf8');
       const weight = ['/sys/fs/cgroup/cpu/' + name + '/cpu.shares', '/sys/fs/cgroup/' + name + '/cpu.weight'].filter(existsSync).map((f) => readFileSync(f, 'utf8').trim());
       const kid = spawn('sleep', ['5']);
-      leaveClientCgroup(inst, kid.pid);
+      moveOutOfClientCgroup(inst, kid.pid);
       const kidCg = readFileSync('/proc/' + kid.pid + '/cgroup', 'utf8');
       kid.kill();
       if (die) process.kill(process.pid, 'SIGKILL');
