@@ -175,7 +175,9 @@ export const routeFile: Handler = async (ctx, s, req) => {
  * only a final `0\n` commits. The daemon sends that only once the whole form has been parsed and is valid;
  * anything else that ends the writer's stdin (a client gone mid-body, a body over the limit, a malformed
  * form, the daemon itself dying) is an end of input without it, so the writer exits 1 and its trap removes
- * the temporary file. An abort also TERMs it through the in-session `timeout` (runInSession's signal).
+ * the temporary file. A writer that has not ended WRITER_ABORT_GRACE_MS after an abort (one blocked on a FIFO
+ * with no reader) is TERMed as well, through the in-session `timeout` (runInSession's signal). Not at once: a
+ * TERM to the process group while the writer is in its cleanup would kill the cleanup's rm.
  */
 const FRAME_BYTES = 1024 * 1024;
 const FRAMES_SH = [
@@ -201,7 +203,10 @@ const UPLOAD_SH = [
   FRAMES_SH,
   'fill() { if [ -n "$src" ]; then cat -- "$src"; else frames; fi; }',
   'p=$1 src=${2-}',
-  '[ -z "$src" ] || trap \'rm -f -- "$src"\' EXIT',
+  // A cleanup ignores the signals first, and so does its rm (an ignored signal stays ignored across exec): an
+  // abort ends the input and signals the process group at once, and the TERM must not kill the rm that the
+  // end of the input started.
+  '[ -z "$src" ] || trap \'trap "" HUP INT TERM PIPE; rm -f -- "$src"\' EXIT',
   "trap 'exit 1' HUP INT TERM PIPE",
   // A link that does not resolve (a loop, a missing directory): the shell's own open error, nothing written.
   'if [ -L "$p" ]; then p=$(readlink -f -- "$p") || { : >> "$1"; exit 1; }; fi',
@@ -211,7 +216,7 @@ const UPLOAD_SH = [
   'd=$(dirname -- "$p")',
   'mkdir -p -- "$d" || exit 1',
   't=$(mktemp -- "$d/.drums-upload.XXXXXXXX") || exit 1',
-  'trap \'rm -f -- "$t" ${src:+"$src"}\' EXIT',
+  'trap \'trap "" HUP INT TERM PIPE; rm -f -- "$t" ${src:+"$src"}\' EXIT',
   'if [ -e "$p" ]; then chmod --reference="$p" -- "$t"; else chmod -- "$(printf %o $((0666 & ~$(umask))))" "$t"; fi || exit 1',
   'fill > "$t" && mv -f -T -- "$t" "$p"',
 ].join('\n');
@@ -225,7 +230,7 @@ const STAGE_SH = [
   FRAMES_SH,
   'umask 077',
   't=$(mktemp /tmp/.drums-upload.XXXXXXXX) || exit 1',
-  'trap \'rm -f -- "$t"\' EXIT',
+  'trap \'trap "" HUP INT TERM PIPE; rm -f -- "$t"\' EXIT',
   "trap 'exit 1' HUP INT TERM PIPE",
   'frames > "$t" || exit 1',
   'trap - EXIT',
@@ -233,6 +238,25 @@ const STAGE_SH = [
 ].join('\n');
 
 const UPLOAD_TIMEOUT_MS = 600_000;
+const WRITER_ABORT_GRACE_MS = 10_000;
+
+/** An AbortSignal that aborts `ms` after `signal` does, until `clear()`. */
+function lateSignal(signal: AbortSignal, ms: number): { signal: AbortSignal; clear: () => void } {
+  const ac = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const onAbort = () => {
+    timer = setTimeout(() => ac.abort(), ms);
+  };
+  if (signal.aborted) onAbort();
+  else signal.addEventListener('abort', onAbort, { once: true });
+  return {
+    signal: ac.signal,
+    clear: () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    },
+  };
+}
 
 /** One in-session writer fed frames from a file part, with backpressure. */
 function startWriter(ctx: GuestContext, s: Session, argv: string[], file: Readable, signal: AbortSignal) {
@@ -257,10 +281,12 @@ function startWriter(ctx: GuestContext, s: Session, argv: string[], file: Readab
     if (end === 'commit') stdin.end('0\n');
     else stdin.end();
   };
+  // The route's fail() ends the input on an abort; the TERM comes only to a writer that is still running later.
+  const late = lateSignal(signal, WRITER_ABORT_GRACE_MS);
   const done = runGuest(ctx.mgr, s, {
     argv,
     timeoutMs: UPLOAD_TIMEOUT_MS,
-    signal,
+    signal: late.signal,
     feed: (w) => {
       stdin = w;
       const gone = () => {
@@ -275,6 +301,7 @@ function startWriter(ctx: GuestContext, s: Session, argv: string[], file: Readab
       w.on('drain', () => file.resume());
     },
   });
+  done.finally(late.clear).catch(() => {});
   file.on('data', (d: Buffer) => {
     bytes += d.length;
     if (dead || end === 'fail') return;
