@@ -11,7 +11,7 @@ with the record's phases. Stop it by its PID or let --seconds run out.
 --fifo N runs it SCHED_FIFO at priority N (root); --slice-us N gives it a custom EEVDF slice
 (sched_setattr sched_runtime, Linux 6.12+); --cgroup NAME moves it into the v1 cpu and cpuacct
 cgroups, or the v2 cgroup, of that name at the root once that exists (waiting for it: a bench's
-drums-<inst>-client is made when the bench starts), and back to the root when --seconds run
+drums-<inst>/client is made when the bench starts), and back to the root when --seconds run
 out. While it is in there, that cgroup cannot be removed: a bench that ends first leaves it,
 empty once the probe is gone, for `rmdir` (or the instance's `drums sweep`). It makes nothing.
 """

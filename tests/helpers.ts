@@ -111,18 +111,20 @@ export function residue(instance: string, stateDir: string): Record<string, stri
   // The instance's runtime tmpfs belongs to a live daemon; session mounts are the rest.
   const instanceMounts = allMounts.filter((m) => m === join(stateDir, 'rt'));
   const mounts = allMounts.filter((m) => m !== join(stateDir, 'rt'));
-  // Session cgroups (children) and the instance's parent cgroup, which a live daemon keeps.
+  // Session cgroups, and the instance's own (its top cgroup, the sessions' parent, the daemon's and a
+  // client's), which a live daemon keeps; also the top-level daemon and client cgroups of the layout before.
   const cgroups: string[] = [];
   const cgroupRoots: string[] = [];
-  const parents = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`));
-  parents.push(`/sys/fs/cgroup/drums-${instance}`);
-  // The daemon's own CPU cgroup and the one a client on the host may join.
-  for (const own of [`drums-${instance}-daemon`, `drums-${instance}-client`])
-    parents.push(...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c, own)), `/sys/fs/cgroup/${own}`);
-  for (const p of parents) {
-    if (!existsSync(p)) continue;
-    cgroupRoots.push(p);
-    for (const e of readdirSync(p, { withFileTypes: true })) if (e.isDirectory()) cgroups.push(join(p, e.name));
+  const bases = [...readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c)), '/sys/fs/cgroup'];
+  for (const base of bases) {
+    const top = join(base, `drums-${instance}`);
+    for (const own of [top, join(top, 'sessions'), join(top, 'daemon'), join(top, 'client'), `${top}-daemon`, `${top}-client`])
+      if (existsSync(own)) cgroupRoots.push(own);
+    for (const parent of [join(top, 'sessions'), top]) {
+      if (!existsSync(parent)) continue;
+      for (const e of readdirSync(parent, { withFileTypes: true }))
+        if (e.isDirectory() && !(parent === top && ['sessions', 'daemon', 'client'].includes(e.name))) cgroups.push(join(parent, e.name));
+    }
   }
   const runcRoot = join(stateDir, 'runc');
   const containers = existsSync(runcRoot) ? readdirSync(runcRoot) : [];
@@ -144,7 +146,9 @@ export function residue(instance: string, stateDir: string): Record<string, stri
       // Zombies are exited processes waiting for a parent to reap them; where the daemon died
       // they belong to the host's PID 1, which on some hosts never reaps. They hold no resources.
       const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
-      if (cg.includes(`/drums-${instance}/`) && state !== 'Z') procs.push(pid);
+      // (The daemon's own cgroup and a client's, in the same top cgroup, are not sessions.)
+      const inSession = new RegExp(`:/drums-${instance}/(?!daemon$|client$)`, 'm').test(cg);
+      if (inSession && state !== 'Z') procs.push(pid);
     } catch {}
   }
   const sessionDirs = existsSync(join(stateDir, 'sessions')) ? readdirSync(join(stateDir, 'sessions')) : [];

@@ -10,6 +10,7 @@ import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { sleep } from './measure.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
 import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord, type ResultRow, type Verdict } from './record.ts';
+import { sessionCgroup } from '../host/instance.ts';
 
 /**
  * `drums audit`: the isolation audit as an experiment with a verdict. Probes
@@ -35,7 +36,7 @@ const AUDITED_CONFIG = { DRUMS_USERNS: '1' };
 /** Host uids of a session's processes (from its pids cgroup, v1 or v2), with their command lines. */
 function sessionHostUids(instance: string, id: string): { uid: number; cmd: string }[] {
   const out: { uid: number; cmd: string }[] = [];
-  for (const f of [`/sys/fs/cgroup/pids/drums-${instance}/${id}/cgroup.procs`, `/sys/fs/cgroup/drums-${instance}/${id}/cgroup.procs`]) {
+  for (const f of [`/sys/fs/cgroup/pids/${sessionCgroup(instance, id)}/cgroup.procs`, `/sys/fs/cgroup/${sessionCgroup(instance, id)}/cgroup.procs`]) {
     let pids: string[];
     try {
       pids = readFileSync(f, 'utf8').split('\n').filter(Boolean);

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostUsedMiB } from './host-facts.ts';
+import { sessionCgroup } from '../host/instance.ts';
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -27,9 +28,9 @@ export function cgroupMemoryBytes(rel: string): number | null {
   return null;
 }
 
-/** A session's cgroup directory for one controller (v1: /sys/fs/cgroup/<ctl>/drums-<inst>/<id>; v2: unified). */
+/** A session's cgroup directory for one controller (v1: /sys/fs/cgroup/<ctl>/drums-<inst>/sessions/<id>; v2: unified). */
 export function cgroupDir(instance: string, sessionId: string, controller: string): string {
-  const rel = `drums-${instance}/${sessionId}`;
+  const rel = sessionCgroup(instance, sessionId);
   if (existsSync('/sys/fs/cgroup/cgroup.controllers') && readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8').includes('memory'))
     return `/sys/fs/cgroup/${rel}`;
   for (const c of [controller, `${controller},cpu`, `cpu,${controller}`]) if (existsSync(`/sys/fs/cgroup/${c}/${rel}`)) return `/sys/fs/cgroup/${c}/${rel}`;

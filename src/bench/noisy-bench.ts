@@ -4,7 +4,8 @@ import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { bucketCounts } from '../common/prom-text.ts';
-import { enterClientCgroup, leaveClientCgroup, moveOutOfClientCgroup } from '../host/resources.ts';
+import { instanceCgroup, sessionCgroup, sessionsCgroup } from '../host/instance.ts';
+import { daemonCgroupName, enterClientCgroup, leaveClientCgroup, moveOutOfClientCgroup } from '../host/resources.ts';
 import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -77,8 +78,8 @@ function abuseShell(phase: Exclude<Phase, 'quiet' | 'flood'>, s: number): string
 /** Whether the CPU guard has this session demoted now (cpu.idle or a weight below the default). */
 function isDemoted(instance: string, id: string): boolean {
   for (const [dir, weight, normal] of [
-    [`/sys/fs/cgroup/cpu/drums-${instance}/${id}`, 'cpu.shares', 1024],
-    [`/sys/fs/cgroup/drums-${instance}/${id}`, 'cpu.weight', 100],
+    [`/sys/fs/cgroup/cpu/${sessionCgroup(instance, id)}`, 'cpu.shares', 1024],
+    [`/sys/fs/cgroup/${sessionCgroup(instance, id)}`, 'cpu.weight', 100],
   ] as const) {
     try {
       if (readFileSync(join(dir, 'cpu.idle'), 'utf8').trim() === '1') return true;
@@ -186,7 +187,7 @@ function hostBusyNs(): number {
 /** CPU (ns) used by this bench's own processes: daemon (with its children: its own CPU cgroup where it has one), the instance's session cgroups, this harness. */
 function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): number {
   let ns = 0;
-  const daemonCg = `/sys/fs/cgroup/cpuacct/drums-${d.instance}-daemon/cpuacct.usage`;
+  const daemonCg = `/sys/fs/cgroup/cpuacct/${daemonCgroupName(d.instance)}/cpuacct.usage`;
   try {
     ns += existsSync(daemonCg) ? Number(readFileSync(daemonCg, 'utf8').trim()) : procCpuNs(daemonPid);
   } catch {}
@@ -194,8 +195,8 @@ function ownCpuNs(d: PrivateDaemon, daemonPid: number, floodPid?: number): numbe
     try {
       ns += procCpuNs(floodPid);
     } catch {}
-  const v1 = `/sys/fs/cgroup/cpuacct/drums-${d.instance}/cpuacct.usage`;
-  const v2 = `/sys/fs/cgroup/drums-${d.instance}/cpu.stat`;
+  const v1 = `/sys/fs/cgroup/cpuacct/${sessionsCgroup(d.instance)}/cpuacct.usage`;
+  const v2 = `/sys/fs/cgroup/${sessionsCgroup(d.instance)}/cpu.stat`;
   try {
     if (existsSync(v1)) ns += Number(readFileSync(v1, 'utf8').trim());
     else ns += Number(/usage_usec (\d+)/.exec(readFileSync(v2, 'utf8'))![1]) * 1000;
@@ -238,7 +239,7 @@ function othersByName(
     try {
       cg = /^\d+:[^:]*cpuacct[^:]*:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1] ?? '';
     } catch {}
-    if (cg.startsWith(`/drums-${instance}/`) || cg === `/drums-${instance}-daemon`) continue;
+    if (cg.startsWith(`/${instanceCgroup(instance)}/`)) continue;
     const name = t.comm.replace(/\d+/g, 'N');
     by.set(name, (by.get(name) ?? 0) + ns);
   }

@@ -4,6 +4,7 @@ import type { DrumsClient } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { quantile, summary } from './stats.ts';
+import { sessionsCgroup } from '../host/instance.ts';
 
 /**
  * `drums bench pools`: warm-pool claims against creates, disk fork(N) against
@@ -30,7 +31,7 @@ const destroy = (c: DrumsClient, id: string) =>
     destroyErrors.push(`${id}: ${e.message}`);
   });
 
-/** Memory (bytes) charged to a cgroup under the instance (rel = `drums-<inst>[/<id>]`), page cache of inactive files left out. */
+/** Memory (bytes) charged to a cgroup under the instance (rel = `drums-<inst>/sessions[/<id>]`), page cache of inactive files left out. */
 function memoryBytes(rel: string): number | null {
   const v1 = join('/sys/fs/cgroup/memory', rel);
   if (existsSync(join(v1, 'memory.usage_in_bytes'))) {
@@ -88,7 +89,7 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
   const loadBefore = hostLoad();
   const d = await startPrivateDaemon();
   const c = d.client;
-  const inst = `drums-${d.instance}`;
+  const inst = sessionsCgroup(d.instance);
   // Chromium without its zygote, so the memory fork arm can checkpoint it (docs/pools.md); every arm uses the same template.
   const template = { image: o.image, ...(o.url ? { url: o.url, browserFlags: ['--no-zygote'] } : {}) };
   const made: string[] = [];

@@ -7,6 +7,7 @@ import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { sleep } from './measure.ts';
 import { PAGE } from './experiments.ts';
 import { quantile, summary } from './stats.ts';
+import { instanceCgroup } from '../host/instance.ts';
 
 /**
  * Soak: `sessions` Chromium sessions, one client each, `steps` steps per
@@ -117,7 +118,7 @@ function residue(instance: string, stateDir: string): Record<string, string[]> {
     .map((l) => l.ifname)
     .filter((n) => n.startsWith(`dr${instance}h`));
   const cgroups = readdirSync('/sys/fs/cgroup')
-    .map((c) => join('/sys/fs/cgroup', c, `drums-${instance}`))
+    .map((c) => join('/sys/fs/cgroup', c, instanceCgroup(instance)))
     .filter((p) => existsSync(p));
   return { mounts, netns, links, cgroups };
 }

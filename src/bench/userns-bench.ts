@@ -5,6 +5,7 @@ import { startPrivateDaemon } from '../client/private-daemon.ts';
 import { hostFacts } from './host-facts.ts';
 import { cgroupMemoryBytes, hostLoad, sleep } from './measure.ts';
 import { quantile, summaryP90 as stats } from './stats.ts';
+import { sessionCgroup } from '../host/instance.ts';
 
 /**
  * `drums bench userns`: what a user namespace per session costs against
@@ -66,7 +67,7 @@ export async function runUsernsBench(o: UsernsBenchOptions) {
     await sleep(o.settleSeconds * 1000);
     for (const arm of ARMS) {
       for (const s of held[arm]) {
-        const m = cgroupMemoryBytes(`drums-${d.instance}/${s.id}`);
+        const m = cgroupMemoryBytes(sessionCgroup(d.instance, s.id));
         if (m !== null) memMiB[arm].push(m / 2 ** 20);
         // Host disk the session holds: its disk image's allocated blocks (the lower is the shared image either way).
         diskKiB[arm].push((statSync(join(d.stateDir, 'sessions', s.id, 'disk.img')).blocks * 512) / 1024);

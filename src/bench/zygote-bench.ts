@@ -6,6 +6,7 @@ import { type PrivateDaemon, startPrivateDaemon } from '../client/private-daemon
 import { hostFacts } from './host-facts.ts';
 import { cgroupMemoryBytes, hostLoad, sleep } from './measure.ts';
 import { quantile, summaryP90 as stats } from './stats.ts';
+import { sessionCgroup } from '../host/instance.ts';
 
 /**
  * `drums bench zygote`: what Chromium without its zygote (`--no-zygote`, which a memory fork
@@ -87,7 +88,7 @@ export async function runZygoteBench(o: ZygoteBenchOptions) {
     await sleep(o.settleSeconds * 1000);
     for (const arm of ARMS)
       for (const s of held[arm]) {
-        const m = cgroupMemoryBytes(`drums-${daemons[arm]!.instance}/${s.id}`);
+        const m = cgroupMemoryBytes(sessionCgroup(daemons[arm]!.instance, s.id));
         if (m !== null) memMiB[arm].push(m / 2 ** 20);
         const p = await cl(arm).exec(s.id, { shell: 'ls -d /proc/[0-9]* | wc -l; pgrep -c chromium || true' });
         const [all, chrom] = p.stdout.trim().split('\n').map(Number);

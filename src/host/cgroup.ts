@@ -11,7 +11,7 @@ export function cgroupBases(): string[] {
   return readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c));
 }
 
-/** Removes one (empty) cgroup, e.g. `/drums-<inst>/<id>`, from every hierarchy. */
+/** Removes one (empty) cgroup, e.g. `/drums-<inst>/sessions/<id>`, from every hierarchy. */
 export function removeCgroup(path: string): void {
   for (const base of cgroupBases()) {
     try {

@@ -178,7 +178,7 @@ export const CPU_GUARD_DEFAULTS = {
   proc: '/proc',
 };
 
-/** A live session as the guard sees it: its cgroup path (`/drums-<inst>/<id>`) and its own CPU quota (cores; 0 = none). */
+/** A live session as the guard sees it: its cgroup path (`/drums-<inst>/sessions/<id>`) and its own CPU quota (cores; 0 = none). */
 export interface GuardedSession {
   cgroup: string;
   cpus: number;

@@ -45,13 +45,33 @@ export function resolveInstance(config: InstanceConfig): Instance {
   };
 }
 
+/**
+ * An instance's cgroups sit under one top cgroup, so that the daemon, a client on the host (a bench's
+ * harness) and the sessions compete as siblings with known weights, and one sweep finds them all:
+ *   drums-<inst>/daemon     the daemon (CPU controllers only)
+ *   drums-<inst>/client     a client that asks for it (CPU controllers only)
+ *   drums-<inst>/sessions/<id>  each session (every controller)
+ */
+export function instanceCgroup(instName: string): string {
+  return `drums-${instName}`;
+}
+
+export function sessionsCgroup(instName: string): string {
+  return `${instanceCgroup(instName)}/sessions`;
+}
+
+/** One session's cgroup, relative to a hierarchy's root (no leading slash). */
+export function sessionCgroup(instName: string, sessionId: string): string {
+  return `${sessionsCgroup(instName)}/${sessionId}`;
+}
+
 /** Host object names for one session of one instance. Interface names must fit in 15 bytes. */
 export function objectNames(inst: Instance, sessionId: string, slot: number) {
   return {
     container: `drums-${inst.name}-${sessionId}`,
     netns: `drums-${inst.name}-${sessionId}`,
     hostVeth: `dr${inst.name}h${slot}`,
-    cgroup: `/drums-${inst.name}/${sessionId}`,
+    cgroup: `/${sessionCgroup(inst.name, sessionId)}`,
     overlaySource: `drums-${inst.name}`,
   };
 }

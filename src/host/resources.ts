@@ -2,17 +2,18 @@ import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'n
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
+import { instanceCgroup } from './instance.ts';
 import { cgroupMode } from './oci-runtime.ts';
 
 /**
  * CPU and memory fairness on the host, for cgroup v1 (and the hybrid layout)
  * and v2:
- *  - the daemon gets a CPU cgroup of its own, `drums-<inst>-daemon`, a sibling
- *    of the sessions' parent `drums-<inst>` with twice its weight, so however
- *    many sessions spin, the daemon keeps at least 2/3 of a contended CPU for
- *    itself (weights are work-conserving: it takes only what it uses);
+ *  - the daemon gets a CPU cgroup of its own, `drums-<inst>/daemon`, a sibling
+ *    of the sessions' parent `drums-<inst>/sessions` with twice its weight, so
+ *    however many sessions spin, the daemon keeps at least 2/3 of a contended
+ *    CPU for itself (weights are work-conserving: it takes only what it uses);
  *  - a client on the same host (a bench's harness) may join a sibling with the
- *    daemon's weight, `drums-<inst>-client`;
+ *    daemon's weight, `drums-<inst>/client`;
  *  - per-session OOM kills are read from the session's memory cgroup;
  *  - host and cgroup pressure (PSI) for /metrics.
  * Only the CPU controllers are touched for the daemon: its memory cgroup is
@@ -24,7 +25,7 @@ export const DAEMON_CPU_WEIGHT = 200; // v2; default 100
 const V1_CPU_CONTROLLERS = ['cpu', 'cpuacct'];
 
 export function daemonCgroupName(instName: string): string {
-  return `drums-${instName}-daemon`;
+  return `${instanceCgroup(instName)}/daemon`;
 }
 
 /**
@@ -34,17 +35,35 @@ export function daemonCgroupName(instName: string): string {
  * as nice 0 at the root: a cgroup is the one lever that works on v1 and v2 alike.
  */
 export function clientCgroupName(instName: string): string {
-  return `drums-${instName}-client`;
+  return `${instanceCgroup(instName)}/client`;
 }
 
-/** One CPU cgroup's directories at the root (v1: cpu and cpuacct; v2: one unified directory). */
+/** The roots of the hierarchies that hold the CPU controllers (v1: cpu and cpuacct; v2: the unified one). */
+function cpuRoots(): string[] {
+  if (cgroupMode() === 'v2') return ['/sys/fs/cgroup'];
+  return V1_CPU_CONTROLLERS.map((c) => join('/sys/fs/cgroup', c)).filter((d) => existsSync(d));
+}
+
+/** One CPU cgroup's directories (`name` relative to the root, e.g. `drums-<inst>/daemon`). */
 function cpuCgroupDirs(name: string): string[] {
-  if (cgroupMode() === 'v2') return [join('/sys/fs/cgroup', name)];
-  return V1_CPU_CONTROLLERS.map((c) => join('/sys/fs/cgroup', c, name)).filter((d) => existsSync(join(d, '..')));
+  return cpuRoots().map((r) => join(r, name));
 }
 
-/** Makes the CPU cgroup `name` at the root with the daemon's weight and moves `pid` (all its threads) into it. */
+/** v2: the cpu controller enabled for the children of each level from the root down to `name`'s parent. */
+function enableCpuDown(name: string): void {
+  if (cgroupMode() !== 'v2') return;
+  let dir = '/sys/fs/cgroup';
+  for (const part of name.split('/').slice(0, -1)) {
+    if (!readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('cpu')) writeFileSync(join(dir, 'cgroup.subtree_control'), '+cpu');
+    dir = join(dir, part);
+    mkdirSync(dir, { recursive: true });
+  }
+  if (!readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('cpu')) writeFileSync(join(dir, 'cgroup.subtree_control'), '+cpu');
+}
+
+/** Makes the CPU cgroup `name` with the daemon's weight and moves `pid` (all its threads) into it. */
 function enterCpuCgroup(name: string, pid: number): void {
+  enableCpuDown(name);
   for (const dir of cpuCgroupDirs(name)) {
     mkdirSync(dir, { recursive: true });
     if (existsSync(join(dir, 'cpu.shares'))) writeFileSync(join(dir, 'cpu.shares'), String(DAEMON_CPU_SHARES));
@@ -55,11 +74,12 @@ function enterCpuCgroup(name: string, pid: number): void {
 
 /** Moves `pid` out of the CPU cgroup `name` to the root, if it is there. */
 function leaveCpuCgroup(name: string, pid: number): void {
-  for (const dir of cpuCgroupDirs(name)) {
+  for (const root of cpuRoots()) {
+    const dir = join(root, name);
     if (!existsSync(dir)) continue;
     try {
       const procs = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
-      if (procs.includes(String(pid))) writeFileSync(join(dir, '..', 'cgroup.procs'), String(pid));
+      if (procs.includes(String(pid))) writeFileSync(join(root, 'cgroup.procs'), String(pid));
     } catch {}
   }
 }
@@ -127,10 +147,13 @@ export function enterClientCgroup(instName: string): string | undefined {
   }
 }
 
-/** Moves this process out of the client cgroup and removes the cgroup if that left it empty. */
+/**
+ * Moves this process out of the client cgroup and removes the cgroup if that left it empty, and the
+ * instance's top cgroup too if the daemon's sweep has been and left it only for the client.
+ */
 export function leaveClientCgroup(instName: string): void {
   leaveCpuCgroup(clientCgroupName(instName), process.pid);
-  removeCpuCgroup(clientCgroupName(instName));
+  if (removeCpuCgroup(clientCgroupName(instName)).length) removeCpuCgroup(instanceCgroup(instName));
 }
 
 /** Moves a child the client started (one that is not part of the instrument) out of the client cgroup to the root. */
@@ -138,9 +161,14 @@ export function moveOutOfClientCgroup(instName: string, pid: number): void {
   leaveCpuCgroup(clientCgroupName(instName), pid);
 }
 
-/** Removes the daemon's and the client's CPU cgroups if they are empty (the sweep's part). Returns what it removed. */
+/**
+ * Removes the daemon's and the client's CPU cgroups if they are empty (the sweep's part), and those of
+ * the layout before one top cgroup per instance (`drums-<inst>-daemon`, `drums-<inst>-client` at the
+ * root). Returns what it removed.
+ */
 export function removeInstanceCpuCgroups(instName: string): string[] {
-  return [...removeCpuCgroup(daemonCgroupName(instName)), ...removeCpuCgroup(clientCgroupName(instName))];
+  const names = [daemonCgroupName(instName), clientCgroupName(instName), `drums-${instName}-daemon`, `drums-${instName}-client`];
+  return names.flatMap(removeCpuCgroup);
 }
 
 /** Whether the runtime can turn swap off for a session (v1 needs swap accounting: memory.memsw.*). */
@@ -153,7 +181,7 @@ export function defaultSessionCpus(configured?: number): number {
   return configured ?? Math.max(1, cpus().length / 2);
 }
 
-/** OOM kills inside one session's memory cgroup (`/drums-<inst>/<id>`), 0 if unknown. */
+/** OOM kills inside one session's memory cgroup (`/drums-<inst>/sessions/<id>`), 0 if unknown. */
 export function oomKills(cgroupPath: string): number {
   try {
     const file = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.events') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.oom_control');

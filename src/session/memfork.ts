@@ -294,7 +294,7 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
 }
 
 /**
- * Makes the cgroup `path` (e.g. `/drums-<inst>/<id>`) in every hierarchy, as runc would
+ * Makes the cgroup `path` (e.g. `/drums-<inst>/sessions/<id>`) in every hierarchy, as runc would
  * (a v1 cpuset directory gets its parent's cpus and mems, without which nothing can join it),
  * and answers its `cgroup.procs` files. The copy's destroy removes it like any session's.
  */

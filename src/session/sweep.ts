@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, rmSync, rmdirSync, writeFileSync
 import { join } from 'node:path';
 import { run } from '../common/exec.ts';
 import { DrumsError, errorMessage } from '../common/errors.ts';
-import type { Instance } from '../host/instance.ts';
+import { instanceCgroup, type Instance } from '../host/instance.ts';
 import { listClaims, listNetns, listVeths } from '../host/network.ts';
 import { deleteTable, tableExists } from '../host/nftables.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
@@ -54,8 +54,29 @@ export function liveDaemon(inst: Instance): DaemonRecord | undefined {
   }
 }
 
+/** The instance's top cgroup in each hierarchy. */
 function cgroupRoots(inst: Instance): string[] {
-  return cgroupBases().map((base) => join(base, `drums-${inst.name}`));
+  return cgroupBases().map((base) => join(base, instanceCgroup(inst.name)));
+}
+
+/** The top cgroup's children that are not sessions (src/host/instance.ts). */
+const NOT_SESSIONS = new Set(['daemon', 'client', 'sessions']);
+
+/**
+ * Every session cgroup of the instance in every hierarchy: those in `sessions/`, and those directly
+ * under the top cgroup (the layout before `sessions/`, kept by sessions a daemon adopted from it).
+ */
+function sessionCgroups(inst: Instance): { id: string; dir: string }[] {
+  const found: { id: string; dir: string }[] = [];
+  for (const root of cgroupRoots(inst)) {
+    for (const parent of [join(root, 'sessions'), root]) {
+      if (!existsSync(parent)) continue;
+      for (const sub of readdirSync(parent, { withFileTypes: true })) {
+        if (sub.isDirectory() && !(parent === root && NOT_SESSIONS.has(sub.name))) found.push({ id: sub.name, dir: join(parent, sub.name) });
+      }
+    }
+  }
+  return found;
 }
 
 /**
@@ -103,20 +124,17 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
     await attempt(`container ${c.id}`, () => runtime.destroy(c.id));
     report.containers.push(c.id);
   }
-  // 2. Anything still alive in our cgroups (a backstop; the PID namespace kill normally suffices).
-  for (const root of cgroupRoots(inst)) {
-    if (!existsSync(root)) continue;
-    for (const sub of readdirSync(root, { withFileTypes: true })) {
-      if (!sub.isDirectory() || keptIds.has(sub.name)) continue;
-      const procs = join(root, sub.name, 'cgroup.procs');
-      if (!existsSync(procs)) continue;
-      for (const pid of readFileSync(procs, 'utf8').split('\n').filter(Boolean).map(Number)) {
-        const who = identify(pid);
-        if (who)
-          await attempt(`kill ${pid}`, () => {
-            process.kill(pid, 'SIGKILL');
-          });
-      }
+  // 2. Anything still alive in our session cgroups (a backstop; the PID namespace kill normally suffices).
+  for (const { id, dir } of sessionCgroups(inst)) {
+    if (keptIds.has(id)) continue;
+    const procs = join(dir, 'cgroup.procs');
+    if (!existsSync(procs)) continue;
+    for (const pid of readFileSync(procs, 'utf8').split('\n').filter(Boolean).map(Number)) {
+      const who = identify(pid);
+      if (who)
+        await attempt(`kill ${pid}`, () => {
+          process.kill(pid, 'SIGKILL');
+        });
     }
   }
   // 3. Mounts under the sessions directory (overlay roots before the session disks they sit on),
@@ -164,18 +182,21 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
     await attempt('nft table', () => deleteTable(inst));
     report.nftTable = true;
   }
-  // 6. cgroups (children first); they are empty once the containers are gone.
-  for (const root of cgroupRoots(inst)) {
-    if (!existsSync(root)) continue;
-    for (const sub of readdirSync(root, { withFileTypes: true })) {
-      if (!sub.isDirectory() || keptIds.has(sub.name)) continue;
-      await attempt(`cgroup ${join(root, sub.name)}`, () => rmdirSync(join(root, sub.name)));
-      report.cgroups.push(join(root, sub.name));
-    }
-    if (!keep.length) await attempt(`cgroup ${root}`, () => rmdirSync(root));
+  // 6. cgroups (children first); the sessions' are empty once the containers are gone. Then the daemon's
+  // own CPU cgroup and a client's (empty once their processes are gone; a live daemon moves itself out
+  // first), and the top cgroup.
+  for (const { id, dir } of sessionCgroups(inst)) {
+    if (keptIds.has(id)) continue;
+    await attempt(`cgroup ${dir}`, () => rmdirSync(dir));
+    report.cgroups.push(dir);
   }
-  // The daemon's own CPU cgroup and a client's (empty once their processes are gone; a live daemon moves itself out first).
   report.cgroups.push(...removeInstanceCpuCgroups(inst.name));
+  for (const root of cgroupRoots(inst)) {
+    if (keep.length || !existsSync(root)) continue;
+    if (existsSync(join(root, 'sessions'))) await attempt(`cgroup ${join(root, 'sessions')}`, () => rmdirSync(join(root, 'sessions')));
+    // A client still in its cgroup removes the top one when it leaves (leaveClientCgroup).
+    if (!existsSync(join(root, 'client'))) await attempt(`cgroup ${root}`, () => rmdirSync(root));
+  }
   // 7. Subnet claims, session directories and the runtime's state.
   for (const c of listClaims(inst).filter((c) => !keptIds.has(c.sessionId))) {
     rmSync(c.file, { force: true });

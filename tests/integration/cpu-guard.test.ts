@@ -9,7 +9,7 @@ const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/
 
 /** The CPU weight, cpu.idle and quota of a session's cgroup as the guard writes them (idle undefined where the kernel has none). */
 function cpuState(instance: string, id: string): { weight: number; idle: string | undefined; quota: string } | undefined {
-  const dir = v2 ? `/sys/fs/cgroup/drums-${instance}/${id}` : `/sys/fs/cgroup/cpu/drums-${instance}/${id}`;
+  const dir = v2 ? `/sys/fs/cgroup/drums-${instance}/sessions/${id}` : `/sys/fs/cgroup/cpu/drums-${instance}/sessions/${id}`;
   try {
     const weight = Number(readFileSync(join(dir, v2 ? 'cpu.weight' : 'cpu.shares'), 'utf8').trim());
     const idle = existsSync(join(dir, 'cpu.idle')) ? readFileSync(join(dir, 'cpu.idle'), 'utf8').trim() : undefined;
@@ -36,8 +36,8 @@ const anyDemotion = (s: CpuState) => !!s && (s.weight !== NORMAL || s.idle === '
 function usageNs(instance: string, id: string): number {
   try {
     return v2
-      ? Number(/^usage_usec (\d+)$/m.exec(readFileSync(`/sys/fs/cgroup/drums-${instance}/${id}/cpu.stat`, 'utf8'))![1]) * 1000
-      : Number(readFileSync(`/sys/fs/cgroup/cpuacct/drums-${instance}/${id}/cpuacct.usage`, 'utf8'));
+      ? Number(/^usage_usec (\d+)$/m.exec(readFileSync(`/sys/fs/cgroup/drums-${instance}/sessions/${id}/cpu.stat`, 'utf8'))![1]) * 1000
+      : Number(readFileSync(`/sys/fs/cgroup/cpuacct/drums-${instance}/sessions/${id}/cpuacct.usage`, 'utf8'));
   } catch {
     return NaN;
   }

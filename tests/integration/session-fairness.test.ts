@@ -1,10 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
-import { startDaemon, TIME_SCALE, type TestDaemon } from '../helpers.ts';
+import { assertClean, removeStateDir, startDaemon, TIME_SCALE, type TestDaemon } from '../helpers.ts';
 
 const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory');
 
@@ -28,16 +28,20 @@ describe('CPU and memory fairness', () => {
     await d.finish();
   });
 
-  it("the daemon runs in a CPU cgroup of its own with twice the sessions' weight", () => {
+  it("the daemon runs in a CPU cgroup of its own with twice the sessions' weight", async () => {
+    const s = await d.client.createSession({ image: 'minimal' }); // runc makes the sessions' parent
     const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
     const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
     if (v2) {
       const own = /^0::(.*)$/m.exec(cg)![1]!;
-      if (own === `/drums-${d.instance}-daemon`) assert.equal(readFileSync(`/sys/fs/cgroup${own}/cpu.weight`, 'utf8').trim(), '200');
+      if (own === `/drums-${d.instance}/daemon`) assert.equal(readFileSync(`/sys/fs/cgroup${own}/cpu.weight`, 'utf8').trim(), '200');
     } else {
-      assert.match(cg, new RegExp(`:cpu(,cpuacct)?:/drums-${d.instance}-daemon$`, 'm'));
-      assert.equal(readFileSync(`/sys/fs/cgroup/cpu/drums-${d.instance}-daemon/cpu.shares`, 'utf8').trim(), '2048');
+      assert.match(cg, new RegExp(`:cpu(,cpuacct)?:/drums-${d.instance}/daemon$`, 'm'));
+      assert.equal(readFileSync(`/sys/fs/cgroup/cpu/drums-${d.instance}/daemon/cpu.shares`, 'utf8').trim(), '2048');
+      // Its sibling, the sessions' parent, keeps the default weight.
+      assert.equal(readFileSync(`/sys/fs/cgroup/cpu/drums-${d.instance}/sessions/cpu.shares`, 'utf8').trim(), '1024');
     }
+    await d.client.destroySession(s.id);
   });
 
   it("a client on the host joins a CPU cgroup beside the daemon's with its weight; a dead client's is swept", () => {
@@ -65,7 +69,7 @@ describe('CPU and memory fairness', () => {
     const r = run('');
     assert.equal(r.status, 0, r.stderr);
     const o = JSON.parse(r.stdout) as { name: string; cg: string; weight: string[]; kidCg: string; gone: boolean };
-    assert.equal(o.name, `drums-${d.instance}-client`);
+    assert.equal(o.name, `drums-${d.instance}/client`);
     assert.match(o.cg, v2 ? new RegExp(`^0::/${o.name}$`, 'm') : new RegExp(`:cpu(,cpuacct)?:/${o.name}$`, 'm'));
     assert.deepEqual(o.weight, [v2 ? '200' : '2048']);
     assert.doesNotMatch(o.kidCg, new RegExp(o.name), 'the moved-out child is not in the client cgroup');
@@ -73,8 +77,43 @@ describe('CPU and memory fairness', () => {
     // A client killed inside leaves the cgroup behind, empty: the instance's sweep takes it (d.finish checks).
     const k = run('die');
     assert.equal(k.signal, 'SIGKILL');
-    const left = [`/sys/fs/cgroup/cpu/drums-${d.instance}-client`, `/sys/fs/cgroup/drums-${d.instance}-client`].filter((p) => existsSync(p));
+    const left = [`/sys/fs/cgroup/cpu/drums-${d.instance}/client`, `/sys/fs/cgroup/drums-${d.instance}/client`].filter((p) => existsSync(p));
     assert.equal(left.length, 1, 'the dead client left its cgroup');
+  });
+
+  it("a client still in its cgroup when the daemon stops removes the instance's top cgroup as it leaves", async () => {
+    // The noisy bench's order: its daemon stops (and sweeps) first, then the harness leaves the client cgroup.
+    const d2 = await startDaemon();
+    let child: ReturnType<typeof spawn> | undefined;
+    try {
+      await d2.client.createSession({ image: 'minimal' }); // the sessions' parent exists in every hierarchy
+      const resources = new URL('../../src/host/resources.ts', import.meta.url).href;
+      const code = `
+        import { enterClientCgroup, leaveClientCgroup } from '${resources}';
+        const inst = process.argv[1];
+        process.stdout.write(String(enterClientCgroup(inst)) + '\\n');
+        process.stdin.once('data', () => {
+          leaveClientCgroup(inst);
+          process.stdout.write('left\\n');
+          process.exit(0);
+        });
+      `;
+      const c = spawn(process.execPath, ['--input-type=module', '-e', code, d2.instance], { stdio: ['pipe', 'pipe', 'inherit'] });
+      child = c;
+      const lines: string[] = [];
+      c.stdout!.on('data', (b: Buffer) => lines.push(...b.toString().split('\n').filter(Boolean)));
+      await until('the client in its cgroup', async () => (lines.length ? true : undefined));
+      assert.equal(lines[0], `drums-${d2.instance}/client`);
+      await d2.stop();
+      c.stdin!.write('go\n');
+      await until('the client gone', async () => (c.exitCode === null ? undefined : true));
+      assert.equal(c.exitCode, 0);
+      assertClean(d2.instance, d2.stateDir);
+    } finally {
+      if (child && child.exitCode === null) child.kill('SIGKILL');
+      await d2.stop();
+      removeStateDir(d2.stateDir);
+    }
   });
 
   it('sessions get a CPU quota by default; a process over the memory limit is killed in its own session only, and the state says so', async () => {

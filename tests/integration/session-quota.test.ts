@@ -151,7 +151,7 @@ describe('admission refuses creates the host cannot take', () => {
 function ioRules(instance: string, id: string): { read: Map<string, number>; write: Map<string, number> } | undefined {
   const read = new Map<string, number>();
   const write = new Map<string, number>();
-  const v1 = `/sys/fs/cgroup/blkio/drums-${instance}/${id}`;
+  const v1 = `/sys/fs/cgroup/blkio/drums-${instance}/sessions/${id}`;
   if (existsSync('/sys/fs/cgroup/blkio')) {
     if (!existsSync(v1)) return undefined;
     for (const [file, into] of [
@@ -161,7 +161,7 @@ function ioRules(instance: string, id: string): { read: Map<string, number>; wri
       for (const m of readFileSync(join(v1, file), 'utf8').matchAll(/^(\d+:\d+) (\d+)$/gm)) into.set(m[1]!, Number(m[2]));
     return { read, write };
   }
-  const v2 = `/sys/fs/cgroup/drums-${instance}/${id}/io.max`;
+  const v2 = `/sys/fs/cgroup/drums-${instance}/sessions/${id}/io.max`;
   if (!existsSync(v2)) return undefined;
   for (const line of readFileSync(v2, 'utf8').split('\n')) {
     const [dev, ...kv] = line.trim().split(/\s+/);

@@ -10,7 +10,7 @@ const CLAIMS = '/run/drums/subnets';
 
 /** The session's processes as the host sees them: pid, host uid, user namespace, command line. */
 function hostProcs(instance: string, id: string): { pid: number; uid: number; userns: string; cmd: string }[] {
-  const files = [`/sys/fs/cgroup/pids/drums-${instance}/${id}/cgroup.procs`, `/sys/fs/cgroup/drums-${instance}/${id}/cgroup.procs`];
+  const files = [`/sys/fs/cgroup/pids/drums-${instance}/sessions/${id}/cgroup.procs`, `/sys/fs/cgroup/drums-${instance}/sessions/${id}/cgroup.procs`];
   const file = files.find((f) => existsSync(f));
   assert.ok(file, `no cgroup for ${id}`);
   const out = [];

@@ -42,11 +42,13 @@ describe('cgroup v2 host', () => {
       try {
         // The daemon's own CPU cgroup with twice the sessions' weight.
         const { pid } = JSON.parse(read(join(d.stateDir, 'daemon.json'))) as { pid: number };
-        assert.equal(/^0::(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))![1], `/drums-${d.instance}-daemon`);
-        assert.equal(read(join(CG, `drums-${d.instance}-daemon`, 'cpu.weight')), '200');
+        assert.equal(/^0::(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))![1], `/drums-${d.instance}/daemon`);
+        assert.equal(read(join(CG, `drums-${d.instance}`, 'daemon', 'cpu.weight')), '200');
 
         const s = await d.client.createSession({ image: 'minimal', memoryMb: 256, cpus: 1, pids: 300, diskMb: 256 });
-        const dir = join(CG, `drums-${d.instance}`, s.id);
+        const dir = join(CG, `drums-${d.instance}`, 'sessions', s.id);
+        // The sessions' parent is the daemon's sibling, at the default weight.
+        assert.equal(read(join(CG, `drums-${d.instance}`, 'sessions', 'cpu.weight')), '100');
         // A session starting under emulation keeps a core busy for seconds, so the CPU guard may have
         // it demoted now (cpu.idle 1; the kernel then reports cpu.weight 1): wait for it to be back.
         // (Restoring writes cpu.idle 0, which brings back the demoted weight 6, then cpu.weight.)
@@ -128,7 +130,7 @@ describe('cgroup v2 host', () => {
       } finally {
         await d.finish();
       }
-      assert.ok(!existsSync(join(CG, `drums-${d.instance}-daemon`)), "the daemon's cgroup is gone at stop");
+      assert.ok(!existsSync(join(CG, `drums-${d.instance}`)), "the instance's cgroups (the daemon's too) are gone at stop");
     });
   }
 });
