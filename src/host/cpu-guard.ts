@@ -38,10 +38,17 @@ import { cgroupMode } from './oci-runtime.ts';
  * Tasks are read at a session's first sample and whenever it used at least
  * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
  * tick before counts as not spinning, so a session that wakes from idle into
- * a loop is judged a tick later. A demoted session's tasks are not read: it is
- * judged on the kernel's counts alone (below), and a fork bomb held at its
- * cap has a thousand of them (10-35 ms of the daemon's event loop a tick:
- * the reads are synchronous). (At `minCores` instead, a hog held below 0.2
+ * a loop is judged a tick later. The reads are synchronous, two small files a
+ * task, and a fork bomb has a thousand tasks: 10-35 ms of the daemon's event
+ * loop a tick, which every step in flight waits out. So the tasks are not
+ * read of a demoted session (it is judged on the kernel's counts alone,
+ * below), nor of one whose fork was refused at pids.max since the last tick
+ * (a fork bomb: its verdict needs no reading), nor of one with more than
+ * `spinScanMaxTasks` (512) tasks (pids.current; a bomb on its way to
+ * pids.max, or a session of that many threads, which is then judged on the
+ * kernel's evidence and bounded by its quota and weight; a browser has ~100,
+ * and the noisy bench's bomb was read once or twice before its demotion,
+ * a daemon tick over 50 ms late in nearly every fork phase). (At `minCores` instead, a hog held below 0.2
  * core for one tick by a busy host lost two ticks of readings, and was
  * demoted 6 s into a phase: noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
  * in every tick (twice a second is enough); the session's own quota and its
@@ -77,6 +84,14 @@ import { cgroupMode } from './oci-runtime.ts';
  *    a noisy run was ever demoted by the two-task rule above); four tasks
  *    at once, half a second each without a voluntary sleep, is a parallel
  *    computation;
+ *  - a session restored less than `maxHoldS` ago with one task or more
+ *    spinning (and `minCores` spun) over one full tick is judged on that
+ *    tick: a hog that paused, not a burst of a browser (which the window's
+ *    quiet tick spares, and which was never demoted in the first place).
+ *    The noisy bench's disk fill is one `dd` after another: each spins
+ *    copying into the page cache, then sleeps while its pages are written
+ *    back (restored then, as calm), then spins again; each spin went 2-2.5 s
+ *    undemoted, the victims' slowest seconds of the phase;
  *  - a session whose fork the pids controller refused at pids.max since the
  *    last tick (pids.events `max`) is demoted at once, grace or not: a fork
  *    bomb. Its processes sleep between retries (bash backs off 1, 2, 4, 8 s)
@@ -84,6 +99,14 @@ import { cgroupMode } from './oci-runtime.ts';
  *    forks (system time: the kernel copies the process before the pids
  *    charge refuses it) take up to its quota; and no desktop starting up
  *    sits at pids.max;
+ *  - a session whose tasks (pids.current) rose by `forkRampTasks` (256) or
+ *    more since the last tick, after its grace: a bomb on its way to
+ *    pids.max. It reached pids.max 0.4-1 s into the noisy bench's fork phases
+ *    (0.5-0.7 s of it took a core or more, and the victims' steps waited);
+ *    pids.current of every undemoted session, idle ones too, is read every
+ *    `evidenceMs`, so a bomb started from idle is judged within 100 ms of
+ *    its 256th task, not at the next tick. A desktop starting up (in its
+ *    grace) or a browser opening a tab adds tens of tasks, not hundreds;
  *  - a session OOM-killed since the last tick (v1 memory.oom_control, v2
  *    memory.events `oom_kill`) while that tick's CPU was at least `minCores`
  *    is demoted, after its grace: a memory hog at its limit, busy in the
@@ -147,6 +170,10 @@ export interface CpuGuardOptions {
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
   spinScanCores: number;
+  /** ...and has at most this many tasks (pids.current). */
+  spinScanMaxTasks: number;
+  /** A session whose tasks (pids.current) rose by this many since the last tick forks at a bomb's rate. */
+  forkRampTasks: number;
   /** Where the cgroup filesystem is, and its version, /proc/stat, /proc and the host's cores (for tests). */
   root: string;
   v2: boolean;
@@ -173,6 +200,8 @@ export const CPU_GUARD_DEFAULTS = {
   spinTasksAtOnce: 4,
   spinBurstMs: 20,
   spinScanCores: 0.05,
+  spinScanMaxTasks: 512,
+  forkRampTasks: 256,
   root: '/sys/fs/cgroup',
   procStat: '/proc/stat',
   proc: '/proc',
@@ -194,6 +223,7 @@ const V1 = {
   quota: 'cpu/%/cpu.cfs_quota_us',
   period: 'cpu/%/cpu.cfs_period_us',
   pidsEvents: 'pids/%/pids.events',
+  pidsCurrent: 'pids/%/pids.current',
   memEvents: 'memory/%/memory.oom_control',
   tasks: 'cpu/%',
   tasksFile: 'tasks',
@@ -208,6 +238,7 @@ const V2 = {
   quota: '%/cpu.max',
   period: '%/cpu.max',
   pidsEvents: '%/pids.events',
+  pidsCurrent: '%/pids.current',
   memEvents: '%/memory.events',
   tasks: '%',
   tasksFile: 'cgroup.threads',
@@ -239,6 +270,8 @@ interface Sample {
   /** Forks the pids controller refused at pids.max (pids.events max), and OOM kills in the cgroup (oom_kill). */
   refused: number;
   oomKills: number;
+  /** Its tasks (pids.current; 0 where that can't be read). */
+  tasks: number;
   /** Spinning CPU since the sample before (ns; see the header), 0 without a task reading of that sample. */
   spinNs: number;
   /** How many of its tasks spun since the sample before (0 without a task reading). */
@@ -263,6 +296,10 @@ interface Track {
   /** When the kernel last refused one of its forks at pids.max, or OOM-killed one of its processes (ms). */
   refusedAt?: number;
   oomAt?: number;
+  /** When its tasks last rose by forkRampTasks within a tick (ms). */
+  rampAt?: number;
+  /** When it was last restored after a demotion (ms). */
+  restoredAt?: number;
   /** Its tasks as read at the last sample, if they were. */
   tasks?: TaskReading;
 }
@@ -355,14 +392,18 @@ export class CpuGuard {
   /**
    * Whether the kernel refused a fork at pids.max, or OOM-killed a process, since the last tick in a
    * session that is not demoted and used at least `spinScanCores` in its last tick (read between ticks,
-   * every `evidenceMs`: two small files per busy session). The guard then ticks at once: a fork bomb
+   * every `evidenceMs`: two small files per busy session), or the tasks of an undemoted session out of
+   * its grace rose by `forkRampTasks` (pids.current, one small file per session, busy or not). The guard then ticks at once: a fork bomb
    * runs at full speed until it is demoted, the worst time for its neighbours, and the pids controller
    * refuses its first fork within a second of its start (exposed for tests).
    */
   evidenceSince(now = performance.now()): boolean {
     for (const t of this._tracks.values()) {
       const [a, b] = t.samples.slice(-2);
-      if (t.demoted || !b || this._bounded(t) || (a && !this._busy(a, b))) continue;
+      if (t.demoted || !b || this._bounded(t)) continue;
+      // A bomb's ramp, from idle too (its first tick may be up to intervalMs away).
+      if (!this._graced(t, now) && this._taskCount(t.cgroup) - b.tasks >= this.opts.forkRampTasks) return true;
+      if (a && !this._busy(a, b)) continue;
       if (counter(read(this._file('pidsEvents', t.cgroup)), 'max') > b.refused) return true;
       // An OOM kill gives no verdict in the grace.
       if (!this._graced(t, now) && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
@@ -373,6 +414,11 @@ export class CpuGuard {
   /** Whether a session used at least spinScanCores between two samples (its tasks are worth reading). */
   private _busy(a: Sample, b: Sample): boolean {
     return b.t > a.t && (b.ns - a.ns) / 1e6 / (b.t - a.t) >= this.opts.spinScanCores;
+  }
+
+  /** A session's tasks (pids.current), 0 where that can't be read. */
+  private _taskCount(cgroup: string): number {
+    return Number(read(this._file('pidsCurrent', cgroup))?.trim()) || 0;
   }
 
   /** Its own quota bounds it below minCores: never demoted. */
@@ -481,6 +527,7 @@ export class CpuGuard {
       throttled: counter(stat, 'nr_throttled'),
       refused: counter(read(this._file('pidsEvents', cgroup)), 'max'),
       oomKills: counter(read(this._file('memEvents', cgroup)), 'oom_kill'),
+      tasks: this._taskCount(cgroup),
       spinNs: 0,
       spinTasks: 0,
     };
@@ -530,7 +577,7 @@ export class CpuGuard {
           t.samples = [];
           t.tasks = undefined;
           t.demoted = false;
-          t.refusedAt = t.oomAt = undefined;
+          t.refusedAt = t.oomAt = t.rampAt = t.restoredAt = undefined;
         }
         continue;
       }
@@ -549,14 +596,16 @@ export class CpuGuard {
       if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {
         t.samples = [];
         t.born = now;
-        t.refusedAt = t.oomAt = undefined;
         if (t.demoted) this._restore(id, t, now);
+        t.refusedAt = t.oomAt = t.rampAt = t.restoredAt = undefined;
       }
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
       // Not while demoted: it is judged on the kernel's counts then.
       const busy = !t.demoted && (last === undefined || this._busy(last, sample));
-      const tasks = busy ? this._readTasks(s.cgroup, t.tasks) : undefined;
+      const ramp = last !== undefined && sample.tasks - last.tasks >= this.opts.forkRampTasks && !this._graced(t, now);
+      const bomb = ramp || (last !== undefined && sample.refused > last.refused);
+      const tasks = busy && !bomb && sample.tasks <= this.opts.spinScanMaxTasks ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
         const spun = this._spin(t.tasks, tasks, sample.ns - last.ns, sample.t - last.t);
         sample.spinNs = spun.ns;
@@ -564,6 +613,7 @@ export class CpuGuard {
       }
       t.tasks = tasks;
       if (last && sample.refused > last.refused) t.refusedAt = now;
+      if (ramp) t.rampAt = now;
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
       while (t.samples.length > 2 && now - t.samples[1]!.t >= win) t.samples.shift();
@@ -592,11 +642,14 @@ export class CpuGuard {
       // keeps a core busy (a memory hog at its limit, busy in the kernel faulting and zeroing pages).
       const tick = lastTick.get(id);
       const forkBomb = t.refusedAt === now;
+      const forkRamp = t.rampAt === now;
       const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.minCores;
-      // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation.
+      // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation;
+      // or one, in a session restored lately: a hog at it again.
+      const again = t.restoredAt !== undefined && now - t.restoredAt < this.opts.maxHoldS * 1000;
       const spinners =
         tick !== undefined &&
-        tick.spinTasks >= this.opts.spinTasksAtOnce &&
+        tick.spinTasks >= (again ? 1 : this.opts.spinTasksAtOnce) &&
         tick.spinFloor >= this.opts.minCores &&
         tick.spanS * 1000 >= this.opts.intervalMs * 0.8;
       /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
@@ -615,7 +668,7 @@ export class CpuGuard {
       // Fork refusals need no window nor grace (no desktop starting up sits at pids.max); an OOM kill
       // gives its verdict before the window is full, but not in the grace.
       const graced = this._graced(t, now);
-      const evidence = tick && !this._bounded(t) && (forkBomb || ((memHog || spinners) && !graced)) ? tick : undefined;
+      const evidence = tick && !this._bounded(t) && (forkBomb || ((memHog || spinners || forkRamp) && !graced)) ? tick : undefined;
       if (!evidence && (!u || graced)) continue;
       let hog = !!evidence;
       if (!hog && u) {
@@ -630,7 +683,17 @@ export class CpuGuard {
         t,
         true,
         evidence ? r.floor : r.spinFloor,
-        !evidence ? 'it keeps the CPU busy' : forkBomb ? 'forks refused at pids.max' : memHog ? 'OOM-killed while busy' : 'several tasks spin',
+        !evidence
+          ? 'it keeps the CPU busy'
+          : forkBomb
+            ? 'forks refused at pids.max'
+            : forkRamp
+              ? "its tasks rose at a fork bomb's rate"
+              : memHog
+                ? 'OOM-killed while busy'
+                : again
+                  ? 'it spins again after a demotion'
+                  : 'several tasks spin',
         // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
         { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
       );
@@ -646,7 +709,7 @@ export class CpuGuard {
   private _restore(id: string, t: Track, now: number): void {
     this._write(id, t, false, 0);
     t.demoted = false;
-    t.since = now;
+    t.since = t.restoredAt = now;
     t.samples = t.samples.slice(-1);
   }
 

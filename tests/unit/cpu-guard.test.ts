@@ -140,6 +140,12 @@ function fixture(
       mkdirSync(join(f, '..'), { recursive: true });
       writeFileSync(f, `max ${refused[id]}\n`);
     },
+    /** The session holds `n` tasks (pids.current). */
+    pidsCurrent(id: string, n: number) {
+      const f = join(root, v2 ? `${cg(id)}/pids.current` : `pids${cg(id)}/pids.current`);
+      mkdirSync(join(f, '..'), { recursive: true });
+      writeFileSync(f, `${n}\n`);
+    },
     /** The kernel OOM-killed `n` more of its processes. */
     oom(id: string, n = 1) {
       ooms[id] = (ooms[id] ?? 0) + n;
@@ -265,6 +271,49 @@ for (const v2 of [false, true]) {
         assert.deepEqual(f.guard.demoted().sort(), ['few', 'multi'], 'one spinning task: not before its window');
         f.step(500, use, { sleepsIn });
         assert.deepEqual(f.guard.demoted().sort(), ['few', 'multi', 'single']);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges a session restored lately on one full tick of one spinning task (a hog that paused); later, or after a reset, it waits for the window again', () => {
+      const f = fixture(v2, ['dd', 'a', 'b'], { graceS: 0 });
+      try {
+        const sleepsIn = { a: 50, b: 50 };
+        const calm = { dd: 0.01, a: 0.3, b: 0.3 };
+        const spin = { dd: 0.5, a: 0.3, b: 0.3 };
+        const hostBusy = 1.8;
+        for (let k = 0; k < 5; k++) f.step(500, calm, { sleepsIn, hostBusy });
+        // First spin: judged on the full window (tasks first read on the first busy tick, then four ticks).
+        let ticks = 0;
+        while (!f.guard.demoted().length && ticks < 20) {
+          f.step(500, spin, { sleepsIn, hostBusy });
+          ticks++;
+        }
+        assert.deepEqual(f.guard.demoted(), ['dd']);
+        assert.ok(ticks >= 5, `the first spin waits for the window (${ticks} ticks)`);
+        // It pauses (asleep while its pages are written back): calm, restored.
+        for (let k = 0; k < 6; k++) f.step(500, calm, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), []);
+        // It spins again: the tick its tasks are read, then one full tick of spinning.
+        f.step(500, spin, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), [], 'not on the tick its tasks were first read');
+        f.step(500, spin, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), ['dd'], 'again: one full tick');
+        // Restored once more, then calm for longer than maxHoldS: a new spin waits for the window again.
+        for (let k = 0; k < 6; k++) f.step(500, calm, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), []);
+        for (let k = 0; k < 61; k++) f.step(500, calm, { sleepsIn, hostBusy });
+        for (let k = 0; k < 3; k++) f.step(500, spin, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), [], 'restored over maxHoldS ago: the window again');
+        for (let k = 0; k < 3; k++) f.step(500, spin, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), ['dd']);
+        // A reset ends the demotion and starts the new desktop clean.
+        f.reset('dd');
+        for (let k = 0; k < 6; k++) f.step(500, calm, { sleepsIn, hostBusy });
+        for (let k = 0; k < 3; k++) f.step(500, spin, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), [], 'after a reset: the window again');
+        assert.equal(f.guard.demotionsOf('dd'), 3);
       } finally {
         f.done();
       }
@@ -405,8 +454,10 @@ for (const v2 of [false, true]) {
         for (let k = 0; k < 30; k++) f.step(500, burst(k));
         assert.deepEqual(f.guard.demoted(), [], 'bursts alone: no verdict');
         f.refuse('bomb', 40);
+        const before = f.guard.tasksRead;
         f.step(500, burst(0));
         assert.deepEqual(f.guard.demoted(), ['bomb']);
+        assert.equal(f.guard.tasksRead - before, 2, "the tick of its first refused fork does not read the bomb's tasks");
         assert.ok(f.demotedNow('bomb'));
         // Not throttled between its bursts, but its forks are still refused: it stays demoted. Its tasks are
         // not read while it is (a fork bomb has a thousand): the neighbours' are, when they are busy.
@@ -437,6 +488,58 @@ for (const v2 of [false, true]) {
         f.refuse('bomb');
         f.step(500, { bomb: 0.05, a: 0.01, b: 0.01 }, { hostBusy: 0.1 });
         assert.deepEqual(f.guard.demoted(), [], 'an idle host: no demotion');
+      } finally {
+        f.done();
+      }
+    });
+
+    it('does not read the tasks of a session holding more than spinScanMaxTasks (a bomb on its way to pids.max), and reads them again below it', () => {
+      const f = fixture(v2, ['many', 'a'], { graceS: 0 });
+      try {
+        f.pidsCurrent('many', 513);
+        f.pidsCurrent('a', 512);
+        for (let k = 0; k < 4; k++) f.step(500, { many: 0.5, a: 0.5 }, { sleepsIn: { many: 9, a: 9 } });
+        const read0 = f.guard.tasksRead;
+        for (let k = 0; k < 4; k++) f.step(500, { many: 0.5, a: 0.5 }, { sleepsIn: { many: 9, a: 9 } });
+        assert.equal(f.guard.tasksRead - read0, 4, "only a's task, once a tick");
+        f.pidsCurrent('many', 40);
+        f.step(500, { many: 0.5, a: 0.5 }, { sleepsIn: { many: 9, a: 9 } });
+        assert.equal(f.guard.tasksRead - read0, 6, 'both read once many is back under the bar');
+      } finally {
+        f.done();
+      }
+    });
+
+    it("demotes a session whose tasks rise at a fork bomb's rate, seen between ticks even from idle; not in its grace, nor a slower rise", () => {
+      const f = fixture(v2, ['bomb', 'slow', 'young', 'a'], { graceS: 5 });
+      try {
+        const use = { bomb: 0.01, slow: 0.01, young: 0.01, a: 0.1 };
+        const sleepsIn = { bomb: 5, slow: 5, young: 5, a: 50 };
+        const hostBusy = 1.8; // a contended host
+        for (const id of ['bomb', 'slow', 'young', 'a']) f.pidsCurrent(id, 20);
+        for (let k = 0; k < 12; k++) f.step(500, use, { sleepsIn, hostBusy });
+        f.reset('young');
+        f.step(500, use, { sleepsIn, hostBusy });
+        assert.equal(f.guard.evidenceSince(f.now), false);
+        // 255 more tasks in a tick is no bomb; 256 is, between ticks too, and the tick it asks for demotes.
+        f.pidsCurrent('slow', 20 + 255);
+        f.pidsCurrent('young', 20 + 400);
+        assert.equal(f.guard.evidenceSince(f.now), false, 'a rise of 255, and a session in its grace');
+        f.pidsCurrent('bomb', 20 + 256);
+        assert.equal(f.guard.evidenceSince(f.now), true);
+        const read0 = f.guard.tasksRead;
+        f.step(100, { ...use, bomb: 0.9 }, { sleepsIn, hostBusy });
+        assert.deepEqual(f.guard.demoted(), ['bomb']);
+        assert.ok(f.demotedNow('bomb'));
+        assert.equal(f.guard.tasksRead - read0, 1, "only a's task: the bomb's are not read on its ramp, nor an idle session's");
+        // An idle host is no verdict: the rise alone does not demote.
+        for (let k = 0; k < 5; k++) f.step(500, use, { sleepsIn, hostBusy: 0.1 });
+        f.pidsCurrent('slow', 275 + 300);
+        f.step(500, use, { sleepsIn, hostBusy: 0.1 });
+        assert.deepEqual(
+          f.guard.demoted().filter((id) => id !== 'bomb'),
+          [],
+        );
       } finally {
         f.done();
       }
