@@ -84,6 +84,16 @@ import { cgroupMode } from './oci-runtime.ts';
  *    a noisy run was ever demoted by the two-task rule above); four tasks
  *    at once, half a second each without a voluntary sleep, is a parallel
  *    computation;
+ *  - a session with one task or more spinning (and `minCores` spun) over one
+ *    full tick, and `kernelSpinShare` (3/4) or more of its CPU over the tick
+ *    in system time (v1 cpuacct.stat, v2 cpu.stat system_usec), is judged on
+ *    that tick: spinning in the kernel, which no interactive app does for
+ *    half a second without a sleep. The noisy bench's disk fill (`dd`
+ *    copying into the page cache, then reclaiming it) and memory hog (`tail`
+ *    faulting in pages) are at 90-100% system time; driven browsers were at
+ *    30% (median) to 53% (most) a half-second (noisy, 2026-12-05T12-23-59).
+ *    Each fill's `dd` otherwise went 2-3 s undemoted: one spinning task
+ *    waits for the full window;
  *  - a session restored less than `maxHoldS` ago with one task or more
  *    spinning (and `minCores` spun) over one full tick is judged on that
  *    tick: a hog that paused, not a burst of a browser (which the window's
@@ -166,6 +176,8 @@ export interface CpuGuardOptions {
   evidenceMs: number;
   /** A session with this many tasks spinning over one full tick is judged on that tick. */
   spinTasksAtOnce: number;
+  /** ...and with one, when at least this share of its CPU over the tick was system time (spinning in the kernel). */
+  kernelSpinShare: number;
   /** A task that ran at least this long over a tick without a voluntary sleep is spinning (ms). */
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
@@ -198,6 +210,7 @@ export const CPU_GUARD_DEFAULTS = {
   intervalMs: 500,
   evidenceMs: 100,
   spinTasksAtOnce: 4,
+  kernelSpinShare: 0.75,
   spinBurstMs: 20,
   spinScanCores: 0.05,
   spinScanMaxTasks: 512,
@@ -217,6 +230,8 @@ export interface GuardedSession {
 
 const V1 = {
   usage: 'cpuacct/%/cpuacct.usage',
+  /** user and system time, in USER_HZ (100 a second) */
+  userSys: 'cpuacct/%/cpuacct.stat',
   weight: 'cpu/%/cpu.shares',
   idle: 'cpu/%/cpu.idle',
   stat: 'cpu/%/cpu.stat',
@@ -232,6 +247,7 @@ const V1 = {
 };
 const V2 = {
   usage: '%/cpu.stat',
+  userSys: '%/cpu.stat',
   weight: '%/cpu.weight',
   idle: '%/cpu.idle',
   stat: '%/cpu.stat',
@@ -272,6 +288,8 @@ interface Sample {
   oomKills: number;
   /** Its tasks (pids.current; 0 where that can't be read). */
   tasks: number;
+  /** System CPU time, ns (v1 in 10 ms steps). */
+  sysNs: number;
   /** Spinning CPU since the sample before (ns; see the header), 0 without a task reading of that sample. */
   spinNs: number;
   /** How many of its tasks spun since the sample before (0 without a task reading). */
@@ -323,6 +341,8 @@ function rates(samples: Sample[]): {
   spinFloor: number;
   spinTasks: number;
   throttledShare: number;
+  /** The share of its CPU that was system time. */
+  sysShare: number;
   spanS: number;
 } {
   const a = samples[0]!;
@@ -349,6 +369,7 @@ function rates(samples: Sample[]): {
     spinFloor,
     spinTasks,
     throttledShare: periods > 0 ? (b.throttled - a.throttled) / periods : 0,
+    sysShare: b.ns > a.ns ? (b.sysNs - a.sysNs) / (b.ns - a.ns) : 0,
     spanS: span / 1000,
   };
 }
@@ -520,9 +541,11 @@ export class CpuGuard {
     const ns = this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
     if (!Number.isFinite(ns)) return undefined;
     const stat = (this.opts.v2 ? usage : read(this._file('stat', cgroup))) ?? '';
+    const userSys = (this.opts.v2 ? usage : read(this._file('userSys', cgroup))) ?? '';
     return {
       t: now,
       ns,
+      sysNs: this.opts.v2 ? counter(userSys, 'system_usec') * 1000 : counter(userSys, 'system') * 1e7,
       periods: counter(stat, 'nr_periods'),
       throttled: counter(stat, 'nr_throttled'),
       refused: counter(read(this._file('pidsEvents', cgroup)), 'max'),
@@ -647,9 +670,10 @@ export class CpuGuard {
       // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation;
       // or one, in a session restored lately: a hog at it again.
       const again = t.restoredAt !== undefined && now - t.restoredAt < this.opts.maxHoldS * 1000;
+      const inKernel = tick !== undefined && tick.sysShare >= this.opts.kernelSpinShare;
       const spinners =
         tick !== undefined &&
-        tick.spinTasks >= (again ? 1 : this.opts.spinTasksAtOnce) &&
+        tick.spinTasks >= (again || inKernel ? 1 : this.opts.spinTasksAtOnce) &&
         tick.spinFloor >= this.opts.minCores &&
         tick.spanS * 1000 >= this.opts.intervalMs * 0.8;
       /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
@@ -693,7 +717,9 @@ export class CpuGuard {
                 ? 'OOM-killed while busy'
                 : again
                   ? 'it spins again after a demotion'
-                  : 'several tasks spin',
+                  : tick!.spinTasks < this.opts.spinTasksAtOnce
+                    ? 'a task spins in the kernel'
+                    : 'several tasks spin',
         // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
         { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
       );

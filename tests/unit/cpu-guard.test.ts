@@ -37,6 +37,8 @@ function fixture(
   const sleeps: Record<string, number> = {};
   /** CPU time (ns) of tasks that ended within a tick: in the cgroup's counter, in no task's. */
   const gone: Record<string, number> = {};
+  /** System CPU time (ns). */
+  const sys: Record<string, number> = {};
   const set = (id: string) => {
     const n = threads[id] ?? 1;
     for (const tid of tids(id)) {
@@ -48,9 +50,15 @@ function fixture(
       );
     }
     const stat = `nr_periods ${periods[id]}\nnr_throttled ${throttled[id]}\nthrottled_time 0\n`;
-    if (v2) writeFileSync(usage(id), `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec 0\n${stat}`);
+    const sysNs = sys[id] ?? 0;
+    if (v2)
+      writeFileSync(
+        usage(id),
+        `usage_usec ${Math.round(used[id]! / 1000)}\nuser_usec ${Math.round((used[id]! - sysNs) / 1000)}\nsystem_usec ${Math.round(sysNs / 1000)}\n${stat}`,
+      );
     else {
       writeFileSync(usage(id), String(used[id]));
+      writeFileSync(join(usage(id), '..', 'cpuacct.stat'), `user ${Math.floor((used[id]! - sysNs) / 1e7)}\nsystem ${Math.floor(sysNs / 1e7)}\n`);
       writeFileSync(join(dir(id), 'cpu.stat'), stat);
     }
   };
@@ -101,10 +109,18 @@ function fixture(
     step(
       ms: number,
       cores: Record<string, number>,
-      o: { hostBusy?: number; throttledIn?: Record<string, number>; sleepsIn?: Record<string, number>; goneIn?: Record<string, number> } = {},
+      o: {
+        hostBusy?: number;
+        throttledIn?: Record<string, number>;
+        sleepsIn?: Record<string, number>;
+        goneIn?: Record<string, number>;
+        /** The share of its CPU spent in the kernel (system time). */
+        sysIn?: Record<string, number>;
+      } = {},
     ) {
       now += ms;
       for (const id of ids) {
+        sys[id] = (sys[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.sysIn?.[id] ?? 0);
         sleeps[id] = (sleeps[id] ?? 0) + (o.sleepsIn?.[id] ?? 0);
         gone[id] = (gone[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.goneIn?.[id] ?? 0);
         used[id]! += (cores[id] ?? 0) * ms * 1e6;
@@ -314,6 +330,27 @@ for (const v2 of [false, true]) {
         for (let k = 0; k < 3; k++) f.step(500, spin, { sleepsIn, hostBusy });
         assert.deepEqual(f.guard.demoted(), [], 'after a reset: the window again');
         assert.equal(f.guard.demotionsOf('dd'), 3);
+      } finally {
+        f.done();
+      }
+    });
+
+    it('judges one task spinning in the kernel (system time) on one full tick; one spinning in user space waits for the window', () => {
+      const f = fixture(v2, ['dd', 'loop', 'a'], { graceS: 0 });
+      try {
+        const sleepsIn = { a: 50 };
+        const hostBusy = 1.8;
+        for (let k = 0; k < 5; k++) f.step(500, { a: 0.3 }, { sleepsIn, hostBusy });
+        const use = { dd: 0.5, loop: 0.5, a: 0.3 };
+        const sysIn = { dd: 0.9, loop: 0.6, a: 0.9 };
+        f.step(500, use, { sleepsIn, hostBusy, sysIn });
+        assert.deepEqual(f.guard.demoted(), [], 'not on the tick its tasks were first read');
+        f.step(500, use, { sleepsIn, hostBusy, sysIn });
+        assert.deepEqual(f.guard.demoted(), ['dd'], "90% system time: one full tick; 60% is not enough, and a's tasks sleep");
+        f.step(500, use, { sleepsIn, hostBusy, sysIn });
+        assert.deepEqual(f.guard.demoted(), ['dd']);
+        for (let k = 0; k < 2; k++) f.step(500, use, { sleepsIn, hostBusy, sysIn });
+        assert.deepEqual(f.guard.demoted().sort(), ['dd', 'loop'], 'the user-space spinner on its full window');
       } finally {
         f.done();
       }
