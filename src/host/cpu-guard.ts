@@ -48,9 +48,10 @@ import { cgroupMode } from './oci-runtime.ts';
  * pids.max, or a session of that many threads, which is then judged on the
  * kernel's evidence and bounded by its quota and weight; a browser has ~100,
  * and the noisy bench's bomb was read once or twice before its demotion,
- * a daemon tick over 50 ms late in nearly every fork phase). (At `minCores` instead, a hog held below 0.2
- * core for one tick by a busy host lost two ticks of readings, and was
- * demoted 6 s into a phase: noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
+ * a daemon tick over 50 ms late in nearly every fork phase). (At `minCores`
+ * instead, a hog held below 0.2 core for one tick by a busy host lost two
+ * ticks of readings, and was demoted 6 s into a phase:
+ * noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
  * in every tick (twice a second is enough); the session's own quota and its
  * weight are what bound it.
  * Not judged: a session in its
@@ -414,9 +415,10 @@ export class CpuGuard {
    * Whether the kernel refused a fork at pids.max, or OOM-killed a process, since the last tick in a
    * session that is not demoted and used at least `spinScanCores` in its last tick (read between ticks,
    * every `evidenceMs`: two small files per busy session), or the tasks of an undemoted session out of
-   * its grace rose by `forkRampTasks` (pids.current, one small file per session, busy or not). The guard then ticks at once: a fork bomb
-   * runs at full speed until it is demoted, the worst time for its neighbours, and the pids controller
-   * refuses its first fork within a second of its start (exposed for tests).
+   * its grace rose by `forkRampTasks` (pids.current, one small file per session, busy or not). The
+   * guard then ticks at once: a fork bomb runs at full speed until it is demoted, the worst time for
+   * its neighbours, and the pids controller refuses its first fork within a second of its start
+   * (exposed for tests).
    */
   evidenceSince(now = performance.now()): boolean {
     for (const t of this._tracks.values()) {
