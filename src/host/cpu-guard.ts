@@ -315,8 +315,6 @@ interface Track {
   /** When the kernel last refused one of its forks at pids.max, or OOM-killed one of its processes (ms). */
   refusedAt?: number;
   oomAt?: number;
-  /** When its tasks last rose by forkRampTasks within a tick (ms). */
-  rampAt?: number;
   /** When it was last restored after a demotion (ms). */
   restoredAt?: number;
   /** Its tasks as read at the last sample, if they were. */
@@ -591,6 +589,8 @@ export class CpuGuard {
     const use = new Map<string, ReturnType<typeof rates>>();
     /** Each session's numbers over its last tick only. */
     const lastTick = new Map<string, ReturnType<typeof rates>>();
+    /** Sessions whose tasks rose by forkRampTasks in this tick. */
+    const ramped = new Set<string>();
     for (const [id, s] of live) {
       // Being created or reset: runc is writing the new cgroup's weight, which the kernel refuses
       // (EINVAL) on a group the guard has made idle; so hands off. The new cgroup starts at the
@@ -602,7 +602,7 @@ export class CpuGuard {
           t.samples = [];
           t.tasks = undefined;
           t.demoted = false;
-          t.refusedAt = t.oomAt = t.rampAt = t.restoredAt = undefined;
+          t.refusedAt = t.oomAt = t.restoredAt = undefined;
         }
         continue;
       }
@@ -622,23 +622,23 @@ export class CpuGuard {
         t.samples = [];
         t.born = now;
         if (t.demoted) this._restore(id, t, now);
-        t.refusedAt = t.oomAt = t.rampAt = t.restoredAt = undefined;
+        t.refusedAt = t.oomAt = t.restoredAt = undefined;
       }
       const last = t.samples.at(-1);
       // Its tasks, at its first sample and when it was busy in this tick: the spinning CPU since the tick before.
       // Not while demoted: it is judged on the kernel's counts then.
       const busy = !t.demoted && (last === undefined || this._busy(last, sample));
       const ramp = last !== undefined && sample.tasks - last.tasks >= this.opts.forkRampTasks && !this._graced(t, now);
-      const bomb = ramp || (last !== undefined && sample.refused > last.refused);
-      const tasks = busy && !bomb && sample.tasks <= this.opts.spinScanMaxTasks ? this._readTasks(s.cgroup, t.tasks) : undefined;
+      const refused = last !== undefined && sample.refused > last.refused;
+      const tasks = busy && !ramp && !refused && sample.tasks <= this.opts.spinScanMaxTasks ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
         const spun = this._spin(t.tasks, tasks, sample.ns - last.ns, sample.t - last.t);
         sample.spinNs = spun.ns;
         sample.spinTasks = spun.tasks;
       }
       t.tasks = tasks;
-      if (last && sample.refused > last.refused) t.refusedAt = now;
-      if (ramp) t.rampAt = now;
+      if (refused) t.refusedAt = now;
+      if (ramp) ramped.add(id);
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;
       t.samples.push(sample);
       while (t.samples.length > 2 && now - t.samples[1]!.t >= win) t.samples.shift();
@@ -667,7 +667,7 @@ export class CpuGuard {
       // keeps a core busy (a memory hog at its limit, busy in the kernel faulting and zeroing pages).
       const tick = lastTick.get(id);
       const forkBomb = t.refusedAt === now;
-      const forkRamp = t.rampAt === now;
+      const forkRamp = ramped.has(id);
       const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.minCores;
       // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation;
       // or one, in a session restored lately: a hog at it again.
