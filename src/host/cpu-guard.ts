@@ -37,8 +37,13 @@ import { cgroupMode } from './oci-runtime.ts';
  * while a host where every session computes alike has no hog to single out.
  * Tasks are read at a session's first sample and whenever it used at least
  * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
- * tick before counts as not spinning, so a session that wakes from idle into
- * a loop is judged a tick later. The reads are synchronous, two small files a
+ * tick before counts as not spinning. A session idle in its last tick (its
+ * tasks unread) that used `spinScanCores` since is read between ticks, at the
+ * `evidenceMs` poll that sees it wake, and its next tick judges what its
+ * tasks did from then on (the spin burst scaled to that span): else a hog
+ * started from idle went unjudged for a tick after its first, the memory
+ * hog 0.7-1.1 s and each fill's `dd` 0.8-1.0 s into the noisy bench's
+ * phases (noisy-2026-12-05T12-32-39). The reads are synchronous, two small files a
  * task, and a fork bomb has a thousand tasks: 10-35 ms of the daemon's event
  * loop a tick, which every step in flight waits out. So the tasks are not
  * read of a demoted session (it is judged on the kernel's counts alone,
@@ -127,18 +132,25 @@ import { cgroupMode } from './oci-runtime.ts';
  * What demotion does: cpu.idle 1 where the kernel has it (5.15+, v1 and v2:
  * a waking sibling preempts it at once; the kernel then gives it the idle
  * weight), else a 16th of the weight (v1 cpu.shares 64, v2 cpu.weight 6),
- * and a quota of `capCores` (0.1 core; v1
+ * and a quota of `capCores` (0.03 core; v1
  * cpu.cfs_quota_us, v2 cpu.max). cpu.idle and the weight only rank it against
  * its sibling sessions: above them, the sessions' parent cgroup stays
  * runnable as long as the hog is, so the daemon and the clients, which wake
  * in the root's run queue, still waited behind it. The quota is what takes it
- * off the CPU: a throttled group is dequeued.
+ * off the CPU: a throttled group is dequeued. At 0.1 core the demoted hog
+ * still cost its neighbours: in the noisy bench, from the third second of a
+ * phase on, the victims made 84-95% of their quiet steps a second at a
+ * median step 3-14% slower (noisy-2026-12-05T12-32-39: a host the victims
+ * keep 90% busy, where a tenth of a core is a twentieth of what they get);
+ * at 0.03 core, 94-102% and 0-11% (noisy-2026-12-05T15-12-09). A session is
+ * stopped (reset, destroyed) with its demotion lifted first, as its dying
+ * processes would exit at the cap (`releaseCpu`).
  *
  * When it ends: the kernel counts the periods in which the group ran out of
  * its quota (cpu.stat nr_periods, nr_throttled). Once a full window has passed
  * since the demotion, a session is restored (its own quota, the normal weight,
  * cpu.idle 0) when it hit the cap in fewer than `releaseShare` (half) of its
- * periods over the window (it no longer wants more than 0.1 core) and had no
+ * periods over the window (it no longer wants more than its cap) and had no
  * fork refused at pids.max nor an OOM kill in the last `evidenceHoldS` (10 s:
  * a fork bomb retries and a memory hog refills every few seconds, and at the
  * cap, ranked idle on a busy host, it may not even be throttled), or when the
@@ -173,7 +185,7 @@ export interface CpuGuardOptions {
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
   intervalMs: number;
-  /** How often the kernel's evidence (a fork refused, an OOM kill) of busy sessions is read between ticks (ms). */
+  /** How often the kernel's evidence (a fork refused, an OOM kill, a bomb's ramp) and idle sessions' wakes are read between ticks (ms). */
   evidenceMs: number;
   /** A session with this many tasks spinning over one full tick is judged on that tick. */
   spinTasksAtOnce: number;
@@ -201,7 +213,7 @@ export const CPU_GUARD_DEFAULTS = {
   ratio: 2.5,
   windowS: 2,
   graceS: 10,
-  capCores: 0.1,
+  capCores: 0.03,
   busyShare: 0.8,
   releaseShare: 0.5,
   maxHoldS: 30,
@@ -225,7 +237,7 @@ export const CPU_GUARD_DEFAULTS = {
 export interface GuardedSession {
   cgroup: string;
   cpus: number;
-  /** Being created or reset: not judged nor written, and its grace time starts when this ends. */
+  /** Being created, reset or destroyed: not judged nor written, and its grace time starts when this ends. */
   starting?: boolean;
 }
 
@@ -317,8 +329,10 @@ interface Track {
   oomAt?: number;
   /** When it was last restored after a demotion (ms). */
   restoredAt?: number;
-  /** Its tasks as read at the last sample, if they were. */
+  /** Its tasks as read at the last sample, if they were, or between ticks (see `tasksAt`). */
   tasks?: TaskReading;
+  /** When `tasks` were read between ticks (ms), and the cgroup's CPU time then (ns): an idle session that woke. */
+  tasksAt?: { t: number; ns: number };
 }
 
 /** The q-quantile of xs, linearly interpolated (q 0.5: the median). */
@@ -415,19 +429,34 @@ export class CpuGuard {
    * every `evidenceMs`: two small files per busy session), or the tasks of an undemoted session out of
    * its grace rose by `forkRampTasks` (pids.current, one small file per session, busy or not). The
    * guard then ticks at once: a fork bomb runs at full speed until it is demoted, the worst time for
-   * its neighbours, and the pids controller refuses its first fork within a second of its start
-   * (exposed for tests).
+   * its neighbours, and the pids controller refuses its first fork within a second of its start.
+   * On the way it reads the tasks of an undemoted session out of its grace that was idle in its last
+   * tick and used `spinScanCores` since (its usage file, one more small file per idle session): the
+   * start of what its next tick judges (exposed for tests).
    */
   evidenceSince(now = performance.now()): boolean {
     for (const t of this._tracks.values()) {
       const [a, b] = t.samples.slice(-2);
       if (t.demoted || !b || this._bounded(t)) continue;
+      const graced = this._graced(t, now);
       // A bomb's ramp, from idle too (its first tick may be up to intervalMs away).
-      if (!this._graced(t, now) && this._taskCount(t.cgroup) - b.tasks >= this.opts.forkRampTasks) return true;
-      if (a && !this._busy(a, b)) continue;
+      const count = graced ? 0 : this._taskCount(t.cgroup);
+      if (!graced && count - b.tasks >= this.opts.forkRampTasks) return true;
+      if (a && !this._busy(a, b)) {
+        // Idle in its last tick, so its tasks were not read there: woken since, they are read now, and
+        // the next tick judges what they did from here, not a tick later (a hog started from idle).
+        if (!graced && !t.tasks && count <= this.opts.spinScanMaxTasks) {
+          const ns = this._ns(read(this._file('usage', t.cgroup)));
+          if (this._busy(b, { ...b, t: now, ns })) {
+            t.tasks = this._readTasks(t.cgroup, undefined);
+            t.tasksAt = { t: now, ns };
+          }
+        }
+        continue;
+      }
       if (counter(read(this._file('pidsEvents', t.cgroup)), 'max') > b.refused) return true;
       // An OOM kill gives no verdict in the grace.
-      if (!this._graced(t, now) && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
+      if (!graced && counter(read(this._file('memEvents', t.cgroup)), 'oom_kill') > b.oomKills) return true;
     }
     return false;
   }
@@ -534,12 +563,17 @@ export class CpuGuard {
     return { ns: Math.min(usedNs, spin + Math.max(0, usedNs - seen)), tasks };
   }
 
+  /** A session's CPU time (ns) from its usage file's text (v1 cpuacct.usage, v2 cpu.stat), NaN without it. */
+  private _ns(usage: string | undefined): number {
+    if (usage === undefined) return NaN;
+    return this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
+  }
+
   /** One reading of a session's cgroup, or undefined when it is gone. */
   private _sample(now: number, cgroup: string): Sample | undefined {
     const usage = read(this._file('usage', cgroup));
-    if (usage === undefined) return undefined;
-    const ns = this.opts.v2 ? Number(/^usage_usec (\d+)$/m.exec(usage)?.[1] ?? NaN) * 1000 : Number(usage.trim());
-    if (!Number.isFinite(ns)) return undefined;
+    const ns = this._ns(usage);
+    if (usage === undefined || !Number.isFinite(ns)) return undefined;
     const stat = (this.opts.v2 ? usage : read(this._file('stat', cgroup))) ?? '';
     const userSys = (this.opts.v2 ? usage : read(this._file('userSys', cgroup))) ?? '';
     return {
@@ -600,7 +634,7 @@ export class CpuGuard {
         if (t) {
           t.born = now;
           t.samples = [];
-          t.tasks = undefined;
+          t.tasks = t.tasksAt = undefined;
           t.demoted = false;
           t.refusedAt = t.oomAt = t.restoredAt = undefined;
         }
@@ -632,11 +666,14 @@ export class CpuGuard {
       const refused = last !== undefined && sample.refused > last.refused;
       const tasks = busy && !ramp && !refused && sample.tasks <= this.opts.spinScanMaxTasks ? this._readTasks(s.cgroup, t.tasks) : undefined;
       if (tasks && t.tasks && last) {
-        const spun = this._spin(t.tasks, tasks, sample.ns - last.ns, sample.t - last.t);
+        // Since the last sample, or since the tasks were read between ticks (the session woke from idle).
+        const from = t.tasksAt ?? last;
+        const spun = this._spin(t.tasks, tasks, sample.ns - from.ns, sample.t - from.t);
         sample.spinNs = spun.ns;
         sample.spinTasks = spun.tasks;
       }
       t.tasks = tasks;
+      t.tasksAt = undefined;
       if (refused) t.refusedAt = now;
       if (ramp) ramped.add(id);
       if (last && sample.oomKills > last.oomKills) t.oomAt = now;

@@ -186,10 +186,21 @@ export class OciRuntime {
     return (JSON.parse(r.stdout) as { id: string; pid: number; status: string }[]).map((s) => ({ id: s.id, pid: s.pid, status: s.status }));
   }
 
-  /** SIGKILL to the container's init tears down its whole PID namespace; then remove it. */
-  async destroy(id: string): Promise<void> {
+  /**
+   * SIGKILL to the container's init tears down its whole PID namespace; then remove it. `delete`
+   * fails while processes of the container are still exiting (it waits a while for the init, then
+   * can't remove the cgroup), so it is tried again until the container is gone, for `waitMs`.
+   */
+  async destroy(id: string, waitMs = 20_000): Promise<void> {
     await run(this.argv('kill', id, 'KILL'), { okCodes: [0, 1] });
-    await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
+    const until = performance.now() + waitMs;
+    for (;;) {
+      const r = await run(this.argv('delete', '--force', id), { okCodes: [0, 1] });
+      if (r.code === 0 || !(await this.state(id))) return;
+      if (performance.now() > until)
+        throw new HostError(`${this.info.name} delete`, `container ${id} still there: ${r.stderr.trim().split('\n').at(-1) ?? ''}`, { container: id });
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
   }
 
   /**

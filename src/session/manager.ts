@@ -26,7 +26,7 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
-import { removeCgroup } from '../host/cgroup.ts';
+import { releaseCpu, removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import {
@@ -544,6 +544,8 @@ export class SessionManager {
 
   private async _stopContainer(s: Session): Promise<void> {
     this._closeGeneration(s);
+    // A demoted session's processes would die at its CPU cap.
+    releaseCpu(s.names.cgroup);
     await this.runtime.destroy(s.names.container);
     await unmountOverlay(join(s.dir, 'bundle', 'rootfs'));
   }

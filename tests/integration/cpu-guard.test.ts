@@ -1,8 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
+import { CPU_GUARD_DEFAULTS } from '../../src/host/cpu-guard.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory');
@@ -22,8 +23,9 @@ function cpuState(instance: string, id: string): { weight: number; idle: string 
 type CpuState = ReturnType<typeof cpuState>;
 const LOW = v2 ? 6 : 64;
 const NORMAL = v2 ? 100 : 1024;
-/** The guard's cap, 0.1 core of a 100 ms period, and a session's own quota. */
-const CAP = v2 ? '10000 100000' : '10000';
+/** The guard's cap (capCores of a 100 ms period), and a session's own quota. */
+const capUs = String(Math.round(CPU_GUARD_DEFAULTS.capCores * 100_000));
+const CAP = v2 ? `${capUs} 100000` : capUs;
 const own = (cores: number) => (v2 ? `${cores * 100_000} 100000` : String(cores * 100_000));
 // With cpu.idle 1 the kernel gives the group the idle weight (cpu.shares reads 3): the guard writes a 16th
 // of the weight only where there is no cpu.idle.
@@ -78,7 +80,7 @@ async function guardMetrics(d: TestDaemon) {
 }
 
 // The CPU guard (src/host/cpu-guard.ts) on a real daemon and real sessions: a session that spins is
-// demoted (cpu.idle, a 16th of the weight, a 0.1-core quota) and restored once it stops; sessions driven in bursts
+// demoted (cpu.idle, a 16th of the weight, a small quota) and restored once it stops; sessions driven in bursts
 // (clicks and screenshots, and one with a real CPU burst every few seconds) beside it never are.
 describe('CPU guard', () => {
   let d: TestDaemon;
@@ -190,6 +192,49 @@ describe('CPU guard', () => {
       await Promise.allSettled(drivers);
       for (const id of made) await c.destroySession(id).catch(() => {});
       await Promise.allSettled(execs);
+    }
+  });
+  it('resets and destroys a demoted session full of processes at once: its demotion is lifted before they are killed', { timeout: 180_000 }, async () => {
+    const c = d.client;
+    const s = await c.createSession({ image: 'minimal' });
+    let holding: Promise<unknown> | undefined;
+    try {
+      // 800 sleeping processes, then a cap far below the guard's (cpu.idle 1, 1 ms of CPU a second):
+      // killed at that cap, they take minutes to exit, and runc's delete gives up after 10 s.
+      holding = c
+        .exec(s.id, { shell: 'for i in $(seq 800); do sleep 600 </dev/null >/dev/null 2>&1 & done; echo started; wait', timeoutMs: 170_000 })
+        .catch((e: Error) => e);
+      await until(
+        '800 processes in the session',
+        () => {
+          const pids = Number(
+            readFileSync(
+              v2 ? `/sys/fs/cgroup/drums-${d.instance}/sessions/${s.id}/pids.current` : `/sys/fs/cgroup/pids/drums-${d.instance}/sessions/${s.id}/pids.current`,
+              'utf8',
+            ),
+          );
+          return pids >= 800 ? pids : undefined;
+        },
+        60_000,
+      );
+      const dir = v2 ? `/sys/fs/cgroup/drums-${d.instance}/sessions/${s.id}` : `/sys/fs/cgroup/cpu/drums-${d.instance}/sessions/${s.id}`;
+      if (existsSync(join(dir, 'cpu.idle'))) writeFileSync(join(dir, 'cpu.idle'), '1');
+      if (v2) writeFileSync(join(dir, 'cpu.max'), '1000 1000000');
+      else {
+        writeFileSync(join(dir, 'cpu.cfs_period_us'), '1000000');
+        writeFileSync(join(dir, 'cpu.cfs_quota_us'), '1000');
+      }
+      const t0 = Date.now();
+      const r = await c.resetSession(s.id);
+      assert.equal(r.state, 'ready');
+      assert.ok(Date.now() - t0 < 30_000, `reset took ${Date.now() - t0} ms`);
+      const ended = (await holding) as { exitCode?: number; signal?: string } | Error;
+      assert.ok(ended instanceof Error || ended.exitCode !== 0, `the exec ended with the old generation: ${JSON.stringify(ended)}`);
+      const after = await c.exec(s.id, { shell: 'ps -e --no-headers | wc -l' });
+      assert.ok(Number(after.stdout.trim()) < 50, `${after.stdout.trim()} processes after the reset`);
+    } finally {
+      await c.destroySession(s.id).catch(() => {});
+      await holding;
     }
   });
 });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
+import { CPU_GUARD_DEFAULTS, CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
 
 /** A cgroup tree and a /proc/stat in a temporary directory with the v1 or v2 file names, and a guard over it. */
 function fixture(
@@ -25,7 +25,9 @@ function fixture(
   const normal = v2 ? '100' : '1024';
   const cpusOf = (id: string) => cpus[id] ?? 1;
   const ownQuota = (id: string) => (v2 ? `${cpusOf(id) * 100000} 100000` : String(cpusOf(id) * 100000));
-  const capQuota = v2 ? '10000 100000' : '10000';
+  // The demoted sessions' quota: capCores of a 100 ms period.
+  const cap = String(Math.round((opts.capCores ?? CPU_GUARD_DEFAULTS.capCores) * 100000));
+  const capQuota = v2 ? `${cap} 100000` : cap;
   const used: Record<string, number> = {};
   const periods: Record<string, number> = {};
   const throttled: Record<string, number> = {};
@@ -88,6 +90,34 @@ function fixture(
     ...opts,
   });
   let now = 0;
+  function advance(
+    ms: number,
+    cores: Record<string, number>,
+    o: {
+      hostBusy?: number;
+      throttledIn?: Record<string, number>;
+      sleepsIn?: Record<string, number>;
+      goneIn?: Record<string, number>;
+      /** The share of its CPU spent in the kernel (system time). */
+      sysIn?: Record<string, number>;
+    } = {},
+  ) {
+    now += ms;
+    for (const id of ids) {
+      sys[id] = (sys[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.sysIn?.[id] ?? 0);
+      sleeps[id] = (sleeps[id] ?? 0) + (o.sleepsIn?.[id] ?? 0);
+      gone[id] = (gone[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.goneIn?.[id] ?? 0);
+      used[id]! += (cores[id] ?? 0) * ms * 1e6;
+      const p = (cores[id] ?? 0) > 0 ? ms / 100 : 0;
+      periods[id]! += p;
+      throttled[id]! += p * (o.throttledIn?.[id] ?? 0);
+      set(id);
+    }
+    const busy = o.hostBusy ?? Object.values(cores).reduce((a, b) => a + b, 0) + 1;
+    host.busy += (busy * ms) / 10;
+    host.idle += ((2 - busy) * ms) / 10;
+    writeHost();
+  }
   return {
     guard,
     starting,
@@ -100,41 +130,12 @@ function fixture(
     get now() {
       return now;
     },
-    /**
-     * `ms` of time: each session uses its `cores`, the host is busy with `hostBusy` cores (default: the
-     * sessions' sum plus 1, a contended host), and a session in `throttledIn` was throttled in that share
-     * of its periods, a session in `sleepsIn` slept of its own accord that many times (default 0: it spins),
-     * and one in `goneIn` used that share of its CPU in tasks that ended within the tick; then one tick.
-     */
-    step(
-      ms: number,
-      cores: Record<string, number>,
-      o: {
-        hostBusy?: number;
-        throttledIn?: Record<string, number>;
-        sleepsIn?: Record<string, number>;
-        goneIn?: Record<string, number>;
-        /** The share of its CPU spent in the kernel (system time). */
-        sysIn?: Record<string, number>;
-      } = {},
-    ) {
-      now += ms;
-      for (const id of ids) {
-        sys[id] = (sys[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.sysIn?.[id] ?? 0);
-        sleeps[id] = (sleeps[id] ?? 0) + (o.sleepsIn?.[id] ?? 0);
-        gone[id] = (gone[id] ?? 0) + (cores[id] ?? 0) * ms * 1e6 * (o.goneIn?.[id] ?? 0);
-        used[id]! += (cores[id] ?? 0) * ms * 1e6;
-        const p = (cores[id] ?? 0) > 0 ? ms / 100 : 0;
-        periods[id]! += p;
-        throttled[id]! += p * (o.throttledIn?.[id] ?? 0);
-        set(id);
-      }
-      const busy = o.hostBusy ?? Object.values(cores).reduce((a, b) => a + b, 0) + 1;
-      host.busy += (busy * ms) / 10;
-      host.idle += ((2 - busy) * ms) / 10;
-      writeHost();
+    /** `advance`, then one tick. */
+    step(ms: number, cores: Record<string, number>, o: Parameters<typeof advance>[2] = {}) {
+      advance(ms, cores, o);
       guard.tick(now);
     },
+    advance,
     /** A reset: the new cgroup's counters start from 0, at the session's own quota and the default weight. */
     reset(id: string) {
       used[id] = periods[id] = throttled[id] = 0;
@@ -351,6 +352,37 @@ for (const v2 of [false, true]) {
         assert.deepEqual(f.guard.demoted(), ['dd']);
         for (let k = 0; k < 2; k++) f.step(500, use, { sleepsIn, hostBusy, sysIn });
         assert.deepEqual(f.guard.demoted().sort(), ['dd', 'loop'], 'the user-space spinner on its full window');
+      } finally {
+        f.done();
+      }
+    });
+
+    it('reads the tasks of an idle session that wakes between ticks: a kernel spinner started from idle is judged on the first tick after', () => {
+      const f = fixture(v2, ['dd', 'find', 'late', 'young', 'a'], { graceS: 4 });
+      try {
+        const sleepsIn = { a: 50, find: 20 };
+        const hostBusy = 1.8;
+        for (let k = 0; k < 10; k++) f.step(500, { a: 0.3 }, { sleepsIn, hostBusy }); // past the grace, all idle but a
+        f.starting.add('young');
+        f.step(500, { a: 0.3 }, { sleepsIn, hostBusy });
+        f.starting.delete('young'); // young was reset just now: in its grace
+        f.step(500, { a: 0.3 }, { sleepsIn, hostBusy });
+        // dd and find wake 100 ms into the tick, both in the kernel; find sleeps on its reads; young is in its grace.
+        const sysIn = { dd: 0.95, find: 0.95, late: 0.95, young: 0.95, a: 0.5 };
+        f.advance(100, { a: 0.3, dd: 0.6, find: 0.6, young: 0.6 }, { sleepsIn, hostBusy, sysIn });
+        const read0 = f.guard.tasksRead;
+        assert.equal(f.guard.evidenceSince(f.now), false, 'a wake is no evidence by itself');
+        assert.equal(f.guard.tasksRead - read0, 2, "dd's and find's tasks read between ticks; young's not (in its grace), nor the idle ones'");
+        assert.equal(f.guard.evidenceSince(f.now), false);
+        assert.equal(f.guard.tasksRead - read0, 2, 'once a tick');
+        // late wakes 50 ms before the tick: too little of the tick spun to judge on it.
+        f.advance(350, { a: 0.3, dd: 0.6, find: 0.6, young: 0.6 }, { sleepsIn, hostBusy, sysIn });
+        f.advance(50, { a: 0.3, dd: 0.6, find: 0.6, late: 0.6, young: 0.6 }, { sleepsIn, hostBusy, sysIn });
+        f.guard.evidenceSince(f.now);
+        f.guard.tick(f.now);
+        assert.deepEqual(f.guard.demoted(), ['dd'], 'dd on the first tick after its wake; find sleeps, late spun 50 ms of it');
+        f.step(500, { a: 0.3, dd: 0.6, find: 0.6, late: 0.6, young: 0.6 }, { sleepsIn, hostBusy, sysIn });
+        assert.deepEqual(f.guard.demoted(), ['dd', 'late'], 'late on its next tick, as without the read between ticks');
       } finally {
         f.done();
       }

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CPU_GUARD_DEFAULTS } from '../../src/host/cpu-guard.ts';
 import { cgroupMode } from '../../src/host/oci-runtime.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
@@ -102,7 +103,7 @@ describe('cgroup v2 host', () => {
         try {
           const hog = d.client.exec(s.id, { shell: 'timeout 20 sh -c "while :; do :; done"; true', timeoutMs: 60_000 });
           await until('the spinning session demoted', () => (read(join(dir, 'cpu.idle')) === '1' ? true : undefined), 60_000, cpuState);
-          assert.equal(read(join(dir, 'cpu.max')), '10000 100000', `demoted to 0.1 core: ${cpuState()}`);
+          assert.equal(read(join(dir, 'cpu.max')), `${Math.round(CPU_GUARD_DEFAULTS.capCores * 100_000)} 100000`, `demoted to its cap: ${cpuState()}`);
           const u = await usage();
           assert.ok(u.cpuPercent !== null && u.cpuPercent > 10 && (u.memoryBytes ?? 0) > MiB, JSON.stringify(u));
           await hog;

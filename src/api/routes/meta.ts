@@ -177,7 +177,7 @@ function cpuGuardGauges(ctx: RouteContext, guard: CpuGuardView) {
   return [
     {
       name: 'drums_cpu_guard_demotions_total',
-      help: 'Sessions the CPU guard demoted (cpu.idle, a 16th of the weight, a 0.1-core quota) since the daemon started.',
+      help: 'Sessions the CPU guard demoted (cpu.idle, a 16th of the weight, a 0.03-core quota) since the daemon started.',
       type: 'counter' as const,
       values: [[{}, guard.demotions]] as [Record<string, string>, number][],
     },
