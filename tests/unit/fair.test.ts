@@ -130,6 +130,40 @@ describe('fair share between sessions', () => {
     assert.ok(during >= 5, `flood starved: ${during}`);
   });
 
+  it('a request sent behind another of its session (a backlog) is charged backlogCharge turns: a flood gets a quarter of what each client gets', async () => {
+    /** The flood's requests served while two clients each make 30, one at a time. */
+    const floodWhile = async (opts: { backlogCharge?: number }) => {
+      const sched = new FairScheduler({ slots: 4, maxQueue: 100, lingerMs: 200, ...opts });
+      const done: Record<string, number> = { f: 0, a: 0, b: 0 };
+      let stop = false;
+      const flood = Array.from({ length: 8 }, async () => {
+        while (!stop)
+          await sched.run('f', async () => {
+            await new Promise((r) => setImmediate(r));
+            done.f!++;
+          });
+      });
+      const client = async (who: string) => {
+        for (let i = 0; i < 30; i++) {
+          await sched.run(who, async () => {
+            await new Promise((r) => setTimeout(r, 10));
+            done[who]!++;
+          });
+          await new Promise((r) => setTimeout(r, 2));
+        }
+      };
+      await Promise.all([client('a'), client('b')]);
+      const during = done.f!;
+      stop = true;
+      await Promise.all(flood);
+      return during;
+    };
+    const charged = await floodWhile({});
+    const oneTurn = await floodWhile({ backlogCharge: 1 });
+    assert.ok(charged <= 30 / 4 + 4 && charged >= 4, `the flood ran ${charged} while each client ran 30`);
+    assert.ok(oneTurn >= 20, `at one turn a backlog request the flood ran ${oneTurn} (about a client's 30)`);
+  });
+
   it('a client that sends one request at a time is never refused while another session floods past its queue bound; idle sessions are forgotten', async () => {
     const sched = new FairScheduler({ slots: 2, maxQueue: 3, lingerMs: 20 });
     const work = () => new Promise((r) => setTimeout(r, 5));
