@@ -73,17 +73,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   // Sessions being created or reset are left alone: runc writes their cpu.shares, which the kernel refuses
   // (EINVAL) once the guard has set cpu.idle there (a reset of a demoted session broke so); and so are
   // sessions being stopped, whose demotion is lifted so their processes exit at once (releaseCpu).
-  const cpuGuard = new CpuGuard(
-    () =>
-      new Map(
-        mgr
-          .list()
-          .map((s) => [
-            s.id,
-            { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: s.state === 'creating' || s.state === 'resetting' || s.state === 'destroying' },
-          ]),
-      ),
-  );
+  const handsOff = new Set(['creating', 'resetting', 'destroying']);
+  const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: handsOff.has(s.state) }])));
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason), fairShare: fairShareOf(config) });
   const osworld = new OsworldService(mgr, display);

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -18,24 +18,6 @@ export function removeCgroup(path: string): void {
       rmdirSync(base + path);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    }
-  }
-}
-
-/**
- * Lifts the CPU guard's demotion from a cgroup whose processes are about to be killed (cpu.idle 0,
- * no quota): a dying process runs to exit, and a thousand of them at a demoted session's cap took
- * longer than `runc delete` waits (a fork bomb's reset failed: "container with given ID already
- * exists"). Missing files (a kernel without cpu.idle, a cgroup already gone) are skipped.
- */
-export function releaseCpu(path: string): void {
-  const v2 = cgroupBases().length === 1;
-  const dir = v2 ? `/sys/fs/cgroup${path}` : `/sys/fs/cgroup/cpu${path}`;
-  for (const [file, value] of [['cpu.idle', '0'], v2 ? ['cpu.max', 'max'] : ['cpu.cfs_quota_us', '-1']] as const) {
-    try {
-      writeFileSync(join(dir, file), value);
-    } catch (e) {
-      if (!['ENOENT', 'ENODEV'].includes((e as NodeJS.ErrnoException).code ?? '')) throw e;
     }
   }
 }

@@ -275,6 +275,26 @@ const V2 = {
   low: 6,
 };
 
+/**
+ * Lifts a demotion from a session's cgroup whose processes are about to be killed (cpu.idle 0, no
+ * quota): a dying process runs to exit, and a thousand of them at the cap took longer than `runc
+ * delete` waits (a fork bomb's reset failed: "container with given ID already exists"). Missing
+ * files (a kernel without cpu.idle, a cgroup already gone) are skipped.
+ */
+export function releaseCpu(cgroup: string, root = CPU_GUARD_DEFAULTS.root, v2 = cgroupMode() === 'v2'): void {
+  const k = v2 ? V2 : V1;
+  for (const [file, value] of [
+    [k.idle, '0'],
+    [k.quota, v2 ? 'max' : '-1'],
+  ] as const) {
+    try {
+      writeFileSync(join(root, file.replace('%', cgroup)), value);
+    } catch (e) {
+      if (!['ENOENT', 'ENODEV'].includes((e as NodeJS.ErrnoException).code ?? '')) throw e;
+    }
+  }
+}
+
 function read(file: string): string | undefined {
   try {
     return readFileSync(file, 'utf8');

@@ -26,7 +26,8 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
-import { releaseCpu, removeCgroup } from '../host/cgroup.ts';
+import { removeCgroup } from '../host/cgroup.ts';
+import { releaseCpu } from '../host/cpu-guard.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import {
