@@ -9,6 +9,8 @@ import { judge, loadBars } from './bars.ts';
 import { gitState, hostFacts, REPO_ROOT } from './host-facts.ts';
 import { sleep } from './measure.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../client/private-daemon.ts';
+import type { Probe } from './probe.ts';
+import { runHostProbes } from './host-probes/index.ts';
 import { RECORD_SCHEMA_VERSION, validateRecord, type ArmRecord, type BenchRecord, type ResultRow, type Verdict } from './record.ts';
 import { sessionCgroup } from '../host/instance.ts';
 
@@ -20,14 +22,7 @@ import { sessionCgroup } from '../host/instance.ts';
  * 169.254.169.254 and private addresses). Any probe that finds an observation
  * or influence path is a FAIL, named in the record.
  */
-export interface Probe {
-  arm: string;
-  id: string;
-  category: string;
-  as: string;
-  result: 'pass' | 'fail' | 'invalid';
-  detail: string;
-}
+export type { Probe } from './probe.ts';
 
 const AUDIT_ARMS = ['baseline', 'fork', 'memfork', 'shared-browser'];
 /** The configuration audited: a user namespace per session (the users.* probes fail without one). */
@@ -566,6 +561,8 @@ export async function runAudit(o: {
       const r = await auditBaseline(d, progress);
       probes.push(...r.probes);
       blast = r.blast;
+      // Host-local attackers (a host uid other than root, and a session against the host through the daemon).
+      probes.push(...(await runHostProbes({ d, arm: 'baseline', progress })));
     } catch (e) {
       failures.push(`baseline audit aborted: ${(e as Error).message}`);
       incomplete.push(`baseline audit aborted: ${(e as Error).message}`);

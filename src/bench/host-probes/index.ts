@@ -1,0 +1,35 @@
+/**
+ * Probes of `drums audit` against the host side of the boundary: a local host user other than root
+ * (run as an unprivileged host uid), and a session's own code against the host through what the
+ * daemon does for it (fork, status, OSWorld's guest contract). Each module here exports one
+ * HostProbe; the integration tests call the same functions, so the audit and the tests try the
+ * same attacks. A probe makes what it needs on the given daemon and removes it before it returns.
+ */
+import type { PrivateDaemon } from '../../client/private-daemon.ts';
+import type { Probe } from '../probe.ts';
+
+export interface HostProbeContext {
+  /** A private daemon of the audited configuration (a user namespace per session). */
+  d: PrivateDaemon;
+  arm: string;
+  progress: (s: string) => void;
+}
+
+export type HostProbe = (ctx: HostProbeContext) => Promise<Probe[]>;
+
+/** The registry: one line per module. */
+const PROBES: [string, HostProbe][] = [];
+
+/** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
+export async function runHostProbes(ctx: HostProbeContext): Promise<Probe[]> {
+  const out: Probe[] = [];
+  for (const [name, probe] of PROBES) {
+    ctx.progress(`host probes: ${name}`);
+    try {
+      out.push(...(await probe(ctx)));
+    } catch (e) {
+      out.push({ arm: ctx.arm, id: `host.${name}`, category: 'host', as: 'host', result: 'invalid', detail: `probe aborted: ${(e as Error).message}` });
+    }
+  }
+  return out;
+}
