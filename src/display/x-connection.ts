@@ -18,6 +18,7 @@ import type { Duplex } from 'node:stream';
 import x11 from 'x11';
 import type { XClient, XDisplayInfo, XEvent, XProtocolError } from 'x11';
 import { DisplayError } from './errors.ts';
+import { cookieBytes, XAUTH_NAME } from './xauth.ts';
 
 const require = createRequire(import.meta.url);
 
@@ -42,6 +43,18 @@ function fdpass(): FdPass | null {
 
 export const DEFAULT_TIMEOUT_MS = 5_000;
 
+/** The protocol's largest connection setup reply (its length is a u16 count of 4-byte units after an 8-byte header). */
+export const SETUP_BUDGET = 8 + 4 * 0xffff;
+/** What a reply may carry beyond a GetImage of the whole screen (properties, keymaps, window trees are far smaller). */
+export const REPLY_SLACK = 1 << 20;
+/** Budget of one reply when the caller names none: a GetImage of the largest screen a session may have (7680x4320, 4 bytes a pixel). */
+export const MAX_REPLY_BYTES = 7680 * 4320 * 4 + REPLY_SLACK;
+
+/** The reply budget for a screen: a GetImage of all of it, 4 bytes a pixel, and the slack. */
+export function replyBudget(width: number, height: number): number {
+  return width * height * 4 + REPLY_SLACK;
+}
+
 export interface XConnectionOpenOptions {
   /** Deadline for every X request (default 5000). */
   timeoutMs?: number;
@@ -54,6 +67,17 @@ export interface XConnectionOpenOptions {
    * `connect_failed`. The daemon checks there that the socket is served by the session's own X server.
    */
   verify?: (sock: net.Socket) => Promise<void>;
+  /**
+   * The server's MIT-MAGIC-COOKIE-1 (32 hex digits), sent in the connection setup; without it the setup carries no
+   * authorization (a server started with `-auth` then refuses it).
+   */
+  cookie?: string;
+  /**
+   * The most bytes one reply or event may claim (default: a GetImage of the server's screen plus REPLY_SLACK, at most
+   * MAX_REPLY_BYTES). The server may be one a session runs: a larger claim closes the connection, failing the pending
+   * requests with `display_closed`, instead of making the daemon buffer it.
+   */
+  maxReplyBytes?: number;
 }
 
 /** The MIT-SHM segment the server writes GetImage replies into; read back with pread. */
@@ -140,7 +164,10 @@ export class XConnection extends EventEmitter {
     let stream: (net.Socket & { _fdCapable?: boolean }) | null = null;
     let conn: XConnection | null = null;
     let timer: NodeJS.Timeout | undefined;
+    let failOpen: (err: Error) => void = () => {};
+    // Raced against every step of the open: the deadline, or a server that overran the reply budget (meterReplies).
     const deadline = new Promise<never>((_, reject) => {
+      failOpen = reject;
       timer = setTimeout(
         () => reject(new DisplayError('display_timeout', `opening X display at ${socketPath} timed out after ${openTimeoutMs} ms`, { socketPath })),
         openTimeoutMs,
@@ -160,7 +187,24 @@ export class XConnection extends EventEmitter {
           deadline,
         ]);
       }
-      const { c, info } = await Promise.race([handshake(s), deadline]);
+      const meter: ReplyMeter = {
+        setup: true,
+        used: 0,
+        limit: SETUP_BUDGET,
+        onOver: (err) => failOpen(new DisplayError('connect_failed', `cannot open X display at ${socketPath}: ${err.message}`, { socketPath })),
+      };
+      const { c, info } = await Promise.race([handshake(s, options.cookie, meter), deadline]);
+      // The screen a server claims sizes the daemon's buffers (the SHM segment, screenshots): never beyond the budget.
+      const scr = info.screen[0];
+      const budget = Math.min(options.maxReplyBytes ?? replyBudget(scr?.pixel_width ?? 0, scr?.pixel_height ?? 0), MAX_REPLY_BYTES);
+      if (!scr || replyBudget(scr.pixel_width, scr.pixel_height) > budget)
+        throw new DisplayError(
+          'connect_failed',
+          `X server at ${socketPath} claims a screen of ${scr ? `${scr.pixel_width}x${scr.pixel_height}` : 'nothing'}, larger than the ${budget}-byte reply budget`,
+          { socketPath },
+        );
+      meter.setup = false;
+      meter.limit = budget;
       const ext = (name: string) => Promise.race([requireExt(c, name), deadline]);
       const xtest = await ext('xtest').catch((err: Error) => {
         throw new DisplayError('unsupported', `X server at ${socketPath} lacks XTEST: ${err.message}`);
@@ -423,11 +467,62 @@ function ownAtomTables(c: XClient): void {
   x.atom_names = Object.fromEntries(Object.entries(x.atom_names).filter(([id]) => Number(id) <= LAST_PREDEFINED_ATOM));
 }
 
-function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo }> {
+/**
+ * How much the x11 parser may read from the server: during the setup, all of it together (the protocol's maximum
+ * setup reply); after it, each packet. The parser allocates each packet whole before its bytes arrive, from the length
+ * the server claims (up to 16 GiB for a reply): a server a session runs must not size the daemon's memory.
+ */
+interface ReplyMeter {
+  setup: boolean;
+  used: number;
+  limit: number;
+  /** Told once when a read goes beyond the budget (besides the client's 'error'). */
+  onOver?: (err: Error) => void;
+}
+
+/**
+ * Puts `meter` in front of every read of the x11 client's parser (x11 4.2.2's FrameBuffer.get, the one place it
+ * allocates for what the server sends). A read beyond it is never queued: the parser stops, the socket is destroyed and
+ * the client emits an error (the handshake rejects with it; an open connection closes with it as the reason).
+ */
+function meterReplies(c: XClient, stream: net.Socket, meter: ReplyMeter): void {
+  const ps = (c as unknown as { pack_stream?: { get(n: number, cb: (b: Buffer) => void): void } }).pack_stream;
+  if (typeof ps?.get !== 'function') {
+    // Another x11 than the pinned one: refuse rather than read unmetered.
+    stream.destroy();
+    c.emit('error', new Error('x11 has no FrameBuffer.get to meter (x11 is pinned to 4.2.2)'));
+    return;
+  }
+  const get = ps.get.bind(ps);
+  let over = false;
+  ps.get = (n, cb) => {
+    if (over) return;
+    const claim = meter.setup ? meter.used + n : n;
+    if (claim > meter.limit) {
+      over = true;
+      stream.destroy();
+      const budget = meter.setup ? `the connection setup's budget of ${meter.limit} bytes` : `the reply budget of ${meter.limit} bytes`;
+      const err = new Error(`the X server claimed a packet of ${n} bytes, beyond ${budget}; the connection is closed`);
+      try {
+        meter.onOver?.(err);
+        c.emit('error', err);
+      } catch {
+        /* a listener's throw must not reach the parser */
+      }
+      return;
+    }
+    if (meter.setup) meter.used += n;
+    get(n, cb);
+  };
+}
+
+function handshake(stream: net.Socket, cookie: string | undefined, meter: ReplyMeter): Promise<{ c: XClient; info: XDisplayInfo }> {
   return new Promise((resolve, reject) => {
     let settled = false;
+    // x11 writes the name and data as latin1 strings: the cookie's 16 bytes, one character each.
+    const auth = cookie ? { name: XAUTH_NAME, data: cookieBytes(cookie).toString('latin1') } : { name: '', data: '' };
     // Until _wire() replaces it, an 'error' listener keeps a failing handshake from throwing.
-    const c = x11.createClient({ stream, auth: { name: '', data: '' } }, (err, info) => {
+    const c = x11.createClient({ stream, auth }, (err, info) => {
       if (settled) return;
       settled = true;
       if (err) reject(err);
@@ -436,6 +531,14 @@ function handshake(stream: net.Socket): Promise<{ c: XClient; info: XDisplayInfo
         resolve({ c, info });
       }
     });
+    // x11 builds its parser in init(), which createClient defers to a microtask for an open stream: the meter goes
+    // on right after it, before a byte is read (init attaches the socket's 'data' listener).
+    const inst = c as unknown as { init(s: net.Socket): void };
+    const init = inst.init;
+    inst.init = (st: net.Socket) => {
+      init.call(c, st);
+      meterReplies(c, stream, meter);
+    };
     c.on('error', (err: Error) => {
       if (!settled) {
         settled = true;
