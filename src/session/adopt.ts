@@ -8,6 +8,7 @@ import type { UidRange } from '../host/userns.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { isAlive } from '../host/proc.ts';
 import { checkPeer } from '../host/peer.ts';
+import { setupRequest } from '../display/xauth.ts';
 import type { SessionSpec } from './spec.ts';
 
 /**
@@ -38,6 +39,8 @@ export interface SessionRecord {
   attempt: { generation: number; token: string };
   imageDir: string;
   init?: { pid: number; startTime: number };
+  /** The generation's X cookie (hex): the daemon's own copy, never read back from the session. */
+  xCookie?: string;
 }
 
 /** Writes the record atomically (a crash leaves the old one or the new one, never half of either). */
@@ -66,7 +69,8 @@ function validRecord(r: unknown, id: string, instance: string): r is SessionReco
     !!x.names &&
     !!x.subnet &&
     !!x.spec &&
-    typeof x.imageDir === 'string'
+    typeof x.imageDir === 'string' &&
+    (x.xCookie === undefined || (typeof x.xCookie === 'string' && /^[0-9a-f]{32}$/.test(x.xCookie)))
   );
 }
 
@@ -89,11 +93,12 @@ export function readRecords(sessionsDir: string, instance: string): ReadRecords 
 
 /**
  * Whether an X server answers on a path socket: sends the connection setup
- * (no authorization) and expects "success" (1) as the first reply byte. With
- * `cgroup`, only a server of that cgroup counts, and nothing is sent to another
- * (the socket's directory is the session's to write; docs/security.md).
+ * (with `cookie`, the session's, or no authorization) and expects "success" (1)
+ * as the first reply byte. With `cgroup`, only a server of that cgroup counts,
+ * and nothing is sent to another (the socket's directory is the session's to
+ * write; docs/security.md).
  */
-export function xAnswers(socketPath: string, timeoutMs = 2000, cgroup?: string): Promise<boolean> {
+export function xAnswers(socketPath: string, timeoutMs = 2000, cgroup?: string, cookie?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = createConnection(socketPath);
     const done = (ok: boolean) => {
@@ -104,10 +109,7 @@ export function xAnswers(socketPath: string, timeoutMs = 2000, cgroup?: string):
     const timer = setTimeout(() => done(false), timeoutMs);
     sock.once('error', () => done(false));
     sock.once('connect', () => {
-      // 'l' (little endian), pad, protocol 11.0, auth name/data lengths 0, pad.
-      const req = Buffer.alloc(12);
-      req.write('l', 0);
-      req.writeUInt16LE(11, 2);
+      const req = setupRequest(cookie);
       if (!cgroup) sock.write(req);
       else
         checkPeer(sock, cgroup, timeoutMs).then(
@@ -146,7 +148,7 @@ export async function whyNotAdoptable(
       : []),
   ];
   for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
-  if (!(await xAnswers(paths.x11Socket, 2000, rec.names.cgroup))) return 'its X server does not answer (from inside the session)';
+  if (!(await xAnswers(paths.x11Socket, 2000, rec.names.cgroup, rec.xCookie))) return 'its X server does not answer (from inside the session)';
   return undefined;
 }
 

@@ -11,6 +11,9 @@ export const DESKTOP_GID = 1000;
 export const DESKTOP_HOME = '/home/user';
 export const ROOT_HOME = '/root';
 
+/** The session's Xauthority file (its X cookie, written by the daemon each generation: src/session/x-auth.ts). */
+export const XAUTHORITY = '/run/drums/Xauthority';
+
 /** The environment every process in a session sees (init and exec alike). */
 export const DESKTOP_ENV: Readonly<Record<string, string>> = Object.freeze({
   PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
@@ -20,6 +23,7 @@ export const DESKTOP_ENV: Readonly<Record<string, string>> = Object.freeze({
   SHELL: '/bin/bash',
   LANG: 'C.UTF-8',
   DISPLAY: ':0',
+  XAUTHORITY,
   XDG_RUNTIME_DIR: '/run/drums/xdg',
   DBUS_SESSION_BUS_ADDRESS: 'unix:path=/run/drums/bus',
   NO_AT_BRIDGE: '0',

@@ -3,6 +3,7 @@ import { basename, dirname, join } from 'node:path';
 import { DrumsError } from '../common/errors.ts';
 import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
+import { replyBudget } from '../display/x-connection.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient } from '../a11y/client.ts';
 import { createConnection, type Socket } from 'node:net';
@@ -115,7 +116,14 @@ export class DisplayService {
     // The socket's directory is the session's to write: only a socket its own X server serves is used (docs/security.md).
     // It is connected through a descriptor of the socket file itself (no symlink followed), then its peer checked.
     const display = withPinnedSocket(dirname(s.x11Socket), basename(s.x11Socket), (path) =>
-      XDisplay.open(path, { timeoutMs: 5000, verify: (sock) => ownPeer(sock, s, 'X socket') }),
+      XDisplay.open(path, {
+        timeoutMs: 5000,
+        verify: (sock) => ownPeer(sock, s, 'X socket'),
+        // Sent only once the socket is known to be served from inside the session (verify).
+        cookie: s.xCookie,
+        // A GetImage of the screen the session was made with, no more, whatever screen its server claims.
+        maxReplyBytes: replyBudget(s.spec.screen.width, s.spec.screen.height),
+      }),
     ).catch((e: Error) => {
       throw e instanceof DrumsError ? e : new Error(`the X socket of session ${s.id} is not the session's own: ${e.message}`);
     });

@@ -51,6 +51,7 @@ import { StatusWatcher } from './status-watcher.ts';
 import { runSteps, type Stage, type Step } from './steps.ts';
 import type { RestoreSeed, Session } from './session.ts';
 import { prepareDirs, writeBundle } from './layout.ts';
+import { armXCookie, writeXauthority } from './x-auth.ts';
 
 import { sweepInstance } from './sweep.ts';
 import { makeSessionUserns, prepareLower, removeSessionUserns, usernsPaths } from './userns.ts';
@@ -185,6 +186,7 @@ export class SessionManager {
       dir: join(this.inst.sessionsDir, rec.id),
       runDir: join(this.inst.rtDir, rec.id, 'run'),
       x11Socket: join(this.inst.rtDir, rec.id, 'x11', 'X0'),
+      ...(rec.xCookie ? { xCookie: rec.xCookie } : {}),
       busSocket: join(this.inst.rtDir, rec.id, 'run', 'bus'),
       imageDir: rec.imageDir,
       initPid: rec.init!.pid,
@@ -430,6 +432,7 @@ export class SessionManager {
           await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
           await prepareLower(s.uids, s.dir, s.imageDir);
           prepareDirs(this.inst, s);
+          armXCookie(s);
           // A disk fork starts from a copy of its source's writable layer (identity files removed: written above),
           // re-owned from the source's uid range to this session's.
           if (s._seedUpper) {
@@ -438,6 +441,8 @@ export class SessionManager {
           }
           s._seedUpper = undefined;
           await s._restore?.seed(s);
+          // After the seed: a memory fork's copy of the source's run directory has the source's file.
+          writeXauthority(s);
           // Relative layer paths: the session can read its root's mount options.
           await mountOverlayRelative(s.names.overlaySource, s.dir, 'lower', 'disk/upper', 'disk/work', rootfs);
         },
@@ -514,6 +519,7 @@ export class SessionManager {
       attempt: s.attempt,
       imageDir: s.imageDir,
       ...(s.init ? { init: s.init } : {}),
+      ...(s.xCookie ? { xCookie: s.xCookie } : {}),
     });
   }
 

@@ -222,6 +222,7 @@ const dumpFailed = new Set<string>();
 /** The restore seed of one copy from the checkpoint in `dir` of `src`. */
 export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: string): RestoreSeed {
   return {
+    xCookie: src.xCookie,
     async seed(s: Session) {
       copyTree(join(dir, 'run'), s.runDir);
       copyTree(join(dir, 'x11'), join(mgr.inst.rtDir, s.id, 'x11'));

@@ -32,6 +32,8 @@ export interface Session {
   dir: string;
   runDir: string;
   x11Socket: string;
+  /** This generation's MIT-MAGIC-COOKIE-1 (hex) for the session's X server (src/session/x-auth.ts); none in a session adopted from a daemon before cookies. */
+  xCookie?: string;
   busSocket: string;
   imageDir: string;
   initPid?: number;
@@ -56,6 +58,8 @@ export interface Session {
 
 /** How a memory-forked copy's first generation comes from a checkpoint (src/session/memfork.ts). */
 export interface RestoreSeed {
+  /** The source's X cookie: the restored X server has it in memory. */
+  xCookie?: string;
   /** After the copy's upper layer is seeded: its run and X11 directories, identity fix-ups. */
   seed(s: Session): Promise<void>;
   /** Instead of the runtime's start: the restore of the checkpoint into the copy's bundle. */

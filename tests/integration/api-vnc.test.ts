@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import WebSocket from 'ws';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
+import { recordedCookie } from '../../src/bench/host-probes/x11.ts';
 import { DRUMS, startDaemon, type TestDaemon } from '../helpers.ts';
 
 /** Reads RFB bytes from a stream of chunks. */
@@ -177,7 +178,7 @@ describe('on-demand VNC (minimal image)', () => {
   it('releasing a take-over mid-drag releases the button and keys the holder still has down', { timeout: 120_000 }, async () => {
     // The session's X server as the test sees it: its own connection on the session's socket
     // (the X server's state, not the daemon's idea of it).
-    const x = await XDisplay.open(join(d.stateDir, 'rt', s.id, 'x11', 'X0'), { timeoutMs: 10_000 });
+    const x = await XDisplay.open(join(d.stateDir, 'rt', s.id, 'x11', 'X0'), { timeoutMs: 10_000, cookie: recordedCookie(d.stateDir, s.id) });
     const held = async () => {
       const c = x.conn;
       const p = await c.request<{ keyMask: number }>('QueryPointer', (cb) => c.x.QueryPointer(c.root, cb));

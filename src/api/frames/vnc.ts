@@ -19,6 +19,7 @@ import { checkPeer, pinSocket } from '../../host/peer.ts';
 import { log } from '../../common/log.ts';
 import type { Session, SessionManager } from '../../session/manager.ts';
 import { RfbGateError, RfbInputGate } from './rfb-gate.ts';
+import { XAUTHORITY } from '../../session/desktop-user.ts';
 
 const SOCKET_NAME = 'drums-vnc';
 const START_DEADLINE_MS = 10_000;
@@ -65,6 +66,9 @@ export class VncService {
         'x11vnc',
         '-display',
         ':0',
+        // The session's X cookie (XAUTHORITY says the same; explicit, as x11vnc also looks elsewhere).
+        '-auth',
+        XAUTHORITY,
         '-rfbport',
         '0',
         '-unixsock',

@@ -7,6 +7,7 @@
  */
 import type { PrivateDaemon } from '../../client/private-daemon.ts';
 import type { Probe } from '../probe.ts';
+import { x11Probes } from './x11.ts';
 
 export interface HostProbeContext {
   /** A private daemon of the audited configuration (a user namespace per session). */
@@ -18,7 +19,7 @@ export interface HostProbeContext {
 export type HostProbe = (ctx: HostProbeContext) => Promise<Probe[]>;
 
 /** The registry: one line per module. */
-const PROBES: [string, HostProbe][] = [];
+const PROBES: [string, HostProbe][] = [['x11', x11Probes]];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
 export async function runHostProbes(ctx: HostProbeContext): Promise<Probe[]> {

@@ -2,6 +2,7 @@ import { type Command, Option } from 'commander';
 import { writeFileSync } from 'node:fs';
 import type { SessionInfo } from '../../client/client.ts';
 import { DrumsError } from '../../common/errors.ts';
+import { loopbackPeerUid } from '../peer-uid.ts';
 import { client, print } from '../util.ts';
 
 const line = (s: SessionInfo) =>
@@ -158,7 +159,7 @@ export function registerSession(program: Command): void {
   session
     .command('vnc')
     .description(
-      'serve the session over VNC on a local TCP port for standard viewers (x11vnc in the session starts on the first viewer, stops after the last); view-only unless --take-over',
+      'serve the session over VNC on a local TCP port for standard viewers (x11vnc in the session starts on the first viewer, stops after the last); only your own uid (and root) may connect; view-only unless --take-over',
     )
     .argument('<id>')
     .option('--port <n>', 'local port on 127.0.0.1 (0 = any)', '5900')
@@ -170,7 +171,18 @@ export function registerSession(program: Command): void {
       const held = o.takeOver ? await c.takeOver(id, typeof o.takeOver === 'string' ? o.takeOver : 'vnc') : null;
       if (held) process.stdout.write(`take-over: held by '${held.holder}' since ${held.since}; agent input gets 409 until this exits\n`);
       const path = `/v1/sessions/${encodeURIComponent(id)}/vnc${held ? `?takeover=${held.id}` : ''}`;
+      // RFB here has no password (the daemon's token is the credential, and the CLI holds it): the port serves only
+      // connections whose socket belongs to this uid or root, as the kernel says (docs/security.md).
+      const me = process.getuid?.() ?? 0;
       const srv = net.createServer((tcp) => {
+        const uid = loopbackPeerUid(tcp);
+        if (uid === undefined || (uid !== me && uid !== 0)) {
+          process.stderr.write(
+            `drums: vnc: refused a connection from ${uid === undefined ? 'an unknown uid' : `uid ${uid}`} (only uid ${me} and root may connect)\n`,
+          );
+          tcp.destroy();
+          return;
+        }
         const ws = c.webSocket(path, 'binary');
         const pending: Buffer[] = [];
         tcp.on('data', (d) => (ws.readyState === ws.OPEN ? ws.send(d) : pending.push(d)));
