@@ -23,12 +23,12 @@ test('two X servers: each connection interns atoms on its own server (the x11 pa
   let d2: XDisplay | undefined;
   try {
     // On server 1 the name is interned after another one; on server 2 it is interned first, so its ids differ.
-    d1 = await XDisplay.open(h1.socketPath, { timeoutMs: 5000 });
+    d1 = await XDisplay.open(h1.socketPath, { cookie: h1.cookie, timeoutMs: 5000 });
     await d1.conn.atom(pad);
     const id1 = await d1.conn.atom(name);
     const id2 = serverAtom(h2.env, name);
     assert.notEqual(id1, id2, 'the test needs the two servers to give the name different ids');
-    d2 = await XDisplay.open(h2.socketPath, { timeoutMs: 5000 });
+    d2 = await XDisplay.open(h2.socketPath, { cookie: h2.cookie, timeoutMs: 5000 });
     assert.equal(await d2.conn.atom(name), id2, "server 2's connection got server 1's atom id");
     assert.equal(await d1.conn.atom(name), id1);
   } finally {

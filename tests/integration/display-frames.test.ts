@@ -21,7 +21,7 @@ async function paintNoise(x: number, y: number, w: number, hh: number): Promise<
 
 before(async () => {
   h = await startXvfb({ windowManager: false });
-  d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 });
   gc = d.conn.x.AllocID();
   d.conn.x.CreateGC(gc, d.root, {});
   await paintNoise(0, 0, 1280, 800);
@@ -71,7 +71,7 @@ test('scaled frames equal a libvips resize of the reference', async () => {
 });
 
 test('core GetImage path gives the same PNG pixels', async () => {
-  const core = await XDisplay.open(h.socketPath, { timeoutMs: 5000, shm: false });
+  const core = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000, shm: false });
   try {
     const region = { x: 100, y: 100, width: 64, height: 48 };
     const a = await sharp((await core.screenshot({ format: 'png', region, cursor: false })).data)
@@ -128,7 +128,7 @@ test('many back-to-back small changes are never missed', async () => {
 });
 
 test('connections share the capture buffers: more connections do not hold more frames', async () => {
-  const others = await Promise.all([1, 2, 3].map(() => XDisplay.open(h.socketPath, { timeoutMs: 5000 })));
+  const others = await Promise.all([1, 2, 3].map(() => XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 })));
   try {
     const full = { x: 0, y: 0, width: 1280, height: 800 };
     await d.screenshot({ format: 'png', cursor: false });
@@ -155,7 +155,7 @@ test('connections share the capture buffers: more connections do not hold more f
 
 test('banded PNGs stay exact while other clients draw, also during the capture', async () => {
   const full = { x: 0, y: 0, width: 1280, height: 800 };
-  const painter = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  const painter = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 });
   try {
     const pgc = painter.conn.x.AllocID();
     painter.conn.x.CreateGC(pgc, painter.root, {});

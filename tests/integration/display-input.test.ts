@@ -19,7 +19,7 @@ let tmp: string;
 before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'drums-display-input-'));
   h = await startXvfb({ windowManager: true });
-  d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 });
 });
 
 after(async () => {
@@ -33,7 +33,9 @@ after(async () => {
 async function recorder(): Promise<{ events: XEvent[]; sync(): Promise<void>; close(): void }> {
   const events: XEvent[] = [];
   const X = await new Promise<XClient>((resolve, reject) => {
-    const c = x11.createClient({ display: `:${h.display}` }, (err) => (err ? reject(err) : resolve(c)));
+    // The server's cookie (x11 writes the auth data as a latin1 string).
+    const auth = { name: 'MIT-MAGIC-COOKIE-1', data: Buffer.from(h.cookie, 'hex').toString('latin1') };
+    const c = x11.createClient({ display: `:${h.display}`, auth }, (err) => (err ? reject(err) : resolve(c)));
     c.on('error', () => {});
   });
   const root = X.display.screen[0].root;

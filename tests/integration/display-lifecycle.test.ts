@@ -19,7 +19,7 @@ test('a stopped X server makes requests time out instead of hanging', async () =
   try {
     // A short deadline per request, but a generous one for the open: on a loaded host the open
     // (keymap included) can take longer than 300 ms, which is not what this test is about.
-    const d = await XDisplay.open(h.socketPath, { timeoutMs: 300, openTimeoutMs: 10_000 });
+    const d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 300, openTimeoutMs: 10_000 });
     // One frame first, so the one after the stop is a capture, not the set-up of damage tracking.
     await d.screenshot({ format: 'raw' });
     h.xvfb.kill('SIGSTOP');
@@ -39,7 +39,7 @@ test('a stopped X server makes requests time out instead of hanging', async () =
 test('killing Xvfb mid-request rejects pending and later calls with display_closed; the process survives', async () => {
   const h = await startXvfb();
   try {
-    const d = await XDisplay.open(h.socketPath, { timeoutMs: 3000 });
+    const d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 3000 });
     let closedEvents = 0;
     d.on('closed', () => {
       closedEvents++;
@@ -70,7 +70,7 @@ test('killing Xvfb mid-request rejects pending and later calls with display_clos
 test('close() rejects pending calls and is idempotent', async () => {
   const h = await startXvfb();
   try {
-    const d = await XDisplay.open(h.socketPath, { timeoutMs: 3000 });
+    const d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 3000 });
     h.xvfb.kill('SIGSTOP');
     const pending = d.cursorPosition();
     h.xvfb.kill('SIGCONT');

@@ -13,7 +13,7 @@ const BG = [0x33, 0x66, 0x99];
 before(async () => {
   h = await startXvfb({ windowManager: false });
   assert.ok(await waitExit(h.spawnClient('xsetroot', ['-solid', '#336699']), 5000));
-  d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 });
   await d.move(5, 5);
 });
 
@@ -94,7 +94,7 @@ test('concurrent screenshots share the single SHM segment safely', async () => {
 });
 
 test('core GetImage fallback gives the same pixels', async () => {
-  const core = await XDisplay.open(h.socketPath, { timeoutMs: 5000, shm: false });
+  const core = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000, shm: false });
   try {
     assert.equal(core.shmEnabled, false);
     const s = await core.screenshot({ format: 'raw', region: { x: 100, y: 100, width: 8, height: 8 }, cursor: false });

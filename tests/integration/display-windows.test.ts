@@ -10,7 +10,7 @@ let d: XDisplay;
 
 before(async () => {
   h = await startXvfb({ windowManager: true });
-  d = await XDisplay.open(h.socketPath, { timeoutMs: 5000 });
+  d = await XDisplay.open(h.socketPath, { cookie: h.cookie, timeoutMs: 5000 });
 });
 
 after(async () => {
