@@ -5,18 +5,11 @@
  * HostProbe; the integration tests call the same functions, so the audit and the tests try the
  * same attacks. A probe makes what it needs on the given daemon and removes it before it returns.
  */
-import type { PrivateDaemon } from '../../client/private-daemon.ts';
 import type { Probe } from '../probe.ts';
+import type { HostProbe, HostProbeContext } from './types.ts';
 import { x11Probes } from './x11.ts';
 
-export interface HostProbeContext {
-  /** A private daemon of the audited configuration (a user namespace per session). */
-  d: PrivateDaemon;
-  arm: string;
-  progress: (s: string) => void;
-}
-
-export type HostProbe = (ctx: HostProbeContext) => Promise<Probe[]>;
+export type { HostProbe, HostProbeContext };
 
 /** The registry: one line per module. */
 const PROBES: [string, HostProbe][] = [['x11', x11Probes]];

@@ -18,15 +18,8 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { PrivateDaemon } from '../../client/private-daemon.ts';
 import type { Probe } from '../probe.ts';
-
-/** index.ts's HostProbeContext (not imported from there: the registry imports this module, and a cycle is refused). */
-interface HostProbeContext {
-  d: PrivateDaemon;
-  arm: string;
-  progress: (s: string) => void;
-}
+import type { HostProbeContext } from './types.ts';
 
 const DRUMS = fileURLToPath(new URL('../../../bin/drums', import.meta.url));
 const NOBODY = 65534;
