@@ -56,6 +56,14 @@ if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runti
   mv .runtime/bin/drums-userns.new .runtime/bin/drums-userns
 fi
 
+# Who owns a loopback TCP connection (src/host/drums-tcp-owner.c: sock_diag), for the OSWorld listeners' uid check.
+if [[ ! -x .runtime/bin/drums-tcp-owner ]] || [[ src/host/drums-tcp-owner.c -nt .runtime/bin/drums-tcp-owner ]]; then
+  step "building .runtime/bin/drums-tcp-owner"
+  mkdir -p .runtime/bin
+  cc -O2 -Wall -Wextra -Werror -o .runtime/bin/drums-tcp-owner.new src/host/drums-tcp-owner.c
+  mv .runtime/bin/drums-tcp-owner.new .runtime/bin/drums-tcp-owner
+fi
+
 # No host sysctl is changed: a session with a user namespace (the default) is charged its inotify
 # instances as its own host uid, so the kernel's per-uid default (128) is per session. A host that runs
 # sessions with host ids (DRUMS_USERNS=0) must raise fs.inotify.max_user_instances itself (docs/security.md).

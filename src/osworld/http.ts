@@ -45,6 +45,30 @@ export function flaskPage(status: number, title: string, description: string): R
   return text(status, `<!doctype html>\n<html lang=en>\n<title>${status} ${title}</title>\n<h1>${title}</h1>\n<p>${description}</p>\n`);
 }
 
+/**
+ * A refusal for a request a web page could have sent, or undefined. The listener is on 127.0.0.1, but a browser
+ * on the host reaches it too: a page whose name is rebound to 127.0.0.1 sends its own name as Host (DNS
+ * rebinding), and a cross-origin request (a form POST needs no preflight) carries a foreign Origin. OSWorld's
+ * own client (requests) sends `Host: 127.0.0.1:PORT` or `localhost:PORT` and no Origin. So: Host must be one of
+ * those with this listener's port, and an Origin, if sent, must be the same origin (`http://` + that Host).
+ */
+export function foreignRequest(req: IncomingMessage): Reply | undefined {
+  const port = req.socket.localPort;
+  const host = (req.headers.host ?? '').toLowerCase();
+  if (!port || (host !== `127.0.0.1:${port}` && host !== `localhost:${port}`)) {
+    return json(403, {
+      status: 'error',
+      code: 'forbidden_host',
+      message: `Host '${host.slice(0, 100)}' is not allowed; use 127.0.0.1:${port} or localhost:${port}`,
+    });
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined && origin.toLowerCase() !== `http://${host}`) {
+    return json(403, { status: 'error', code: 'forbidden_origin', message: 'requests from web pages are refused (a foreign Origin header was sent)' });
+  }
+  return undefined;
+}
+
 export function parseJson(req: Req): Record<string, unknown> {
   const t = req.body.toString('utf8');
   if (!t.trim()) return {};

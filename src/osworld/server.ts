@@ -15,7 +15,7 @@ import { DrumsError, errorMessage } from '../common/errors.ts';
 import { FAIR_RETRY_AFTER_S } from '../session/fair-share.ts';
 import { log } from '../common/log.ts';
 import type { Session } from '../session/manager.ts';
-import { flaskPage, type GuestContext, type Handler, HttpError, json, type RecordingState, type Req, send } from './http.ts';
+import { flaskPage, foreignRequest, type GuestContext, type Handler, HttpError, json, type RecordingState, type Req, send } from './http.ts';
 import { routeExecute, routeExecuteVerify, routeLaunch } from './routes/execute.ts';
 import { routeChangeWallpaper, routeDownloadFile, routeFile, routeListDirectory, routeUpload, routeWallpaper } from './routes/files.ts';
 import {
@@ -86,6 +86,10 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
 export function guestHandler(ctx: GuestContext) {
   const rec: RecordingState = {};
   const handler = (req: IncomingMessage, res: ServerResponse) => {
+    // A web page's request (DNS rebinding, a cross-origin form) is refused before it is routed or run; the
+    // connection closes after the answer (Node discards the body meanwhile, keeping none of it).
+    const foreign = foreignRequest(req);
+    if (foreign) return send(res, { ...foreign, headers: { connection: 'close' } });
     const path = (req.url ?? '/').split('?')[0]!;
     const route = ROUTES[path];
     const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');

@@ -5,9 +5,12 @@
 // listening sockets and no process.
 //
 // Who may connect: loopback only, and (by default) only local users the
-// daemon trusts: each accepted connection's peer socket is looked up in
-// /proc/net/tcp and its owner uid must be the daemon's own (root) or listed in
-// DRUMS_OSWORLD_UIDS. DRUMS_OSWORLD_PEER_CHECK=0 turns the check off.
+// daemon trusts. Each accepted connection must come from 127.0.0.1, and the
+// kernel is asked (sock_diag, by the connection's exact 4-tuple:
+// src/host/tcp-owner.ts) who owns its client end: only an ESTABLISHED socket
+// owned by the daemon's own uid (root) or a uid in DRUMS_OSWORLD_UIDS is
+// served. A refused connection is destroyed before a byte of it is read or
+// answered. DRUMS_OSWORLD_PEER_CHECK=0 turns the uid check off.
 
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
@@ -16,6 +19,7 @@ import { dirname, join } from 'node:path';
 import type { DisplayService } from '../session/display-service.ts';
 import type { DaemonConfig } from '../common/config.ts';
 import { log } from '../common/log.ts';
+import { TCP_ESTABLISHED, type TcpOwner, TcpOwners } from '../host/tcp-owner.ts';
 import { joinSockets } from '../common/tcp.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import type { OsworldEndpoint } from '../protocol/generated/types.ts';
@@ -48,30 +52,29 @@ function allowedUids(c: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'>):
   return new Set<number>([process.getuid?.() ?? 0, ...c.osworldUids]);
 }
 
-const hex4 = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
+/** The only peer address served: the listeners are on 127.0.0.1, and a client there connects from it unless it binds another. */
+const LOOPBACK = '127.0.0.1';
 
-/** Owner uid of the client end of a loopback connection, from /proc/net/tcp (undefined if not found). */
-export function peerUid(clientPort: number, serverPort: number): number | undefined {
-  let table: string;
-  try {
-    table = readFileSync('/proc/net/tcp', 'utf8');
-  } catch {
-    return undefined;
+/**
+ * Whether to serve this connection: it comes from 127.0.0.1, and (with the uid check on) the kernel names an
+ * allowed uid as the owner of its client end, which must be ESTABLISHED. A connection refused, or one whose owner
+ * cannot be found out (fail-closed), is destroyed. Never rejects.
+ */
+async function admit(sock: Socket, uids: Set<number> | undefined, owners: TcpOwners | undefined): Promise<boolean> {
+  // Read now: a destroyed socket forgets its addresses.
+  const client = { address: sock.remoteAddress ?? '', port: sock.remotePort ?? 0 };
+  const server = { address: sock.localAddress ?? '', port: sock.localPort ?? 0 };
+  let why: string | undefined;
+  let owner: TcpOwner | undefined;
+  if (client.address !== LOOPBACK || server.address !== LOOPBACK) why = 'the peer is not 127.0.0.1';
+  else if (uids && owners) {
+    owner = await owners.lookup(client, server);
+    if (!owner) why = `its owner could not be found${owners.lastError ? ` (${owners.lastError})` : ''}`;
+    else if (owner.state !== TCP_ESTABLISHED) why = `its client end is in tcp state ${owner.state}, not ESTABLISHED`;
+    else if (!uids.has(owner.uid)) why = `uid ${owner.uid} is not allowed (DRUMS_OSWORLD_UIDS)`;
   }
-  const local = `0100007F:${hex4(clientPort)}`;
-  const remote = `0100007F:${hex4(serverPort)}`;
-  for (const line of table.split('\n')) {
-    const f = line.trim().split(/\s+/);
-    if (f[1] === local && f[2] === remote) return Number(f[7]);
-  }
-  return undefined;
-}
-
-function guard(sock: Socket, uids: Set<number> | undefined): boolean {
-  if (!uids) return true;
-  const uid = peerUid(sock.remotePort ?? 0, sock.localPort ?? 0);
-  if (uid !== undefined && uids.has(uid)) return true;
-  log('warn', 'osworld: refused a local connection', { uid, port: sock.localPort });
+  if (why === undefined && !sock.destroyed) return true;
+  if (why !== undefined) log('warn', 'osworld: refused a local connection', { why, peer: `${client.address}:${client.port}`, port: server.port });
   sock.destroy();
   return false;
 }
@@ -91,11 +94,21 @@ export class OsworldService {
   private readonly _display: DisplayService;
   private readonly _entries = new Map<string, Entry>();
   private readonly _uids: Set<number> | undefined;
+  /** The kernel's answers on who owns a connection (one helper process, started at the first connection). */
+  private readonly _owners: TcpOwners | undefined;
 
   constructor(mgr: SessionManager, display: DisplayService, config: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'> = mgr.config) {
     this._mgr = mgr;
     this._display = display;
     this._uids = allowedUids(config);
+    this._owners = this._uids ? new TcpOwners() : undefined;
+  }
+
+  /** Whether to serve `sock` (destroyed if not); see admit. */
+  private _admit(sock: Socket): Promise<boolean> {
+    // Until the verdict, an error on the socket (a reset) must not go unhandled.
+    sock.on('error', () => {});
+    return admit(sock, this._uids, this._owners);
   }
 
   /** Starts the session's listeners (idempotent; a no-op for sessions without OSWorld). */
@@ -113,21 +126,31 @@ export class OsworldService {
         }
       },
     });
+    // Each connection's verdict, asked for as it is accepted; the request waits for it (only its headers are
+    // parsed meanwhile: the body is not read before the handler runs).
+    const verdicts = new WeakMap<Socket, Promise<boolean>>();
     // Note: a long keep-alive timeout leaves closing an idle socket to the client (as the daemon's API
     // does): with Node's 5 s, a client under load reused a socket the server had just closed ("other side closed").
-    const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 70_000, keepAliveTimeout: 65_000 }, guest.handler);
+    const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 70_000, keepAliveTimeout: 65_000 }, (req, res) => {
+      void (verdicts.get(req.socket) ?? Promise.resolve(false)).then((ok) => {
+        if (ok) guest.handler(req, res);
+        else req.socket.destroy();
+      });
+    });
     http.on('connection', (sock: Socket) => {
-      guard(sock, this._uids);
+      verdicts.set(sock, this._admit(sock));
     });
     http.on('clientError', (_e, sock) => {
       try {
         sock.destroy();
       } catch {}
     });
+    // The forwarders read nothing from a connection before its verdict (pauseOnConnect; the pipe resumes it).
     const forward = (port: number) =>
-      createTcpServer((client) => {
-        if (!guard(client, this._uids)) return;
-        joinSockets(client, connect({ host: s.subnet.address, port }));
+      createTcpServer({ pauseOnConnect: true }, (client) => {
+        void this._admit(client).then((ok) => {
+          if (ok) joinSockets(client, connect({ host: s.subnet.address, port }));
+        });
       });
     const cdp = forward(9222);
     const vlc = forward(8080);
@@ -168,5 +191,6 @@ export class OsworldService {
 
   closeAll(): void {
     for (const id of [...this._entries.keys()]) this.detach(id);
+    this._owners?.close();
   }
 }

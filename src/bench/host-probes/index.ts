@@ -8,11 +8,15 @@
 import type { Probe } from '../probe.ts';
 import type { HostProbe, HostProbeContext } from './types.ts';
 import { x11Probes } from './x11.ts';
+import { osworldPeerProbe } from './osworld-peer.ts';
 
 export type { HostProbe, HostProbeContext };
 
 /** The registry: one line per module. */
-const PROBES: [string, HostProbe][] = [['x11', x11Probes]];
+const PROBES: [string, HostProbe][] = [
+  ['x11', x11Probes],
+  ['osworld-peer', osworldPeerProbe],
+];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
 export async function runHostProbes(ctx: HostProbeContext): Promise<Probe[]> {
