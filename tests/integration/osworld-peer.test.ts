@@ -18,9 +18,9 @@ describe('osworld guest server: who may connect', () => {
     await d?.stop();
   });
 
-  it('the host probes pass: TIME_WAIT twin, plain and 127.0.0.2 peers refused; foreign Host and Origin get 403', async () => {
+  it('the host probes pass: TIME_WAIT twin, plain and 127.0.0.2 peers refused (guest server, DevTools forwarder); foreign Host and Origin get 403', async () => {
     const probes = await osworldPeerProbe({ d, arm: 'test', progress: () => {} });
-    assert.equal(probes.length, 5, JSON.stringify(probes));
+    assert.equal(probes.length, 8, JSON.stringify(probes));
     // Every probe that did not pass, each with what it saw.
     assert.deepEqual(
       probes.filter((p) => p.result !== 'pass').map((p) => `${p.id} (${p.as}) ${p.result}: ${p.detail}`),

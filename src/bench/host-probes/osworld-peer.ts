@@ -10,6 +10,8 @@
  * - `host.osworld.host-header` / `host.osworld.origin-header` (host root): a request as a browser sends it
  *   after DNS rebinding (a foreign Host) or cross-origin (a foreign Origin) must get 403.
  *
+ * - `host.osworld.devtools-*`: the peer attacks again on the DevTools forwarder (raw TCP into the session).
+ *
  * A refusal by peer is a connection closed without an answer. Controls first: root's own request (Host
  * 127.0.0.1:PORT and localhost:PORT, as OSWorld's desktop_env sends them) must be answered 200; if not, every
  * probe is invalid. The attacker is a small Python script (/usr/bin/python3), run as the attacking uid.
@@ -97,7 +99,7 @@ export function askAs(uid: number, port: number, asks: Record<string, { src?: [s
 }
 
 const show = (a: Answer | undefined) =>
-  a ? (a.status === null ? `no answer (${a.error ?? 'closed'})` : `${a.status} ${(a.body ?? '').trim().slice(0, 120)}`) : 'missing';
+  a ? (a.status === null ? `no answer (${a.error ?? 'closed'})` : `${a.status} ${(a.body ?? '').replace(/\s+/g, ' ').trim().slice(0, 80)}`) : 'missing';
 
 /** The probes against a session's guest server on `port` (exported for the tests, which run it on a session of their own). */
 export async function probeGuestPort(arm: string, port: number): Promise<Probe[]> {
@@ -133,6 +135,43 @@ export async function probeGuestPort(arm: string, port: number): Promise<Probe[]
 }
 
 /**
+ * The same peer attacks on the DevTools forwarder (`chromiumPort`, into the session's 9222), which carries raw TCP:
+ * a server the guest server starts in the session on 9222 answers anything, so any answer means the connection
+ * was let through. Control: root's own connection is answered.
+ */
+export async function probeForwarder(arm: string, guestPort: number, forwardPort: number): Promise<Probe[]> {
+  const probe = (id: string, as: string, result: Probe['result'], detail: string): Probe => ({ arm, id, category: 'host', as, result, detail });
+  const ids: [string, string][] = [
+    ['host.osworld.devtools-timewait-twin', 'host-uid'],
+    ['host.osworld.devtools-plain', 'host-uid'],
+    ['host.osworld.devtools-loopback-alias', 'host'],
+  ];
+  const launched = await fetch(`http://127.0.0.1:${guestPort}/setup/launch`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ command: ['python3', '-m', 'http.server', '9222'] }),
+  }).catch((e: Error) => e);
+  let control: Answer | undefined;
+  for (let i = 0; i < 40 && control?.status == null; i++) {
+    if (i) await new Promise((r) => setTimeout(r, 250));
+    control = (await askAs(0, forwardPort, { control: {} })).control;
+  }
+  if (control?.status == null) {
+    const why = launched instanceof Error ? launched.message : `launch ${launched.status}`;
+    return ids.map(([id, as]) => probe(id, as, 'invalid', `the control failed: no server answered through the forwarder (${why}; ${show(control)})`));
+  }
+  const root = await askAs(0, forwardPort, { alias: { src: ['127.0.0.2', 0] } });
+  const nobody = await askAs(NOBODY, forwardPort, { plain: {}, twin: { twin: true } });
+  const seen: (Answer | undefined)[] = [nobody.twin, nobody.plain, root.alias];
+  const what = [`uid ${NOBODY} from 127.0.0.2:C beside a TIME_WAIT 127.0.0.1:C (uid 0)`, `uid ${NOBODY}, a plain connection`, 'root from 127.0.0.2'];
+  return ids.map(([id, as], i) => {
+    const a = seen[i];
+    if (i === 0 && !a?.timewait) return probe(id, as, 'invalid', 'no TIME_WAIT entry 127.0.0.1:C → the forwarder could be made');
+    return probe(id, as, a?.status === null ? 'pass' : 'fail', `${what[i]}: ${show(a)} (root's own: ${show(control)})`);
+  });
+}
+
+/**
  * The HostProbe (index.ts; its context spelled out here, since importing index.ts would be a cycle): makes an
  * OSWorld-enabled session on the audited daemon, probes its guest server, removes it.
  */
@@ -140,7 +179,7 @@ export async function osworldPeerProbe({ d, arm, progress }: { d: PrivateDaemon;
   progress('osworld peer: a session with an OSWorld endpoint');
   const s = (await d.client.createSession({ image: 'default', labels: { 'drums.osworld': '1' } } as never)) as unknown as {
     id: string;
-    osworld?: { serverPort: number };
+    osworld?: { serverPort: number; chromiumPort: number };
   };
   try {
     if (!s.osworld?.serverPort) {
@@ -148,7 +187,9 @@ export async function osworldPeerProbe({ d, arm, progress }: { d: PrivateDaemon;
         { arm, id: 'host.osworld.peer-timewait-twin', category: 'host', as: 'host-uid', result: 'invalid', detail: 'the session has no OSWorld endpoint' },
       ];
     }
-    return await probeGuestPort(arm, s.osworld.serverPort);
+    const out = await probeGuestPort(arm, s.osworld.serverPort);
+    progress('osworld peer: the DevTools forwarder');
+    return [...out, ...(await probeForwarder(arm, s.osworld.serverPort, s.osworld.chromiumPort))];
   } finally {
     await d.client.destroySession(s.id).catch(() => {});
   }
