@@ -9,8 +9,9 @@
 // kernel is asked (sock_diag, by the connection's exact 4-tuple:
 // src/host/tcp-owner.ts) who owns its client end: only an ESTABLISHED socket
 // owned by the daemon's own uid (root) or a uid in DRUMS_OSWORLD_UIDS is
-// served. A refused connection is destroyed before a byte of it is read or
-// answered. DRUMS_OSWORLD_PEER_CHECK=0 turns the uid check off.
+// served. A refused connection is destroyed unanswered (a forwarder reads
+// nothing of it; the guest server at most a request's headers).
+// DRUMS_OSWORLD_PEER_CHECK=0 turns the uid check off.
 
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
