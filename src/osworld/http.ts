@@ -49,21 +49,23 @@ export function flaskPage(status: number, title: string, description: string): R
  * A refusal for a request a web page could have sent, or undefined. The listener is on 127.0.0.1, but a browser
  * on the host reaches it too: a page whose name is rebound to 127.0.0.1 sends its own name as Host (DNS
  * rebinding), and a cross-origin request (a form POST needs no preflight) carries a foreign Origin. OSWorld's
- * own client (requests) sends `Host: 127.0.0.1:PORT` or `localhost:PORT` and no Origin. So: Host must be one of
- * those with this listener's port, and an Origin, if sent, must be the same origin (`http://` + that Host).
+ * own client (requests) sends `Host: 127.0.0.1:PORT` or `localhost:PORT` and no Origin. So: Host must name
+ * 127.0.0.1 or localhost (with this listener's port, if it names one), and an Origin, if sent, must be this
+ * listener's own (`http://127.0.0.1:PORT` or `http://localhost:PORT`).
  */
 export function foreignRequest(req: IncomingMessage): Reply | undefined {
   const port = req.socket.localPort;
   const host = (req.headers.host ?? '').toLowerCase();
-  if (!port || (host !== `127.0.0.1:${port}` && host !== `localhost:${port}`)) {
+  const own = (h: string) => h === `127.0.0.1:${port}` || h === `localhost:${port}`;
+  if (!port || !(own(host) || host === '127.0.0.1' || host === 'localhost')) {
     return json(403, {
       status: 'error',
       code: 'forbidden_host',
       message: `Host '${host.slice(0, 100)}' is not allowed; use 127.0.0.1:${port} or localhost:${port}`,
     });
   }
-  const origin = req.headers.origin;
-  if (origin !== undefined && origin.toLowerCase() !== `http://${host}`) {
+  const origin = req.headers.origin?.toLowerCase();
+  if (origin !== undefined && !(origin.startsWith('http://') && own(origin.slice(7)))) {
     return json(403, { status: 'error', code: 'forbidden_origin', message: 'requests from web pages are refused (a foreign Origin header was sent)' });
   }
   return undefined;

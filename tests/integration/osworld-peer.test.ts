@@ -29,7 +29,7 @@ describe('osworld guest server: who may connect', () => {
     assert.deepEqual(await d.client.listSessions(), [], 'the probe removed its session');
   });
 
-  it('a same-origin Origin is served; a listed uid connects, still only from 127.0.0.1', async () => {
+  it('the own origin and loopback Hosts are served, other ports and origins refused; a listed uid connects, still only from 127.0.0.1', async () => {
     const listed = await startPrivateDaemon({ DRUMS_USERNS: '1', DRUMS_OSWORLD_UIDS: String(NOBODY) });
     try {
       const s = (await listed.client.createSession({ image: 'default', labels: { 'drums.osworld': '1' } } as never)) as unknown as {
@@ -37,9 +37,22 @@ describe('osworld guest server: who may connect', () => {
         osworld: { serverPort: number };
       };
       const port = s.osworld.serverPort;
-      const root = await askAs(0, port, { same: { origin: `http://127.0.0.1:${port}` }, bare: { host: '127.0.0.1' } });
+      const root = await askAs(0, port, {
+        same: { origin: `http://127.0.0.1:${port}` },
+        sameLocalhost: { host: `localhost:${port}`, origin: `http://localhost:${port}` },
+        bare: { host: '127.0.0.1' },
+        otherPort: { host: `127.0.0.1:${port === 65535 ? 1 : port + 1}` },
+        otherOrigin: { origin: `http://127.0.0.1:${port === 65535 ? 1 : port + 1}` },
+        nullOrigin: { origin: 'null' },
+      });
       assert.equal(root.same?.status, 200, JSON.stringify(root.same));
-      assert.equal(root.bare?.status, 403, 'a Host without the port is refused');
+      assert.equal(root.sameLocalhost?.status, 200, JSON.stringify(root.sameLocalhost));
+      assert.equal(root.bare?.status, 200, `a loopback Host without a port is served: ${JSON.stringify(root.bare)}`);
+      assert.equal(root.otherPort?.status, 403, 'a Host naming another port is refused');
+      assert.match(root.otherPort?.body ?? '', /forbidden_host/);
+      assert.equal(root.otherOrigin?.status, 403, 'another loopback origin is refused');
+      assert.equal(root.nullOrigin?.status, 403, 'Origin: null is refused');
+      assert.match(root.nullOrigin?.body ?? '', /forbidden_origin/);
       const nobody = await askAs(NOBODY, port, { plain: {}, alias: { src: ['127.0.0.2', 0] } });
       assert.equal(nobody.plain?.status, 200, `uid ${NOBODY} is listed: ${JSON.stringify(nobody.plain)}`);
       assert.match(nobody.plain?.body ?? '', /Linux/);
