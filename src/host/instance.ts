@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { DaemonConfig } from '../common/config.ts';
+import { DrumsError } from '../common/errors.ts';
+import { checkRootOnly } from './safe-fs.ts';
 
 /**
  * A Drums instance is one state directory. Every host object it makes carries
@@ -27,11 +29,24 @@ export const DEFAULT_STATE_DIR = '/var/lib/drums';
 
 export type InstanceConfig = Pick<DaemonConfig, 'stateDir' | 'instance' | 'imagesDir' | 'claimsDir' | 'runtime'>;
 
-/** The instance a config names (creates the state directory). */
+/**
+ * The instance a config names (creates the state directory). Refuses a state directory that is
+ * not root's alone, up to `/` (checkRootOnly): the daemon keeps the sessions' bundles, disks
+ * and checkpoints there and acts on them as root, so a user who could write any directory on
+ * that path could swap them for links to host files.
+ */
 export function resolveInstance(config: InstanceConfig): Instance {
   const stateDir = resolve(config.stateDir);
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const real = realpathSync(stateDir);
+  try {
+    checkRootOnly(real);
+  } catch (e) {
+    throw new DrumsError(
+      'invalid_config',
+      `DRUMS_STATE_DIR ${real}: ${(e as Error).message}; give a directory that only root can write, on a path only root can write`,
+    );
+  }
   const name = config.instance || createHash('sha256').update(real).digest('hex').slice(0, 5);
   return {
     stateDir: real,

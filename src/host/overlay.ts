@@ -25,9 +25,13 @@ export async function mountRuntimeTmpfs(source: string, target: string): Promise
   await run(['mount', '-t', 'tmpfs', '-o', 'mode=0711,size=256m,nosuid,nodev', source, target]);
 }
 
-/** A session's own small tmpfs (its bound /run/drums and /tmp/.X11-unix), so no session can fill a shared one. */
+/**
+ * A session's own small tmpfs (its bound /run/drums and /tmp/.X11-unix), so no session can fill a shared one.
+ * Its root is root's and closed (0700): the session's layout (src/session/layout.ts) opens it to the session's
+ * own root alone, never to other host users, who would otherwise reach the 1777 X socket directory in it.
+ */
 export async function mountSessionTmpfs(source: string, target: string, bytes: number): Promise<void> {
-  await run(['mount', '-t', 'tmpfs', '-o', `mode=0711,size=${bytes},nr_inodes=4096,nosuid,nodev,noexec`, source, target]);
+  await run(['mount', '-t', 'tmpfs', '-o', `mode=0700,uid=0,gid=0,size=${bytes},nr_inodes=4096,nosuid,nodev,noexec`, source, target]);
 }
 
 /** Mount points (from /proc/self/mountinfo) at or below `prefix`, deepest first. */

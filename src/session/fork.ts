@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
+import { copyTree, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
 import type { Session, SessionManager } from './manager.ts';
 import type { SessionSpec } from './spec.ts';
 import { checkpointDir, checkpointSource, criuFor, restoreSeed } from './memfork.ts';
@@ -26,7 +27,12 @@ import { checkpointDir, checkpointSource, criuFor, restoreSeed } from './memfork
 export type ForkMode = 'disk' | 'memory';
 export const MAX_FORK = 64;
 
-/** Files in a copied upper layer that carry the source's identity or locks; the copy gets its own. */
+/**
+ * Files in a copied upper layer that carry the source's identity or locks; the copy gets its own.
+ * They are removed from the copy without following a link at any component (unlinkBeneath): the
+ * session owns that tree, and its desktop user can make `~/.config/chromium`, its root `etc`, a link
+ * to a host directory.
+ */
 const IDENTITY_FILES = [
   'etc/machine-id',
   'etc/hostname',
@@ -142,7 +148,7 @@ export async function forkSession(
       return { copies, mode: 'memory', snapshotMs, pausedMs };
     } finally {
       forking.delete(src.id);
-      rmSync(dir, { recursive: true, force: true });
+      await removeTree(dir).catch((e) => log('warn', 'memory fork: the checkpoint could not be removed', { id: src.id, error: errorMessage(e) }));
     }
   }
   forking.add(src.id);
@@ -158,12 +164,16 @@ export async function forkSession(
     let pausedMs = 0;
     try {
       const tp = performance.now();
-      await run(['cp', '-a', '--reflink=auto', join(src.dir, 'disk', 'upper') + '/.', join(snap, 'upper')], { timeoutMs: 300_000 });
+      // Into the fresh root-only directory, in a child process: links copied as links, holes kept (safe-fs.ts).
+      await copyTree(join(src.dir, 'disk', 'upper'), join(snap, 'upper'), { reflink: true });
       pausedMs = performance.now() - tp;
     } finally {
       await run([...rt, 'resume', container]).catch((e) => log('warn', 'fork: resume of the source failed', { id: src.id, error: errorMessage(e) }));
     }
-    for (const f of IDENTITY_FILES) rmSync(join(snap, 'upper', f), { force: true });
+    for (const f of IDENTITY_FILES) {
+      const r = unlinkBeneath(join(snap, 'upper'), f);
+      if (r.result === 'refused') log('warn', 'fork: an identity file of the source was left in the copy', { id: src.id, file: f, why: r.why });
+    }
     const snapshotMs = performance.now() - t0;
     copies.push(
       ...(await makeCopies(mgr, src, req.count, 'disk', (labels) =>
@@ -173,6 +183,6 @@ export async function forkSession(
     return { copies, mode: 'disk', snapshotMs, pausedMs };
   } finally {
     forking.delete(src.id);
-    rmSync(snap, { recursive: true, force: true });
+    await removeTree(snap).catch((e) => log('warn', 'fork: the snapshot could not be removed', { id: src.id, error: errorMessage(e) }));
   }
 }

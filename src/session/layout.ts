@@ -16,9 +16,21 @@ import type { Session } from './session.ts';
 import { diskRates } from './spec.ts';
 import { chownToSessionRoot, hostIds, usernsPaths } from './userns.ts';
 
+/**
+ * The directories and identity files of a fresh generation: its writable layer and runtime tmpfs are
+ * new (makeSessionDisk, mountSessionTmpfs), so nothing here can meet a link the session planted.
+ *
+ * Who reaches what (docs/security.md, "Runtime and session directories"): the session directory and
+ * the session's runtime tmpfs (`<rt>/<id>`, holding its /run/drums and its 1777 /tmp/.X11-unix) are
+ * root's; with a user namespace their group is the session's root (host gid `base`) with search
+ * only (0710), since runc's init runs as that root and must reach the bundle and the directories
+ * it binds; without one they are 0700 (runc's init is host root). No other host user can list,
+ * enter or create anything in them, and the session's root cannot rename or replace their entries.
+ */
 export function prepareDirs(inst: Instance, s: Session): void {
   const upper = join(s.dir, 'disk', 'upper');
   const ids = hostIds(s.uids);
+  const rt = join(inst.rtDir, s.id);
   mkdirSync(join(upper, 'etc'), { recursive: true });
   mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
   mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
@@ -30,8 +42,8 @@ export function prepareDirs(inst: Instance, s: Session): void {
   writeFileSync(join(s.runDir, 'status'), '');
   for (const p of [s.runDir, join(s.runDir, 'xdg'), join(s.runDir, 'status')]) chownSync(p, ids.desktopUid, ids.desktopGid);
   chmodSync(join(s.runDir, 'xdg'), 0o700);
-  mkdirSync(join(inst.rtDir, s.id, 'x11'), { recursive: true });
-  chmodSync(join(inst.rtDir, s.id, 'x11'), 0o1777);
+  mkdirSync(join(rt, 'x11'), { recursive: true });
+  chmodSync(join(rt, 'x11'), 0o1777);
   // With a user namespace, what the daemon made in the writable layer and the X socket directory belong to root-in-session.
   chownToSessionRoot(s.uids, [
     upper,
@@ -39,15 +51,16 @@ export function prepareDirs(inst: Instance, s: Session): void {
     join(upper, 'etc', 'machine-id'),
     join(upper, 'etc', 'hostname'),
     join(s.dir, 'disk', 'work'),
-    join(inst.rtDir, s.id, 'x11'),
+    join(rt, 'x11'),
   ]);
-  chmodSync(s.dir, 0o711);
   if (s.uids) {
     // runc's init runs as the session's root: it must reach the bundle and the bound directories through the
-    // state directory (traverse only), and the session directory is its own (0700), closed to other host users.
+    // state directory (traverse only, no listing).
     for (const d of [inst.stateDir, inst.sessionsDir]) chmodSync(d, 0o711);
-    chownSync(s.dir, s.uids.base, s.uids.base);
-    chmodSync(s.dir, 0o700);
+  }
+  for (const d of [s.dir, rt]) {
+    chownSync(d, 0, s.uids ? s.uids.base : 0);
+    chmodSync(d, s.uids ? 0o710 : 0o700);
   }
 }
 

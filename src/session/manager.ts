@@ -9,7 +9,6 @@ import {
   readSync,
   renameSync,
   mkdirSync,
-  rmSync,
   writeFileSync,
   existsSync,
   readFileSync,
@@ -30,6 +29,7 @@ import { removeCgroup } from '../host/cgroup.ts';
 import { releaseCpu } from '../host/cpu-guard.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
+import { removeTree } from '../host/safe-fs.ts';
 import {
   checkUidBase,
   claimUidRange,
@@ -352,8 +352,8 @@ export class SessionManager {
         name: 'record',
         do: async () => this._record(s, 'creating'),
         undo: async () => {
-          rmSync(dir, { recursive: true, force: true });
-          rmSync(join(this.inst.rtDir, id), { recursive: true, force: true });
+          await removeTree(dir);
+          await removeTree(join(this.inst.rtDir, id));
         },
       },
       // A user namespace first: the network namespace is made with it (owned by it), and the image is seen through its mapping.
@@ -627,9 +627,10 @@ export class SessionManager {
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
     await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
     await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, s.id)));
-    await attempt('files', () => {
-      rmSync(s.dir, { recursive: true, force: true });
-      rmSync(join(this.inst.rtDir, s.id), { recursive: true, force: true });
+    // In a child process that follows no link and crosses no mount left behind (src/host/safe-fs.ts).
+    await attempt('files', async () => {
+      await removeTree(s.dir);
+      await removeTree(join(this.inst.rtDir, s.id));
     });
     releaseSubnet(this.inst, s.subnet);
     if (s.uids) releaseUidRange(this.inst, s.uids);

@@ -1,20 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import {
-  chmodSync,
-  chownSync,
-  copyFileSync,
-  existsSync,
-  lchownSync,
-  lstatSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  readlinkSync,
-  rmSync,
-  symlinkSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
@@ -22,6 +7,7 @@ import { log } from '../common/log.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { CGROUP_ENV, type Criu, criuLogTail, DUMP_GID_ENV, DUMP_UID_ENV, installCriu, USERNS_ENV, adoptTaskNamespaces } from '../host/criu.ts';
 import { shiftOwnership } from '../host/userns.ts';
+import { copyTree, relinkBeneath, removeSockets, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
@@ -112,7 +98,7 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
   const paused = { ms: 0 };
   const r = await withDumpRetry(
     async () => {
-      rmSync(dir, { recursive: true, force: true });
+      await removeTree(dir);
       await freezeAndDump(mgr, src, criu, dir, paused);
     },
     () => criuLogTail(join(dir, 'work'), 'dump.log'),
@@ -139,8 +125,14 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
     adoptTaskNamespaces(join(dir, 'images'));
     await run(['chmod', '-R', 'a+rX', join(dir, 'images')]);
   }
-  // The copies' identity files are their own (written by the create before the seed).
-  for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) rmSync(join(dir, 'upper', f), { force: true });
+  // The copies' identity files are their own (written by the create before the seed). The copied layer is
+  // the session's: a link on the way (`etc -> /etc`) leaves the file where it is, never a host file removed.
+  for (const f of ['etc/machine-id', 'etc/hostname', 'var/lib/dbus/machine-id']) {
+    const r = unlinkBeneath(join(dir, 'upper'), f);
+    if (r.result === 'refused') log('warn', 'memory fork: an identity file of the source was left in the copy', { id: src.id, file: f, why: r.why });
+  }
+  // CRIU binds the sockets anew.
+  for (const d of ['run', 'x11']) await removeSockets(join(dir, d));
   return { pausedMs: paused.ms, attempts: r.attempts };
 }
 
@@ -187,15 +179,19 @@ export async function withDumpRetry(
 /** One attempt: freezes the source, copies its files and checkpoints it into `dir`, resumes it; adds the time frozen to `paused.ms`. */
 async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir: string, paused: { ms: number }): Promise<void> {
   const rt = [mgr.runtime.info.path, '--root', mgr.runtime.root];
+  // Root's alone (in the session directory, root's too): nothing can plant a link in what the copies land in.
   mkdirSync(dir, { mode: 0o700 });
-  for (const d of ['images', 'work', 'run', 'x11']) mkdirSync(join(dir, d), { mode: 0o700 });
+  for (const d of ['images', 'work']) mkdirSync(join(dir, d), { mode: 0o700 });
   const tp = performance.now();
   await run([...rt, 'pause', src.names.container]);
   try {
-    // Open files must have the size they had at the dump (CRIU checks): copy while frozen.
-    await run(['cp', '-a', '--reflink=auto', `${join(src.dir, 'disk', 'upper')}/.`, join(dir, 'upper')], { timeoutMs: 300_000 });
-    copyTree(src.runDir, join(dir, 'run'));
-    copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
+    // Open files must have the size they had at the dump (CRIU checks): copy while frozen. In child processes
+    // (src/host/safe-fs.ts): links are copied as links, never followed; holes stay holes (a 1 TiB sparse file
+    // in /run/drums costs nothing); the sources are bounded by their filesystems (the disk quota, the 16 MiB
+    // runtime tmpfs); the event loop runs on.
+    await copyTree(join(src.dir, 'disk', 'upper'), join(dir, 'upper'), { reflink: true });
+    await copyTree(src.runDir, join(dir, 'run'));
+    await copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
     // Test hook (DRUMS_TEST_HOOKS=1): the label drums.test.dumpFailOnce makes the first dump of the session fail.
     if (mgr.config.testHooks && src.spec.labels['drums.test.dumpFailOnce'] && !dumpFailed.has(src.id)) {
       dumpFailed.add(src.id);
@@ -224,20 +220,28 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
   return {
     xCookie: src.xCookie,
     async seed(s: Session) {
-      copyTree(join(dir, 'run'), s.runDir);
-      copyTree(join(dir, 'x11'), join(mgr.inst.rtDir, s.id, 'x11'));
-      // From the source's uid range to the copy's (the upper layer is shifted by the create).
-      for (const d of [s.runDir, join(mgr.inst.rtDir, s.id, 'x11')]) await shiftOwnership(d, src.uids?.base ?? 0, s.uids?.base ?? 0);
-      // Chromium's profile lock names its host: a launcher in the copy must find its own host there.
-      const lock = join(s.dir, 'disk', 'upper', DESKTOP_HOME.slice(1), '.config/chromium/SingletonLock');
-      try {
-        const target = readlinkSync(lock);
-        if (target.startsWith(`${src.id}-`)) {
-          unlinkSync(lock);
-          symlinkSync(`${s.id}-${target.slice(src.id.length + 1)}`, lock);
-          chownLink(lock, s);
-        }
-      } catch {}
+      // The copy's runtime directories are the source's (in place of the fresh ones its layout made), copied
+      // from the checkpoint (root's alone) into the copy's runtime tmpfs, which nothing runs in yet.
+      for (const [from, to] of [
+        [join(dir, 'run'), s.runDir],
+        [join(dir, 'x11'), join(mgr.inst.rtDir, s.id, 'x11')],
+      ] as const) {
+        await removeTree(to);
+        await copyTree(from, to);
+        // From the source's uid range to the copy's (the upper layer is shifted by the create).
+        await shiftOwnership(to, src.uids?.base ?? 0, s.uids?.base ?? 0);
+      }
+      // Chromium's profile lock names its host: a launcher in the copy must find its own host there. The
+      // link is rewritten only where it is, never through a link (the desktop user may have made
+      // ~/.config/chromium one to anywhere).
+      const ids = hostIds(s.uids);
+      relinkBeneath(
+        join(s.dir, 'disk', 'upper'),
+        `${DESKTOP_HOME.slice(1)}/.config/chromium/SingletonLock`,
+        (target) => (target.startsWith(`${src.id}-`) ? `${s.id}-${target.slice(src.id.length + 1)}` : undefined),
+        ids.desktopUid,
+        ids.desktopGid,
+      );
     },
     async start(s: Session, bundle: string, logFile: string) {
       let work = join(dir, `work-${s.id}`);
@@ -315,37 +319,6 @@ export function prepareCgroup(path: string): string[] {
     procs.push(join(dir, 'cgroup.procs'));
   }
   return procs;
-}
-
-function chownLink(p: string, s: Session): void {
-  const ids = hostIds(s.uids);
-  try {
-    lchownSync(p, ids.desktopUid, ids.desktopGid);
-  } catch {}
-}
-
-/** Copies a small directory tree (runtime dirs): files, dirs and symlinks with modes and owners; sockets are left out (CRIU binds them anew). */
-export function copyTree(from: string, to: string): void {
-  mkdirSync(to, { recursive: true });
-  for (const name of readdirSync(from)) {
-    const a = join(from, name);
-    const b = join(to, name);
-    const st = lstatSync(a);
-    if (st.isDirectory()) {
-      copyTree(a, b);
-    } else if (st.isFile()) {
-      copyFileSync(a, b);
-    } else if (st.isSymbolicLink()) {
-      rmSync(b, { force: true });
-      symlinkSync(readlinkSync(a), b);
-      continue;
-    } else continue;
-    chmodSync(b, st.mode & 0o7777);
-    chownSync(b, st.uid, st.gid);
-  }
-  const st = lstatSync(from);
-  chmodSync(to, st.mode & 0o7777);
-  chownSync(to, st.uid, st.gid);
 }
 
 /** A fresh checkpoint directory's path in the source's session directory (removed by the caller; swept with the session). */

@@ -12,6 +12,7 @@ import { clearFreeLoopThrottles } from '../host/disk-throttle.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { removeInstanceCpuCgroups } from '../host/resources.ts';
+import { removeTree } from '../host/safe-fs.ts';
 
 export interface SweepReport {
   containers: string[];
@@ -204,7 +205,8 @@ export async function sweepInstance(inst: Instance, opts: { self?: boolean; keep
   }
   if (existsSync(inst.sessionsDir)) {
     for (const d of readdirSync(inst.sessionsDir).filter((d) => !keptIds.has(d))) {
-      await attempt(`dir ${d}`, () => rmSync(join(inst.sessionsDir, d), { recursive: true, force: true }));
+      // A child process that follows no link and crosses no mount (src/host/safe-fs.ts): the tree holds what sessions wrote.
+      await attempt(`dir ${d}`, () => removeTree(join(inst.sessionsDir, d)));
       report.sessionDirs.push(d);
     }
   }

@@ -9,6 +9,7 @@ import type { Probe } from '../probe.ts';
 import type { HostProbe, HostProbeContext } from './types.ts';
 import { x11Probes } from './x11.ts';
 import { osworldPeerProbe } from './osworld-peer.ts';
+import { fsProbes } from './fs.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -16,6 +17,7 @@ export type { HostProbe, HostProbeContext };
 const PROBES: [string, HostProbe][] = [
   ['x11', x11Probes],
   ['osworld-peer', osworldPeerProbe],
+  ['fs', fsProbes],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
