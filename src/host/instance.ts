@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync, realpathSync } from 'node:fs';
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { DaemonConfig } from '../common/config.ts';
 import { DrumsError } from '../common/errors.ts';
@@ -30,22 +30,31 @@ export const DEFAULT_STATE_DIR = '/var/lib/drums';
 export type InstanceConfig = Pick<DaemonConfig, 'stateDir' | 'instance' | 'imagesDir' | 'claimsDir' | 'runtime'>;
 
 /**
- * The instance a config names (creates the state directory). Refuses a state directory that is
- * not root's alone, up to `/` (checkRootOnly): the daemon keeps the sessions' bundles, disks
- * and checkpoints there and acts on them as root, so a user who could write any directory on
- * that path could swap them for links to host files.
+ * The instance a config names (creates the state directory). Refuses a state, image or claims
+ * directory that is not root's alone, up to `/` (checkRootOnly): the daemon keeps the sessions'
+ * bundles, disks and checkpoints there and acts on them as root, so a user who could write any
+ * directory on that path could swap them for links to host files (or change every session's image).
  */
 export function resolveInstance(config: InstanceConfig): Instance {
   const stateDir = resolve(config.stateDir);
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const real = realpathSync(stateDir);
-  try {
-    checkRootOnly(real);
-  } catch (e) {
-    throw new DrumsError(
-      'invalid_config',
-      `DRUMS_STATE_DIR ${real}: ${(e as Error).message}; give a directory that only root can write, on a path only root can write`,
-    );
+  // The images (every session's lower layer) and the host-wide claims likewise, where they exist already.
+  const dirs: [string, string][] = [
+    ['DRUMS_STATE_DIR', real],
+    ['DRUMS_IMAGE_DIR', resolve(config.imagesDir)],
+    ['DRUMS_CLAIMS_DIR', resolve(config.claimsDir)],
+  ];
+  for (const [name, dir] of dirs) {
+    if (dir !== real && !existsSync(dir)) continue;
+    try {
+      checkRootOnly(realpathSync(dir));
+    } catch (e) {
+      throw new DrumsError(
+        'invalid_config',
+        `${name} ${dir}: ${(e as Error).message}; give a directory that only root can write, on a path only root can write`,
+      );
+    }
   }
   const name = config.instance || createHash('sha256').update(real).digest('hex').slice(0, 5);
   return {

@@ -20,6 +20,7 @@
  * - The directories the daemon keeps its state in must be root's alone (`checkRootOnly`).
  */
 import { closeSync, constants, fstatSync, lchownSync, lstatSync, openSync, readlinkSync, symlinkSync, unlinkSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { run } from '../common/exec.ts';
 
@@ -126,6 +127,29 @@ export function relinkBeneath(root: string, rel: string, map: (target: string) =
   } catch (e) {
     if (['ENOENT', 'ELOOP', 'ENOTDIR'].includes((e as NodeJS.ErrnoException).code ?? '')) return false;
     throw e;
+  }
+}
+
+/**
+ * At most `maxBytes` of the file at `path` (never through a symlink at its last component, never
+ * blocking on a FIFO), read off the event loop; `truncated` when there was more. For files whose
+ * size a session controls, /proc files of its processes among them (a process's maps grows with
+ * its mappings).
+ */
+export async function readCapped(path: string, maxBytes: number): Promise<{ data: Buffer; truncated: boolean }> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    const buf = Buffer.alloc(maxBytes + 1);
+    let n = 0;
+    for (;;) {
+      const { bytesRead } = await fh.read(buf, n, buf.length - n);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+      if (n > maxBytes) return { data: buf.subarray(0, maxBytes), truncated: true };
+    }
+    return { data: buf.subarray(0, n), truncated: false };
+  } finally {
+    await fh.close();
   }
 }
 

@@ -7,7 +7,7 @@ import type { OciRuntime } from '../host/oci-runtime.ts';
 import type { UidRange } from '../host/userns.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { isAlive } from '../host/proc.ts';
-import { checkPeer } from '../host/peer.ts';
+import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { setupRequest } from '../display/xauth.ts';
 import type { SessionSpec } from './spec.ts';
 

@@ -7,7 +7,7 @@ import { log } from '../common/log.ts';
 import { cgroupBases } from '../host/cgroup.ts';
 import { CGROUP_ENV, type Criu, criuLogTail, DUMP_GID_ENV, DUMP_UID_ENV, installCriu, USERNS_ENV, adoptTaskNamespaces } from '../host/criu.ts';
 import { shiftOwnership } from '../host/userns.ts';
-import { copyTree, relinkBeneath, removeSockets, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
+import { copyTree, readCapped, relinkBeneath, removeSockets, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
@@ -67,8 +67,15 @@ export async function criuFor(mgr: SessionManager): Promise<Criu> {
   }
 }
 
-/** Processes of the session that still map a MIT-SHM segment of the daemon's X connection (a host file CRIU can't dump). */
-function hostShmMappers(src: Session): number[] {
+/** The most of one process's /proc/<pid>/maps read (a session process can grow it to megabytes with many mappings). */
+const MAPS_BUDGET = 1024 ** 2;
+
+/**
+ * Processes of the session that still map a MIT-SHM segment of the daemon's X connection (a host file CRIU can't
+ * dump). Read off the event loop, within MAPS_BUDGET a process: a mapping past it is not seen, and CRIU then
+ * refuses the dump (409 memory_fork_refused) for that session alone.
+ */
+async function hostShmMappers(src: Session): Promise<number[]> {
   const dir = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', src.names.cgroup) : join('/sys/fs/cgroup/memory', src.names.cgroup);
   let pids: string[];
   try {
@@ -76,15 +83,13 @@ function hostShmMappers(src: Session): number[] {
   } catch {
     return [];
   }
-  return pids
-    .filter((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/maps`, 'utf8').includes('/node-x11-shm-');
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
+  const out: number[] = [];
+  for (const pid of pids) {
+    try {
+      if ((await readCapped(`/proc/${pid}/maps`, MAPS_BUDGET)).data.includes('/node-x11-shm-')) out.push(Number(pid));
+    } catch {}
+  }
+  return out;
 }
 
 /**
@@ -94,7 +99,7 @@ function hostShmMappers(src: Session): number[] {
  */
 export async function checkpointSource(mgr: SessionManager, src: Session, criu: Criu, dir: string): Promise<{ pausedMs: number; attempts: number }> {
   // The X server unmaps the daemon's screenshot segment when it sees that connection closed (the fork route drops it).
-  for (const end = Date.now() + 10_000; hostShmMappers(src).length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
+  for (const end = Date.now() + 10_000; (await hostShmMappers(src)).length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
   const paused = { ms: 0 };
   const r = await withDumpRetry(
     async () => {
