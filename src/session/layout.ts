@@ -20,7 +20,7 @@ import { chownToSessionRoot, hostIds, usernsPaths } from './userns.ts';
  * The directories and identity files of a fresh generation: its writable layer and runtime tmpfs are
  * new (makeSessionDisk, mountSessionTmpfs), so nothing here can meet a link the session planted.
  *
- * Who reaches what (docs/security.md, "Runtime and session directories"): the session directory and
+ * Who reaches what (docs/security.md, "The daemon's hands in a session's files"): the session directory and
  * the session's runtime tmpfs (`<rt>/<id>`, holding its /run/drums and its 1777 /tmp/.X11-unix) are
  * root's; with a user namespace their group is the session's root (host gid `base`) with search
  * only (0710), since runc's init runs as that root and must reach the bundle and the directories
