@@ -148,7 +148,10 @@ export async function whyNotAdoptable(
       : []),
   ];
   for (const [what, mp] of mounts) if (!mountsUnder(mp).includes(mp)) return `its ${what} is not mounted`;
-  if (!(await xAnswers(paths.x11Socket, 2000, rec.names.cgroup, rec.xCookie))) return 'its X server does not answer (from inside the session)';
+  // The socket file itself (pinSocket): a link the session put in its place is not even connected to.
+  const x11 = (path: string) => xAnswers(path, 2000, rec.names.cgroup, rec.xCookie);
+  if (!(await withPinnedSocket(dirname(paths.x11Socket), basename(paths.x11Socket), x11).catch(() => false)))
+    return 'its X server does not answer (from inside the session)';
   return undefined;
 }
 
