@@ -37,8 +37,8 @@ interface HostProbeContext {
 /** The unprivileged host uid the local-user attacks run as. */
 const NOBODY = 65534;
 const SPARSE_BYTES = 2 ** 40;
-/** The most /healthz may take while a memory fork runs (an event loop that copies in-process is blocked for seconds). */
-const HEALTHZ_MAX_MS = 1000;
+/** The most /healthz may take while a memory fork runs (room for a loaded host; an event loop that copies a sparse file densely is blocked for seconds a GiB). */
+const HEALTHZ_MAX_MS = 2000;
 /** The most the state filesystem may fill while the sparse file is copied. */
 const DISK_GROWTH_MAX = 1024 ** 3;
 
