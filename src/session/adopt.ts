@@ -1,6 +1,6 @@
 import { createConnection } from 'node:net';
 import { existsSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Subnet } from '../host/network.ts';
 import type { Instance, objectNames } from '../host/instance.ts';
 import type { OciRuntime } from '../host/oci-runtime.ts';
