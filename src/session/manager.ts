@@ -459,6 +459,9 @@ export class SessionManager {
           this._closeGeneration(s);
           const watcher = new StatusWatcher(join(s.runDir, 'status'));
           s._watcher = watcher;
+          // A status file the session tampered with (over its budget, a hole): that session alone is broken.
+          const generation = s.generation;
+          watcher.on('fail', (why: string) => this.markBroken(s, generation, why));
           const t = performance.now();
           const restore = s._restore;
           s._restore = undefined;

@@ -10,6 +10,7 @@ import type { HostProbe, HostProbeContext } from './types.ts';
 import { x11Probes } from './x11.ts';
 import { osworldPeerProbe } from './osworld-peer.ts';
 import { fsProbes } from './fs.ts';
+import { budgetsProbe } from './budgets.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -18,6 +19,7 @@ const PROBES: [string, HostProbe][] = [
   ['x11', x11Probes],
   ['osworld-peer', osworldPeerProbe],
   ['fs', fsProbes],
+  ['budgets', budgetsProbe],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
