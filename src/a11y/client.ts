@@ -15,6 +15,13 @@ import { walk } from './walk.ts';
 export { A11yCallError, type A11yCall } from './bus.ts';
 
 export const DEFAULT_CALL_TIMEOUT_MS = 1000;
+/**
+ * The largest D-Bus message read from a session's bus or an application's socket (both the session's): dbus-native
+ * refuses a message declaring more before buffering it, and the connection closes (the walk then fails as
+ * `a11y_unavailable`, or an application's subtree as `gone`). AT-SPI's largest reply is one node's whole text; 32
+ * MiB is a long book, and a quarter of D-Bus's own 128 MiB default.
+ */
+export const A11Y_MAX_MESSAGE_BYTES = 32 * 1024 * 1024;
 
 export type A11yConnectOptions = {
   /** Bounds the connect handshake and is the default per-call timeout. Default 1000 ms. */
@@ -107,7 +114,13 @@ export class A11yClient implements A11yBus {
     let bus: MessageBus;
     try {
       // direct: we send Hello ourselves; dbus-native's own Hello throws from a callback if it fails.
-      bus = createClient({ ...(opened ? { stream: opened } : target), direct: true, timeout: timeoutMs, fdTransport: false });
+      bus = createClient({
+        ...(opened ? { stream: opened } : target),
+        direct: true,
+        timeout: timeoutMs,
+        fdTransport: false,
+        maxMessageSize: A11Y_MAX_MESSAGE_BYTES,
+      });
     } catch (err) {
       opened?.destroy();
       throw new A11yError('a11y_bad_address', `cannot use AT-SPI bus address ${busAddressOrSocketPath}: ${(err as Error).message}`, { cause: err });

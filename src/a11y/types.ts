@@ -12,6 +12,8 @@ export type A11yNodeError =
   | 'timeout'
   /** The whole-walk deadline passed. */
   | 'deadline'
+  /** The walk's byte or node budget was spent (WALK_MAX_BYTES, WALK_MAX_NODES in walk.ts). */
+  | 'budget'
   /** The object or its application went away, or answered with a D-Bus error. */
   | 'gone';
 
@@ -86,6 +88,8 @@ export type WalkStats = {
   /** Bus names of applications walked over a direct connection. */
   directApps: string[];
   deadlineHit: boolean;
+  /** The walk stopped at its byte or node budget. */
+  budgetHit: boolean;
 };
 
 export type WalkResult = { tree: A11yNode; stats: WalkStats };

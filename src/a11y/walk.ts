@@ -34,6 +34,15 @@ import type { A11yAppInfo, A11yNode, A11yNodeError, WalkOptions, WalkResult, Wal
 
 export const DEFAULT_DEADLINE_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT_PER_APP = 64;
+/**
+ * What one walk may take in from the session's applications (which the session controls): about 64 MiB of
+ * replies (strings counted by length) and 100,000 nodes. A real desktop is far below both: OSWorld's busiest
+ * trees (a spreadsheet, a long web page, each list capped at maxWidth) are some tens of thousands of nodes and a
+ * few MiB of text. Past a budget no call starts, replies still in flight are dropped, and what the walk has is
+ * marked truncated with error 'budget' (stats.budgetHit).
+ */
+export const WALK_MAX_BYTES = 64 * 1024 * 1024;
+export const WALK_MAX_NODES = 100_000;
 
 type Ref = { bus: string; path: string };
 
@@ -82,8 +91,34 @@ type Ctx = {
   hung: Set<string>;
   direct: { mapPath: ((p: string) => string) | undefined } | undefined;
   peers: Map<string, A11yBus>;
+  /** Bytes of replies taken in so far (approxBytes). */
+  bytes: number;
   stats: WalkStats;
 };
+
+/** A reply's size as the walk holds it: strings by length, other leaves 8 bytes, containers their parts. */
+function approxBytes(v: unknown): number {
+  if (typeof v === 'string') return v.length + 8;
+  if (Array.isArray(v)) {
+    let n = 8;
+    for (const x of v) n += approxBytes(x);
+    return n;
+  }
+  if (v !== null && typeof v === 'object') {
+    let n = 8;
+    for (const [k, x] of Object.entries(v)) n += k.length + approxBytes(x);
+    return n;
+  }
+  return 8;
+}
+
+function overBudget(ctx: Ctx): boolean {
+  if (ctx.bytes <= WALK_MAX_BYTES && ctx.stats.nodes <= WALK_MAX_NODES) return false;
+  ctx.stats.budgetHit = true;
+  return true;
+}
+
+const budgetFailure = () => new NodeFailure('budget', `walk budget spent (${WALK_MAX_BYTES} bytes of replies or ${WALK_MAX_NODES} nodes)`);
 
 async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signature?: string, body?: unknown[]): Promise<T> {
   if (ctx.hung.has(ref.bus)) throw new NodeFailure('timeout', `${ref.bus} is not answering`);
@@ -95,6 +130,7 @@ async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signat
   await limiter.acquire();
   try {
     if (ctx.hung.has(ref.bus)) throw new NodeFailure('timeout', `${ref.bus} is not answering`);
+    if (overBudget(ctx)) throw budgetFailure();
     const remaining = ctx.deadline - Date.now();
     if (remaining <= 0) {
       ctx.stats.deadlineHit = true;
@@ -109,7 +145,11 @@ async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signat
     ctx.stats.calls++;
     const peer = ctx.peers.get(ref.bus);
     try {
-      return await (peer ?? ctx.client).call<T>(msg, cappedByDeadline ? remaining : ctx.callTimeoutMs);
+      const reply = await (peer ?? ctx.client).call<T>(msg, cappedByDeadline ? remaining : ctx.callTimeoutMs);
+      ctx.bytes += approxBytes(reply);
+      // A reply that arrives past the budget is dropped, not kept in the tree.
+      if (overBudget(ctx)) throw budgetFailure();
+      return reply;
     } catch (err) {
       if (!(err instanceof A11yCallError)) throw err;
       if (err.kind === 'timeout') {
@@ -145,7 +185,7 @@ const isFailure = (v: unknown): v is NodeFailure => v instanceof NodeFailure;
 
 /** Keep the most telling reason when several calls failed. */
 function worst(a: A11yNodeError | undefined, b: A11yNodeError): A11yNodeError {
-  const rank = { gone: 1, deadline: 2, timeout: 3 } as const;
+  const rank = { gone: 1, budget: 2, deadline: 3, timeout: 4 } as const;
   return a === undefined || rank[b] > rank[a] ? b : a;
 }
 
@@ -418,7 +458,8 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
     hung: new Set(),
     direct: options.direct ? { mapPath: typeof options.direct === 'object' ? options.direct.mapPath : undefined } : undefined,
     peers: new Map(),
-    stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false },
+    bytes: 0,
+    stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false, budgetHit: false },
   };
   // An abort is a deadline that has passed: no call starts after it, the walk unwinds, then throws.
   const { signal } = options;

@@ -31,6 +31,13 @@ export interface ExecResult {
 const MAX_TIMEOUT_MS = 3_600_000;
 const DEFAULT_TIMEOUT_MS = 60_000;
 const DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024;
+/**
+ * The most output one exec may ask the daemon to hold (maxOutputBytes). The buffered answer holds it as bytes, as a
+ * string and as JSON (up to six times the bytes for control characters), and a streamed one queues it for a slow
+ * reader, so this is what one request can cost the daemon. 64 MiB is the files API's read limit too: output that
+ * big is a file, and GET /files (or a file written in the session) is the way to move it.
+ */
+export const MAX_EXEC_OUTPUT_BYTES = 64 * 1024 * 1024;
 const FIELDS = ['argv', 'shell', 'root', 'cwd', 'env', 'stdin', 'timeoutMs', 'maxOutputBytes'];
 
 export function parseExec(body: unknown): ExecRequest {
@@ -60,6 +67,9 @@ export function parseExec(body: unknown): ExecRequest {
     if (b[f] !== undefined && (typeof b[f] !== 'number' || !Number.isInteger(b[f]) || (b[f] as number) < 1)) throw bad(f, 'must be a positive integer');
   }
   if ((b.timeoutMs as number) > MAX_TIMEOUT_MS) throw bad('timeoutMs', `must be at most ${MAX_TIMEOUT_MS}`);
+  if ((b.maxOutputBytes as number) > MAX_EXEC_OUTPUT_BYTES) {
+    throw bad('maxOutputBytes', `must be at most ${MAX_EXEC_OUTPUT_BYTES} (64 MiB); write larger output to a file in the session and read it with GET /files`);
+  }
   return b as ExecRequest;
 }
 
@@ -95,7 +105,11 @@ export interface RunOptions extends SpawnOptions {
   feed?: (stdin: Writable) => void;
   /** Cap on stdout plus stderr; what is over it is dropped (truncated: true). */
   maxOutputBytes?: number;
-  /** Kill the command once it writes past the cap (a file read that cannot fit), rather than draining it. */
+  /**
+   * Stop the command once it writes past the cap (a file read that cannot fit), rather than draining it: its
+   * output pipes are closed (its next write gets SIGPIPE or EPIPE) and it is TERMed through the in-session
+   * `timeout` (KILLed after the grace), so the daemon reads nothing more of it.
+   */
   killOnOverflow?: boolean;
   /**
    * Aborts the command: SIGTERM to the runtime's exec process, which forwards it to the in-session
@@ -154,23 +168,40 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
   const t0 = performance.now();
   const child = spawnInSession(t, o);
   return new Promise((resolve, reject) => {
+    // Note: a SIGKILL to the runtime's exec process cannot be forwarded, and would leave the
+    // command running in the session; a TERM is forwarded (runc and crun proxy signals).
+    let escalate: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      if (escalate) return;
+      child.kill('SIGTERM');
+      escalate = setTimeout(() => child.kill('SIGKILL'), ABORT_GRACE_MS);
+    };
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
     let truncated = false;
+    let stopped = false;
+    const overflow = () => {
+      if (truncated) return;
+      truncated = true;
+      if (!o.killOnOverflow) return;
+      stopped = true;
+      // A SIGKILL to the runtime's exec process would leave the command running (see onAbort): close our ends of
+      // its pipes, so nothing more is read, and TERM it through the in-session `timeout`.
+      child.stdout!.destroy();
+      child.stderr!.destroy();
+      onAbort();
+    };
     const collect = (stream: 'stdout' | 'stderr', into: Buffer[]) => (d: Buffer) => {
       if (size >= cap) {
-        truncated = true;
+        overflow();
         return;
       }
       const take = d.subarray(0, cap - size);
       size += take.length;
       if (o.onData) o.onData(stream, take);
       else into.push(take);
-      if (take.length < d.length) {
-        truncated = true;
-        if (o.killOnOverflow) child.kill('SIGKILL');
-      }
+      if (take.length < d.length) overflow();
     };
     child.stdout!.on('data', collect('stdout', out));
     child.stderr!.on('data', collect('stderr', err));
@@ -179,13 +210,6 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       outerTimedOut = true;
       child.kill('SIGKILL');
     }, o.timeoutMs + OUTER_GRACE_MS);
-    // Note: a SIGKILL to the runtime's exec process cannot be forwarded, and would leave the
-    // command running in the session; a TERM is forwarded (runc and crun proxy signals).
-    let escalate: NodeJS.Timeout | undefined;
-    const onAbort = () => {
-      child.kill('SIGTERM');
-      escalate = setTimeout(() => child.kill('SIGKILL'), ABORT_GRACE_MS);
-    };
     if (o.signal?.aborted) onAbort();
     else o.signal?.addEventListener('abort', onAbort, { once: true });
     const done = () => {
@@ -206,8 +230,8 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
         stdout: Buffer.concat(out),
         stderr: Buffer.concat(err),
         durationMs,
-        // coreutils timeout exits 124 (TERM worked) or 137 (needed KILL).
-        timedOut: outerTimedOut || exitCode === 124 || (exitCode === KILLED_EXIT && durationMs >= o.timeoutMs),
+        // coreutils timeout exits 124 (TERM worked) or 137 (needed KILL); a command stopped at the cap did not time out.
+        timedOut: outerTimedOut || (!stopped && (exitCode === 124 || (exitCode === KILLED_EXIT && durationMs >= o.timeoutMs))),
         truncated,
       });
     });

@@ -363,7 +363,7 @@ class ExecRequest(TypedDict, total=False):
     env: dict[str, str]
     stdin: str
     timeoutMs: int
-    maxOutputBytes: int
+    maxOutputBytes: int  # Cap on stdout plus stderr (default 4 MiB, at most 64 MiB); output past it is dropped and `truncated` is true.
 
 
 class ExecResult(TypedDict):
@@ -521,7 +521,7 @@ class A11yNode(_A11yNodeRequired, total=False):
     value: A11yNodeValue
     actions: list[A11yAction]
     truncated: Literal[True]
-    error: Literal["timeout", "deadline", "gone"]
+    error: Literal["timeout", "deadline", "budget", "gone"]
     stub: Literal[True]
 
 
@@ -534,6 +534,7 @@ class A11yStats(TypedDict):
     hungApps: list[str]
     directApps: list[str]
     deadlineHit: bool
+    budgetHit: bool  # The walk stopped at its byte or node budget (a tree past what any real desktop shows); what it has is marked truncated.
 
 
 class A11yTree(TypedDict):

@@ -256,6 +256,7 @@ export type ExecRequest = {
   env?: Record<string, string>;
   stdin?: string;
   timeoutMs?: number;
+  /** Cap on stdout plus stderr (default 4 MiB, at most 64 MiB); output past it is dropped and `truncated` is true. */
   maxOutputBytes?: number;
 };
 
@@ -394,7 +395,7 @@ export type A11yNode = {
   }[];
   children: A11yNode[];
   truncated?: true;
-  error?: "timeout" | "deadline" | "gone";
+  error?: "timeout" | "deadline" | "budget" | "gone";
   stub?: true;
   ref: {
     bus: string;
@@ -411,6 +412,8 @@ export type A11yStats = {
   hungApps: string[];
   directApps: string[];
   deadlineHit: boolean;
+  /** The walk stopped at its byte or node budget (a tree past what any real desktop shows); what it has is marked truncated. */
+  budgetHit: boolean;
 };
 
 export type A11yTree = {
