@@ -23,6 +23,7 @@ export interface GuestRun {
   cwd?: string;
   /** Merge stderr into stdout in the order written (one pipe inside the session, like Popen's stderr=STDOUT). */
   mergeStderr?: boolean;
+  /** Cap on stdout plus stderr (default GUEST_OUTPUT_BYTES); a command that writes past it is stopped (`overflow`). */
   maxOutputBytes?: number;
   /** Aborts the command (SIGKILL to the runtime's exec process). */
   signal?: AbortSignal;
@@ -33,9 +34,25 @@ export interface GuestResult {
   stdout: Buffer;
   stderr: string;
   timedOut: boolean;
+  /**
+   * The command wrote past maxOutputBytes and was stopped there (its pipes closed, then TERM): `stdout` and
+   * `stderr` are cut short, and the route answers an error rather than a result built on them.
+   */
+  overflow: boolean;
 }
 
-const DEFAULT_MAX_OUTPUT = 256 * 1024 * 1024;
+/**
+ * What the daemon holds of one guest command's output: the bytes, then the string and the JSON of the reply
+ * (OSWorld's server returns output inside JSON, so nothing here can stream). 64 MiB is far past real output (an
+ * agent's pyautogui prints nothing; a getter's `cat` of a config or a document is kilobytes to a few MiB) and
+ * short of what a loop printing forever builds before its timeout. Files go through /file, which streams.
+ */
+export const GUEST_OUTPUT_BYTES = 64 * 1024 * 1024;
+
+/** The message of a command stopped at its output cap: the reply's `message` or `error`. */
+export function overflowMessage(cap: number): string {
+  return `the command's output went past ${cap} bytes (${Math.round(cap / 1024 ** 2)} MiB) and it was stopped there; write large output to a file and fetch it with /file`;
+}
 
 function target(mgr: SessionManager, s: Session): Target {
   return { runtime: mgr.runtime, container: s.names.container };
@@ -64,8 +81,9 @@ export async function runGuest(mgr: SessionManager, s: Session, req: GuestRun): 
     feed: req.feed,
     timeoutMs: req.timeoutMs,
     mergeStderr: req.mergeStderr,
-    maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,
+    maxOutputBytes: req.maxOutputBytes ?? GUEST_OUTPUT_BYTES,
+    killOnOverflow: true,
     signal: req.signal,
   });
-  return { code: r.exitCode, stdout: r.stdout, stderr: r.stderr.toString('utf8'), timedOut: r.timedOut };
+  return { code: r.exitCode, stdout: r.stdout, stderr: r.stderr.toString('utf8'), timedOut: r.timedOut, overflow: r.truncated };
 }

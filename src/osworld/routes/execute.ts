@@ -3,7 +3,7 @@
 import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { normalizeCommand, pyRepr, type Normalized } from '../command.ts';
-import { runGuest } from '../guest-exec.ts';
+import { GUEST_OUTPUT_BYTES, overflowMessage, runGuest } from '../guest-exec.ts';
 import { ensureReady, type GuestContext, type Handler, json, parseJson, pyTruthy, sleep, text } from '../http.ts';
 import { prepare } from '../prepare.ts';
 
@@ -19,7 +19,9 @@ async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>
   }
   ensureReady(s);
   await prepare(ctx, s);
-  const r = await runGuest(ctx.mgr, s, { argv: norm.argv, root: norm.sudo, timeoutMs: timeoutS * 1000, signal, maxOutputBytes: 64 * 1024 * 1024 });
+  const r = await runGuest(ctx.mgr, s, { argv: norm.argv, root: norm.sudo, timeoutMs: timeoutS * 1000, signal });
+  // Over the output budget: the error OSWorld's server gives for any exception (a MemoryError there), not a cut result.
+  if (r.overflow) return { error: overflowMessage(GUEST_OUTPUT_BYTES) };
   if (r.timedOut) return { error: `Command ${pyRepr(b.command)} timed out after ${timeoutS} seconds` };
   // subprocess raises FileNotFoundError for a missing program; coreutils timeout says so with 127.
   if (r.code === 127 && /^\/usr\/bin\/timeout: failed to run command/m.test(r.stderr)) {

@@ -6,7 +6,7 @@ import { Busboy, type BusboyHeaders, type BusboyInstance } from '@fastify/busboy
 import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { expandPath } from '../command.ts';
-import { type GuestResult, HOME, runGuest, spawnGuest } from '../guest-exec.ts';
+import { GUEST_OUTPUT_BYTES, type GuestResult, HOME, overflowMessage, runGuest, spawnGuest } from '../guest-exec.ts';
 import { ensureReady, flaskPage, type GuestContext, type Handler, json, parseForm, parseJson, type Reply, text, userEnv } from '../http.ts';
 import { prepare } from '../prepare.ts';
 
@@ -70,17 +70,11 @@ function guestFailure(stderr: string): number | undefined {
   return undefined;
 }
 
-/** Reads a regular file inside the session as the desktop user: exit 44 = missing. */
-export async function readGuestFile(ctx: GuestContext, s: Session, path: string) {
-  return runGuest(ctx.mgr, s, {
-    argv: ['/bin/sh', '-c', '[ -f "$1" ] || exit 44; exec cat -- "$1"', 'sh', path],
-    timeoutMs: 120_000,
-    maxOutputBytes: ctx.mgr.config.osworldMaxBodyBytes,
-  });
-}
-
-/** Opens the file first (its open error, no header), then a header line, then the data. Exit 44 = missing. */
-const READ_SH = '[ -f "$1" ] || exit 44; exec 3< "$1"; printf "drums-file\\n"; exec cat <&3';
+/**
+ * Opens the file first (its open error, no header), then a header line, then the data. Exit 44 = missing (or,
+ * with a second argument, empty).
+ */
+const READ_SH = '[ -f "$1" ] || exit 44; exec 3< "$1"; [ -z "${2-}" ] || [ -s "$1" ] || exit 44; printf "drums-file\\n"; exec cat <&3';
 const READ_HEADER = Buffer.from('drums-file\n');
 const STDERR_CAP = 64 * 1024;
 
@@ -91,9 +85,14 @@ const STDERR_CAP = 64 * 1024;
  * header (or a file past DRUMS_OSWORLD_MAX_BODY) ends the connection instead of completing the reply;
  * a client that goes away TERMs the reader (KILL 4 s later).
  */
-function streamGuestFile(ctx: GuestContext, s: Session, path: string): Promise<{ body: Readable } | { code: number; stderr: string }> {
+export function streamGuestFile(
+  ctx: GuestContext,
+  s: Session,
+  path: string,
+  o: { nonEmpty?: boolean } = {},
+): Promise<{ body: Readable } | { code: number; stderr: string }> {
   const cap = ctx.mgr.config.osworldMaxBodyBytes;
-  const child = spawnGuest(ctx.mgr, s, ['/bin/sh', '-c', READ_SH, 'sh', path], { timeoutMs: 600_000 });
+  const child = spawnGuest(ctx.mgr, s, ['/bin/sh', '-c', READ_SH, 'sh', path, ...(o.nonEmpty ? ['nonempty'] : [])], { timeoutMs: 600_000 });
   return new Promise((resolve, reject) => {
     let head = Buffer.alloc(0);
     let stderr = '';
@@ -451,6 +450,7 @@ export const routeListDirectory: Handler = async (ctx, s, req) => {
   const path = posix.resolve(HOME, expandPath(b.path, userEnv(ctx)));
   ensureReady(s);
   const r = await runGuest(ctx.mgr, s, { argv: ['python3', '-c', LIST_DIR_PY, path], timeoutMs: 60_000 });
+  if (r.overflow) return json(500, { error: `the directory tree of ${path} is too large to list: ${overflowMessage(GUEST_OUTPUT_BYTES)}` });
   if (r.code === 3) return json(400, { error: 'The provided path is not a directory' });
   if (r.code !== 0 && guestFailure(r.stderr)) return json(guestFailure(r.stderr)!, { error: r.stderr.trim() });
   if (r.code !== 0) return json(500, { error: r.stderr.trim() || `exit ${r.code}` });
@@ -459,18 +459,24 @@ export const routeListDirectory: Handler = async (ctx, s, req) => {
 
 export const routeWallpaper: Handler = async (ctx, s) => {
   ensureReady(s);
-  const g = await runGuest(ctx.mgr, s, { argv: ['gsettings', 'get', 'org.gnome.desktop.background', 'picture-uri'], timeoutMs: 10_000 });
-  if (g.code !== 0) return flaskPage(500, 'Internal Server Error', 'Could not read the wallpaper setting.');
+  // A setting is a URI: 64 KiB is far past any path.
+  const g = await runGuest(ctx.mgr, s, {
+    argv: ['gsettings', 'get', 'org.gnome.desktop.background', 'picture-uri'],
+    timeoutMs: 10_000,
+    maxOutputBytes: 64 * 1024,
+  });
+  if (g.code !== 0 || g.overflow) return flaskPage(500, 'Internal Server Error', 'Could not read the wallpaper setting.');
   const path = g.stdout
     .toString('utf8')
     .trim()
     .replace(/^'|'$/g, '')
     .replace(/^file:\/\//, '');
   if (!path) return flaskPage(404, 'Not Found', 'Wallpaper file not found.');
-  const r = await readGuestFile(ctx, s, path);
-  if (r.code === 44) return flaskPage(404, 'Not Found', 'Wallpaper file not found.');
-  if (r.code !== 0) return flaskPage(500, 'Internal Server Error', 'Failed to read the wallpaper.');
-  return { status: 200, body: r.stdout, type: 'image/png' };
+  // Streamed like /file (the daemon holds no more than the pipes' buffers), up to DRUMS_OSWORLD_MAX_BODY.
+  const r = await streamGuestFile(ctx, s, path).catch(() => undefined);
+  if (r && 'body' in r) return { status: 200, body: r.body, type: 'image/png' };
+  if (r?.code === 44) return flaskPage(404, 'Not Found', 'Wallpaper file not found.');
+  return flaskPage(500, 'Internal Server Error', 'Failed to read the wallpaper.');
 };
 
 export const routeChangeWallpaper: Handler = async (ctx, s, req) => {

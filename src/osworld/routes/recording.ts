@@ -2,7 +2,7 @@
 
 import { runGuest, spawnGuest } from '../guest-exec.ts';
 import { ensureReady, flaskPage, type Handler, json, sleep } from '../http.ts';
-import { attachment, readGuestFile } from './files.ts';
+import { attachment, streamGuestFile } from './files.ts';
 
 const RECORDING = '/tmp/recording.mp4';
 
@@ -65,7 +65,9 @@ export const routeEndRecording: Handler = async (ctx, s, _req, rec) => {
     child.kill('SIGKILL');
     return json(500, { status: 'error', message: 'Recording process was unresponsive and had to be killed.' });
   }
-  const r = await readGuestFile(ctx, s, RECORDING);
-  if (r.code !== 0 || r.stdout.length === 0) return flaskPage(500, 'Internal Server Error', 'Recording failed. The output file is missing or empty.');
-  return attachment(r.stdout, RECORDING, 'video/mp4');
+  // Streamed like /file: a recording is as large as the session made it (up to DRUMS_OSWORLD_MAX_BODY), and the
+  // daemon holds no more than the pipes' buffers of it.
+  const r = await streamGuestFile(ctx, s, RECORDING, { nonEmpty: true }).catch(() => undefined);
+  if (!r || !('body' in r)) return flaskPage(500, 'Internal Server Error', 'Recording failed. The output file is missing or empty.');
+  return { ...attachment(Buffer.alloc(0), RECORDING, 'video/mp4'), body: r.body };
 };

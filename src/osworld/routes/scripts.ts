@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { expandPath } from '../command.ts';
-import { HOME, runGuest } from '../guest-exec.ts';
+import { GUEST_OUTPUT_BYTES, HOME, overflowMessage, runGuest } from '../guest-exec.ts';
 import { ensureReady, type Handler, json, parseJson, userEnv } from '../http.ts';
 import { prepare } from '../prepare.ts';
 
@@ -23,6 +23,9 @@ export const routeRunPython: Handler = async (ctx, s, req) => {
       need_more: false,
       output: null,
     });
+  }
+  if (r.overflow) {
+    return json(500, { status: 'error', message: overflowMessage(GUEST_OUTPUT_BYTES), error: 'OutputTooLarge', need_more: false, output: null });
   }
   const out = r.stdout.toString('utf8');
   return json(200, {
@@ -59,5 +62,6 @@ export const routeRunBash: Handler = async (ctx, s, req) => {
     signal: req.signal,
   });
   if (r.timedOut) return json(500, { status: 'error', output: `Script execution timed out after ${timeoutS} seconds`, error: '', returncode: -1 });
+  if (r.overflow) return json(500, { status: 'error', output: `Failed to execute script: ${overflowMessage(GUEST_OUTPUT_BYTES)}`, error: '', returncode: -1 });
   return json(200, { status: r.code === 0 ? 'success' : 'error', output: r.stdout.toString('utf8'), error: '', returncode: r.code });
 };
