@@ -36,7 +36,7 @@ export interface GuestResult {
   timedOut: boolean;
   /**
    * The command wrote past maxOutputBytes and was stopped there (its pipes closed, then TERM): `stdout` and
-   * `stderr` are cut short, and the route answers an error rather than a result built on them.
+   * `stderr` are empty (what was read is dropped at once), and the route answers an error instead of a result.
    */
   overflow: boolean;
 }

@@ -108,7 +108,8 @@ export interface RunOptions extends SpawnOptions {
   /**
    * Stop the command once it writes past the cap (a file read that cannot fit), rather than draining it: its
    * output pipes are closed (its next write gets SIGPIPE or EPIPE) and it is TERMed through the in-session
-   * `timeout` (KILLed after the grace), so the daemon reads nothing more of it.
+   * `timeout` (KILLed after the grace), so the daemon reads nothing more of it. The output read so far is dropped
+   * (the result's stdout and stderr are empty, `truncated` true).
    */
   killOnOverflow?: boolean;
   /**
@@ -186,6 +187,9 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       truncated = true;
       if (!o.killOnOverflow) return;
       stopped = true;
+      // Nothing of a cut-short answer is used (the caller answers an error): drop what was read at once.
+      out.length = 0;
+      err.length = 0;
       // A SIGKILL to the runtime's exec process would leave the command running (see onAbort): close our ends of
       // its pipes, so nothing more is read, and TERM it through the in-session `timeout`.
       child.stdout!.destroy();
@@ -253,17 +257,28 @@ function execOptions(req: ExecRequest): RunOptions {
   };
 }
 
-/** POST /v1/sessions/{id}/exec, buffered: output as UTF-8 text. */
-export async function execInSession(t: Target, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
-  const r = await runInSession(t, { ...execOptions(req), signal });
-  return {
+/**
+ * POST /v1/sessions/{id}/exec, buffered: the answer's JSON (an ExecResult with `extra`'s fields), as the parts of
+ * its UTF-8 body. The output is decoded and JSON-escaped as it arrives, so the daemon holds it once, as the body
+ * (bytes, a string, its JSON and an encoded copy would be five times maxOutputBytes at the answer's peak).
+ */
+export async function execInSession(t: Target, req: ExecRequest, signal: AbortSignal | undefined, extra: Record<string, unknown>): Promise<Buffer[]> {
+  const parts = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+  const dec = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const add = (stream: 'stdout' | 'stderr', s: string) => {
+    if (s) parts[stream].push(Buffer.from(JSON.stringify(s).slice(1, -1)));
+  };
+  const r = await runInSession(t, { ...execOptions(req), signal, onData: (stream, d) => add(stream, dec[stream].write(d)) });
+  add('stdout', dec.stdout.end());
+  add('stderr', dec.stderr.end());
+  const head = JSON.stringify({
     exitCode: r.exitCode,
-    stdout: r.stdout.toString('utf8'),
-    stderr: r.stderr.toString('utf8'),
-    durationMs: r.durationMs,
+    durationMs: Math.round(r.durationMs * 10) / 10,
     timedOut: r.timedOut,
     truncated: r.truncated,
-  };
+    ...extra,
+  });
+  return [Buffer.from(`${head.slice(0, -1)},"stdout":"`), ...parts.stdout, Buffer.from('","stderr":"'), ...parts.stderr, Buffer.from('"}')];
 }
 
 /**

@@ -314,8 +314,16 @@ export function displayRoutes(ctx: RouteContext) {
     // (The expected generation was checked by the pipeline, request.ts.)
     ctx.usable(s);
     if (!stream) {
-      const r = await execInSession(target(s), req, c.req.raw.signal);
-      return c.json({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation: s.generation });
+      // The body's parts go out one at a time, with the socket's backpressure (see execInSession).
+      const parts = await execInSession(target(s), req, c.req.raw.signal, { generation: s.generation });
+      const body = new ReadableStream<Uint8Array>({
+        pull(ctrl) {
+          const p = parts.shift();
+          if (p) ctrl.enqueue(p);
+          else ctrl.close();
+        },
+      });
+      return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
     }
     const generation = s.generation;
     const enc = new TextEncoder();

@@ -20,7 +20,7 @@ const MAX_CPU_SHARE = 0.35;
 const MAX_LATENCY_MS = 1000;
 
 /** The daemon's own node process: bin/drums serve runs it under tini. */
-function daemonNodePid(pid: number): number {
+export function daemonNodePid(pid: number): number {
   const cmd = (p: number) => readFileSync(`/proc/${p}/cmdline`, 'utf8');
   if (!cmd(pid).startsWith('tini')) return pid;
   for (const t of readdirSync(`/proc/${pid}/task`)) {
