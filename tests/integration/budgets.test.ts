@@ -40,8 +40,9 @@ describe('byte budgets on what a session controls', () => {
     const probes = await budgetsProbe({ d, arm: 'test', progress: () => {} });
     assert.deepEqual(
       probes.map((p) => p.id),
-      ['host.budgets.status-sparse-terabyte', 'host.budgets.status-byte-appender'],
+      ['host.budgets.status-byte-appender', 'host.budgets.status-sparse-terabyte'],
     );
+    for (const p of probes) process.stderr.write(`${p.id}: ${p.result}: ${p.detail}\n`);
     for (const p of probes) assert.equal(p.result, 'pass', `${p.id}: ${p.detail}`);
     assert.ok(alive());
   });
