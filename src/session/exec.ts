@@ -118,8 +118,13 @@ export interface RunOptions extends SpawnOptions {
    * exec process if it is still there after that. The result then comes as usual.
    */
   signal?: AbortSignal;
-  /** Streams output as it arrives instead of buffering it (the result's stdout and stderr are then empty). */
-  onData?: (stream: 'stdout' | 'stderr', data: Buffer) => void;
+  /**
+   * Streams output as it arrives instead of buffering it (the result's stdout and stderr are then empty). A
+   * `false` return pauses reading the command's output (it then blocks on its pipes) until the function handed to
+   * `resumeWith` is called: backpressure from a slow reader to the command.
+   */
+  onData?: (stream: 'stdout' | 'stderr', data: Buffer) => boolean | void;
+  resumeWith?: (resume: () => void) => void;
 }
 
 export interface RunResult {
@@ -203,12 +208,19 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       }
       const take = d.subarray(0, cap - size);
       size += take.length;
-      if (o.onData) o.onData(stream, take);
-      else into.push(take);
+      if (!o.onData) into.push(take);
+      else if (o.onData(stream, take) === false) {
+        child.stdout!.pause();
+        child.stderr!.pause();
+      }
       if (take.length < d.length) overflow();
     };
     child.stdout!.on('data', collect('stdout', out));
     child.stderr!.on('data', collect('stderr', err));
+    o.resumeWith?.(() => {
+      child.stdout!.resume();
+      child.stderr!.resume();
+    });
     let outerTimedOut = false;
     const outer = setTimeout(() => {
       outerTimedOut = true;
@@ -284,21 +296,24 @@ export async function execInSession(t: Target, req: ExecRequest, signal: AbortSi
 /**
  * POST /v1/sessions/{id}/exec?stream=1: calls `onData` per chunk as it
  * arrives (whole UTF-8 characters) and resolves with the exit. Same
- * confinement, timeouts and cap as the buffered exec.
+ * confinement, timeouts and cap as the buffered exec. `onData` returning
+ * false pauses the command's output until `resumeWith`'s function is called.
  */
 export async function execStream(
   t: Target,
   req: ExecRequest,
-  onData: (stream: 'stdout' | 'stderr', data: string) => void,
+  onData: (stream: 'stdout' | 'stderr', data: string) => boolean | void,
   signal?: AbortSignal,
+  resumeWith?: (resume: () => void) => void,
 ): Promise<Omit<ExecResult, 'stdout' | 'stderr'>> {
   const dec = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   const r = await runInSession(t, {
     ...execOptions(req),
     signal,
+    resumeWith,
     onData: (stream, d) => {
       const s = dec[stream].write(d);
-      if (s) onData(stream, s);
+      return s ? onData(stream, s) : undefined;
     },
   });
   for (const stream of ['stdout', 'stderr'] as const) {

@@ -77,6 +77,42 @@ describe('byte budgets on what a session controls', () => {
     }
   });
 
+  it('streamed exec: a client that does not read holds the command, not the daemon', async () => {
+    assert.ok(alive(), 'the daemon is up');
+    const s = await d.client.createSession({ image: 'minimal' });
+    try {
+      resetPeak(pid);
+      const base = kib(pid, 'VmHWM');
+      const res = await fetch(`${d.url}/v1/sessions/${s.id}/exec?stream=1`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ shell: 'head -c 60M /dev/zero | tr "\\0" x', maxOutputBytes: 64 * MiB, timeoutMs: 120_000 }),
+      });
+      assert.equal(res.status, 200);
+      // Nothing read for 3 s: the command's 60 MiB must wait in it, not in the daemon.
+      await new Promise((r) => setTimeout(r, 3000));
+      const waiting = (kib(pid, 'VmHWM') - base) / 1024;
+      let bytes = 0;
+      let exit: { exitCode?: number; truncated?: boolean } = {};
+      let rest = '';
+      for await (const chunk of res.body!) {
+        const lines = (rest + Buffer.from(chunk).toString()).split('\n');
+        rest = lines.pop()!;
+        for (const l of lines) {
+          const o = JSON.parse(l) as { data?: string; exitCode?: number };
+          if (o.data !== undefined) bytes += o.data.length;
+          else exit = o;
+        }
+      }
+      assert.equal(exit.exitCode, 0);
+      assert.equal(bytes, 60 * MiB);
+      assert.ok(waiting < 24, `the daemon's peak RSS grew by ${waiting.toFixed(0)} MiB while the client did not read`);
+      process.stderr.write(`streamed exec: peak RSS +${waiting.toFixed(0)} MiB while the client did not read 60 MiB\n`);
+    } finally {
+      await d.client.destroySession(s.id).catch(() => {});
+    }
+  });
+
   it("OSWorld /execute printing 100 MiB: OSWorld's 500 error, the command stopped, the peak RSS grows by at most the budget", async () => {
     assert.ok(alive(), 'the daemon is up');
     const s = (await d.client.createSession({ image: 'osworld' } as never)) as unknown as { id: string; osworld: { serverPort: number } };

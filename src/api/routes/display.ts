@@ -328,34 +328,53 @@ export function displayRoutes(ctx: RouteContext) {
     const generation = s.generation;
     const enc = new TextEncoder();
     const abort = new AbortController();
-    const body = new ReadableStream<Uint8Array>({
-      start(ctrl) {
-        const send = (o: unknown) => {
-          try {
-            ctrl.enqueue(enc.encode(JSON.stringify(o) + '\n'));
-          } catch {
-            /* client gone */
-          }
-        };
-        execStream(target(s), req, (stream, data) => send({ stream, data }), abort.signal).then(
-          (r) => {
-            send({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation });
+    // Backpressure: past 16 queued records the command's output is paused until the client reads (pull), so a
+    // slow reader holds the command, not the daemon's memory. A client that goes away resumes it (drained, dropped).
+    let resume = () => {};
+    const body = new ReadableStream<Uint8Array>(
+      {
+        start(ctrl) {
+          const send = (o: unknown): boolean => {
             try {
-              ctrl.close();
-            } catch {}
-          },
-          (e) => {
-            send({ error: { code: 'internal', message: String((e as Error).message) } });
-            try {
-              ctrl.close();
-            } catch {}
-          },
-        );
+              ctrl.enqueue(enc.encode(JSON.stringify(o) + '\n'));
+              return (ctrl.desiredSize ?? 1) > 0;
+            } catch {
+              return true; // client gone: drain
+            }
+          };
+          execStream(
+            target(s),
+            req,
+            (stream, data) => send({ stream, data }),
+            abort.signal,
+            (r) => {
+              resume = r;
+            },
+          ).then(
+            (r) => {
+              send({ ...r, durationMs: Math.round(r.durationMs * 10) / 10, generation });
+              try {
+                ctrl.close();
+              } catch {}
+            },
+            (e) => {
+              send({ error: { code: 'internal', message: String((e as Error).message) } });
+              try {
+                ctrl.close();
+              } catch {}
+            },
+          );
+        },
+        pull() {
+          resume();
+        },
+        cancel() {
+          abort.abort();
+          resume();
+        },
       },
-      cancel() {
-        abort.abort();
-      },
-    });
+      new CountQueuingStrategy({ highWaterMark: 16 }),
+    );
     return new Response(body, { status: 200, headers: { 'content-type': 'application/x-ndjson', 'x-drums-generation': String(generation) } });
   });
 
