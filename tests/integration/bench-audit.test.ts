@@ -18,7 +18,10 @@ describe('isolation audit', () => {
     const base = probes.filter((p) => p.arm === 'baseline' && p.category !== 'control');
     assert.ok(base.length >= 40, `only ${base.length} probes`);
     for (const c of probes.filter((p) => p.category === 'control')) assert.equal(c.result, 'pass', `${c.id}: ${c.detail}`);
-    assert.deepEqual(probes.filter((p) => p.result === 'invalid').map((p) => `${p.arm} ${p.id} (${p.as}): ${p.detail}`), []);
+    assert.deepEqual(
+      probes.filter((p) => p.result === 'invalid').map((p) => `${p.arm} ${p.id} (${p.as}): ${p.detail}`),
+      [],
+    );
     // The fences that matter most must hold, each by name.
     const must = [
       'net.sibling-address',
