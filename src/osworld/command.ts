@@ -75,8 +75,84 @@ export function pyRepr(v: unknown): string {
 
 export interface Normalized {
   argv: string[];
-  /** True when the command (as text) invokes sudo: it is then run as root-in-session. */
+  /**
+   * True when the argv really invokes sudo (`invokesSudo`). The route decides what that allows: only the
+   * harness's own set-up routes (`/setup/...`) run such a command as root-in-session (routes/execute.ts).
+   */
   sudo: boolean;
+}
+
+/** Words after which the next word is still in command position (`if sudo …`, `! sudo …`, `nohup sudo …`). */
+const PREFIX_WORDS = new Set(['!', '{', 'then', 'do', 'else', 'elif', 'if', 'while', 'until', 'time', 'exec', 'nohup', 'command', 'builtin', 'setsid']);
+const SHELLS = new Set(['sh', 'bash', 'dash']);
+
+/**
+ * Whether a shell script runs `sudo` as a command: a word `sudo` in command position (the script's start
+ * or after `;` `&` `|` `(` `)` `` ` `` or a newline, past `NAME=value` assignments and PREFIX_WORDS), not
+ * in a comment, not an argument (`echo sudo`), not inside quotes as part of a longer word. A light
+ * scan, not a shell parser: what it misses (`eval "sudo x"`, `$(printf sudo) x`) runs unprivileged,
+ * which fails closed.
+ */
+export function shellInvokesSudo(script: string): boolean {
+  let word = '';
+  let inWord = false;
+  let commandPos = true;
+  let quote: '' | "'" | '"' = '';
+  const endWord = (): boolean => {
+    if (!inWord) return false;
+    const w = word;
+    word = '';
+    inWord = false;
+    if (!commandPos) return false;
+    if (w === 'sudo') return true;
+    if (!/^[A-Za-z_][A-Za-z0-9_]*=/.test(w) && !PREFIX_WORDS.has(w)) commandPos = false;
+    return false;
+  };
+  for (let i = 0; i < script.length; i++) {
+    const ch = script[i]!;
+    if (quote === "'") {
+      if (ch === "'") quote = '';
+      else word += ch;
+      continue;
+    }
+    if (quote === '"') {
+      if (ch === '"') quote = '';
+      else if (ch === '\\' && i + 1 < script.length) word += script[++i];
+      else word += ch;
+      continue;
+    }
+    if (ch === "'" || ch === '"') {
+      quote = ch;
+      inWord = true;
+    } else if (ch === '\\') {
+      // A backslash-newline joins lines; any other escaped character is part of the word.
+      if (script[i + 1] !== '\n') {
+        word += script[i + 1] ?? '';
+        inWord = true;
+      }
+      i++;
+    } else if (ch === '#' && !inWord) {
+      while (i < script.length && script[i] !== '\n') i++;
+      commandPos = true;
+    } else if (';&|()`\n'.includes(ch)) {
+      if (endWord()) return true;
+      commandPos = true;
+    } else if (/\s/.test(ch)) {
+      if (endWord()) return true;
+    } else {
+      word += ch;
+      inWord = true;
+    }
+  }
+  return endWord();
+}
+
+/** Whether an argv (as the guest would run it) invokes sudo: `sudo …` itself, or `sh -c SCRIPT` whose script does. */
+export function invokesSudo(argv: string[]): boolean {
+  const prog = argv[0]?.split('/').pop() ?? '';
+  if (prog === 'sudo') return true;
+  if (SHELLS.has(prog) && argv[1] === '-c' && typeof argv[2] === 'string') return shellInvokesSudo(argv[2]);
+  return false;
 }
 
 /**
@@ -104,8 +180,7 @@ export function normalizeCommand(command: unknown, shell: unknown): Normalized {
   }
   if (argv.length === 0) throw new Error('list index out of range');
   if (argv.some((a) => a.includes('\0'))) throw new Error('embedded null byte');
-  const text = argv.join(' ');
-  return { argv, sudo: /(^|[\s;&|(`$])sudo(\s|$)/.test(text) };
+  return { argv, sudo: invokesSudo(argv) };
 }
 
 /** os.path.expanduser + os.path.expandvars for the desktop user's environment. */

@@ -55,7 +55,7 @@ describe('osworld guest contract (osworld image)', () => {
     assert.equal(rep.setup_ok, true);
     assert.equal(rep.file, 'hello from the host\n');
     assert.equal(rep.size_file, '1920x1080\n');
-    assert.equal(rep.rootdir_owner, '0', 'sudo in /execute runs as root-in-session');
+    assert.equal(rep.rootdir_owner, '0', 'a set-up step with sudo (/setup/execute) runs as root-in-session');
     assert.equal(rep.tree.type, 'directory');
     assert.equal(rep.tree.name, 'Desktop');
     const names = rep.tree.children.map((c: { name: string }) => c.name).sort();

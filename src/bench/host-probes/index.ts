@@ -11,6 +11,7 @@ import { x11Probes } from './x11.ts';
 import { osworldPeerProbe } from './osworld-peer.ts';
 import { fsProbes } from './fs.ts';
 import { budgetsProbe } from './budgets.ts';
+import { osworldEvalProbes } from './osworld-eval.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -20,6 +21,7 @@ const PROBES: [string, HostProbe][] = [
   ['osworld-peer', osworldPeerProbe],
   ['fs', fsProbes],
   ['budgets', budgetsProbe],
+  ['osworld-eval', osworldEvalProbes],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */

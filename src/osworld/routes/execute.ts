@@ -4,12 +4,23 @@ import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { normalizeCommand, pyRepr, type Normalized } from '../command.ts';
 import { GUEST_OUTPUT_BYTES, overflowMessage, runGuest } from '../guest-exec.ts';
-import { ensureReady, type GuestContext, type Handler, json, parseJson, pyTruthy, sleep, text } from '../http.ts';
+import { ensureReady, type GuestContext, type Handler, json, parseJson, pyTruthy, type Req, sleep, text } from '../http.ts';
 import { prepare } from '../prepare.ts';
 
 const EXECUTE_TIMEOUT_S = 120;
 
-async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>, signal: AbortSignal) {
+/**
+ * Whether a command runs as root-in-session: only on the harness's set-up routes (`/setup/execute`,
+ * `/setup/execute_with_verification`, `/setup/launch`: what SetupController posts for a task's config and
+ * postconfig, from the task file) and only when its argv really invokes sudo (`invokesSudo`). `/execute` and
+ * `/execute_with_verification` carry the agent's actions (PythonController.execute_python_command for every
+ * `env.step`) and the evaluator's getters: they always run as the desktop user, whatever their text says.
+ */
+function elevated(req: Req, norm: Normalized): boolean {
+  return norm.sudo && (req.raw.url ?? '').split('?')[0]!.startsWith('/setup/');
+}
+
+async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>, signal: AbortSignal, root: (n: Normalized) => boolean) {
   const timeoutS = typeof b.timeout === 'number' && b.timeout > 0 ? b.timeout : EXECUTE_TIMEOUT_S;
   let norm: Normalized;
   try {
@@ -19,7 +30,7 @@ async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>
   }
   ensureReady(s);
   await prepare(ctx, s);
-  const r = await runGuest(ctx.mgr, s, { argv: norm.argv, root: norm.sudo, timeoutMs: timeoutS * 1000, signal });
+  const r = await runGuest(ctx.mgr, s, { argv: norm.argv, root: root(norm), timeoutMs: timeoutS * 1000, signal });
   // Over the output budget: the error OSWorld's server gives for any exception (a MemoryError there), not a cut result.
   if (r.overflow) return { error: overflowMessage(GUEST_OUTPUT_BYTES) };
   if (r.timedOut) return { error: `Command ${pyRepr(b.command)} timed out after ${timeoutS} seconds` };
@@ -32,7 +43,7 @@ async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>
 
 export const routeExecute: Handler = async (ctx, s, req) => {
   const b = parseJson(req);
-  const r = await execute(ctx, s, b, req.signal);
+  const r = await execute(ctx, s, b, req.signal, (n) => elevated(req, n));
   if ('error' in r) return json(500, { status: 'error', message: r.error });
   return json(200, r.result);
 };
@@ -42,7 +53,7 @@ export const routeExecuteVerify: Handler = async (ctx, s, req) => {
   const verification = (b.verification && typeof b.verification === 'object' ? b.verification : {}) as Record<string, unknown>;
   const maxWait = typeof b.max_wait_time === 'number' ? b.max_wait_time : 10;
   const interval = typeof b.check_interval === 'number' ? b.check_interval : 1;
-  const r = await execute(ctx, s, b, req.signal);
+  const r = await execute(ctx, s, b, req.signal, (n) => elevated(req, n));
   if ('error' in r) return json(500, { status: 'error', message: r.error });
   if (!verification.window_exists && !verification.command_success) return json(200, r.result);
   const t0 = Date.now();
@@ -76,7 +87,7 @@ export const routeLaunch: Handler = async (ctx, s, req) => {
   // Detached: setsid -f forks and returns; the program's stdio is /dev/null. A missing program is an error (Popen raises).
   const script =
     'command -v "$1" >/dev/null 2>&1 || { echo "[Errno 2] No such file or directory: \'$1\'" >&2; exit 127; }; setsid -f "$@" >/dev/null 2>&1 </dev/null';
-  const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', ...norm.argv], root: norm.sudo, timeoutMs: 15_000 });
+  const r = await runGuest(ctx.mgr, s, { argv: ['/bin/sh', '-c', script, 'sh', ...norm.argv], root: elevated(req, norm), timeoutMs: 15_000 });
   if (r.code !== 0) return json(500, { status: 'error', message: r.stderr.trim() || `launch failed with code ${r.code}` });
   const shown = pyTruthy(b.shell) || typeof b.command === 'string' ? String(b.command) : (b.command as string[]).join(' ');
   return text(200, `${shown} launched successfully`);
