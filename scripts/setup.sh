@@ -8,8 +8,9 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root" >&2; exit 1; }
 
 NODE_VERSION=24.22.3
+# bubblewrap: `drums osworld run` evaluates desktop_env's metrics in a bubblewrap sandbox (docs/osworld.md).
 HOST_PACKAGES=(debootstrap debian-archive-keyring runc nftables iproute2 tini libjemalloc2 ca-certificates procps util-linux e2fsprogs coreutils python3 python3-venv python3-pip
-  gcc libc6-dev)
+  gcc libc6-dev bubblewrap)
 # Tests also run X clients on the host: a real browser for web UI tests (headless), and the
 # display/a11y harness tests start their own Xvfb, openbox, xterm, buses and a GTK fixture; the OSWorld
 # oracle test makes a vlc task's song with ffmpeg; the cgroup v2 VM test boots QEMU (scripts/cgv2-vm.sh).
