@@ -19,7 +19,7 @@ describe('osworld: an agent cannot reach the harness host', () => {
 
   it("an env.step with 'sudo' in it runs as the desktop user; a task's set-up step still gets root", async () => {
     const probes = await osworldEvalProbes({ d, arm: 'test', progress: () => {} });
-    assert.equal(probes.length, 3);
+    assert.equal(probes.length, 4);
     for (const p of probes) assert.equal(p.result, 'pass', `${p.id}: ${p.detail}`);
     assert.deepEqual(await d.client.listSessions(), [], 'the probe leaves no session');
   });

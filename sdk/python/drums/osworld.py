@@ -28,9 +28,9 @@ not installed**, provides a placeholder module whose every use raises
 ModuleNotFoundError naming the package. Metrics that need them fail loudly;
 everything else is the real code. Install the package to get the real one.
 
-``register()`` also swaps the metrics that execute agent-written code
-(``check_python_file_by_test_suite``) for versions that run it in a throwaway
-Drums session (``drums.osworld_sandbox``; ``DRUMS_OSWORLD_SANDBOX=0`` turns it off).
+``register()`` also swaps every metric for one that runs in a sandbox, never in this
+process: ``check_python_file_by_test_suite`` in a throwaway Drums session, the rest under
+bubblewrap (``drums.osworld_sandbox``; ``DRUMS_OSWORLD_SANDBOX=0`` turns it off).
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def register() -> None:
     if os.environ.get("DRUMS_OSWORLD_SANDBOX", "1") != "0":
         from . import osworld_sandbox
 
-        osworld_sandbox.install()  # metrics that run agent code do so in a throwaway session
+        osworld_sandbox.install()  # every metric runs in a sandbox (docs/osworld.md)
     _registered = True
 
 

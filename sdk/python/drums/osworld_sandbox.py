@@ -35,6 +35,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
@@ -262,7 +263,32 @@ def run_metric(name: str, args: tuple, kwargs: dict, timeout_s: Optional[float] 
         payload = pickle.dumps({"name": name, "args": args, "kwargs": kwargs})
     except Exception as e:
         raise MetricSandboxError(f"metric {name}: its arguments cannot be sent to the sandbox: {e}") from e
-    binds = _file_binds((args, kwargs))
+    staging = tempfile.mkdtemp(prefix="drums-metric-") if os.geteuid() == 0 else None
+    try:
+        binds = _file_binds((args, kwargs))
+        if staging:
+            binds = _readable_by_sandbox(binds, staging)
+        return _run(name, payload, binds, timeout_s)
+    finally:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _readable_by_sandbox(binds: list[tuple[str, str]], staging: str) -> list[tuple[str, str]]:
+    """The sandbox's uid reads a bound file by the file's own mode (its directories are the sandbox's):
+    a file that others may not read (a harness with umask 077) is bound from a 0644 copy instead."""
+    out = []
+    for i, (src, dest) in enumerate(binds):
+        if not os.stat(src).st_mode & 0o004:
+            copy = os.path.join(staging, str(i))
+            shutil.copyfile(src, copy)
+            os.chmod(copy, 0o644)
+            src = copy
+        out.append((src, dest))
+    return out
+
+
+def _run(name: str, payload: bytes, binds: list[tuple[str, str]], timeout_s: float) -> float:
     r, w = os.pipe()
     try:
         argv = bwrap_argv(binds, w, timeout_s)
@@ -294,7 +320,7 @@ def run_metric(name: str, args: tuple, kwargs: dict, timeout_s: Optional[float] 
         except BrokenPipeError:
             pass
         try:
-            code = proc.wait(timeout=timeout_s + 30)
+            code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)  # our own child's process group (bwrap; --die-with-parent takes the rest)
             proc.wait()

@@ -133,13 +133,12 @@ def test_only_the_evaluations_files_reach_the_sandbox(tmp_path):
     secret.write_text("hello\n")
     os.chmod(secret, 0o644)
     (cache / "link.txt").symlink_to(secret)
+    (cache / "private.txt").write_text("hello\n")
+    os.chmod(cache / "private.txt", 0o600)  # a harness with umask 077: still readable by the metric
+    expected = str(cache / "expected.txt")
     with osworld_sandbox.files_from(str(cache)):
-        assert (
-            osworld_sandbox.run_metric(
-                "compare_text_file", (str(cache / "actual.txt"), str(cache / "expected.txt")), {}
-            )
-            == 1.0
-        )
+        for mine in ("actual.txt", "private.txt"):
+            assert osworld_sandbox.run_metric("compare_text_file", (str(cache / mine), expected), {}) == 1.0
         # A host file outside the evaluation's directory, named directly or through a link in it, is not there.
         for other in (secret, cache / "link.txt"):
             with pytest.raises(osworld_sandbox.MetricSandboxError, match="FileNotFoundError"):

@@ -70,6 +70,20 @@ export async function osworldEvalProbes({ d, arm, progress }: { d: PrivateDaemon
         `'echo password | sudo -S id -u' on /execute_with_verification printed ${JSON.stringify(sh.output.slice(-200))} (HTTP ${sh.status}); '0' would be root-in-session`,
       ),
     );
+    // The desktop user with the root shim (only on root's PATH, but a path is no secret) and the real sudo.
+    const shim = await post(ep.serverPort, '/execute', {
+      command:
+        'echo password | /usr/lib/drums/osworld/bin/sudo -S id -u; echo password | /usr/bin/sudo -S id -u 2>/dev/null; echo password | /usr/lib/drums/osworld/bin/sudo -S -u root id -u 2>&1',
+      shell: true,
+    });
+    out.push(
+      probe(
+        'host.osworld.sudo-shim-as-user',
+        'host',
+        shim.status === 200 && /^1000$/m.test(shim.output) && !/^0$/m.test(shim.output),
+        `the desktop user running the sudo shim and /usr/bin/sudo printed ${JSON.stringify(shim.output.slice(-300))} (HTTP ${shim.status}); a line '0' would be root`,
+      ),
+    );
     // Control: a task's set-up step (SetupController posts /setup/execute) still gets root, as its task expects.
     const setup = await post(ep.serverPort, '/setup/execute', { command: 'echo password | sudo -S id -u', shell: true });
     out.push(
