@@ -1,5 +1,7 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmdirSync, unlinkSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { run } from '../common/exec.ts';
 import { DrumsError, HostError } from '../common/errors.ts';
 
@@ -57,9 +59,22 @@ export interface ContainerState {
   status: string;
 }
 
+/** The OCI process of a container's config.json, as far as an exec reads it. */
+interface OciProcess {
+  user: { uid: number; gid: number; additionalGids?: number[] };
+  env?: string[];
+  capabilities?: { bounding?: string[]; effective?: string[]; permitted?: string[]; inheritable?: string[]; ambient?: string[] };
+  [k: string]: unknown;
+}
+
+/** A bundle's config.json is a few kB; one over this is not the daemon's. */
+const MAX_CONFIG_BYTES = 1024 * 1024;
+
 export class OciRuntime {
   readonly info: RuntimeInfo;
   readonly root: string;
+  /** Each container's bundle, learnt from start, restore or state (an adopted session's first call is a state). */
+  private readonly bundles = new Map<string, string>();
   constructor(info: RuntimeInfo, root: string) {
     this.info = info;
     this.root = root;
@@ -78,6 +93,7 @@ export class OciRuntime {
    */
   async start(id: string, bundle: string, logFile: string): Promise<StartResult> {
     const argv = [this.info.path, '--root', this.root, '--log', logFile, 'run', '-d', '--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id];
+    this.bundles.set(id, bundle);
     return this._detached(argv, bundle, logFile, 'run');
   }
 
@@ -109,6 +125,7 @@ export class OciRuntime {
       ...o.flags,
     ];
     argv.push('--pid-file', `${bundle}/init.pid`, '--bundle', bundle, id);
+    this.bundles.set(id, bundle);
     return this._detached(argv, bundle, logFile, 'restore', o.timeoutMs ?? 120_000, o.env);
   }
 
@@ -175,7 +192,8 @@ export class OciRuntime {
   async state(id: string): Promise<ContainerState | undefined> {
     const r = await run(this.argv('state', id), { okCodes: [0, 1] });
     if (r.code !== 0) return undefined;
-    const s = JSON.parse(r.stdout) as { id: string; pid: number; status: string };
+    const s = JSON.parse(r.stdout) as { id: string; pid: number; status: string; bundle?: string };
+    if (s.bundle) this.bundles.set(id, s.bundle);
     return { id: s.id, pid: s.pid, status: s.status };
   }
 
@@ -192,6 +210,7 @@ export class OciRuntime {
    * can't remove the cgroup), so it is tried again until the container is gone, for `waitMs`.
    */
   async destroy(id: string, waitMs = 20_000): Promise<void> {
+    this.bundles.delete(id);
     await run(this.argv('kill', id, 'KILL'), { okCodes: [0, 1] });
     const until = performance.now() + waitMs;
     for (;;) {
@@ -209,13 +228,101 @@ export class OciRuntime {
    * daemon's -500, so a memory hog run by exec scored below the session's X server and
    * init (+500), and the kernel killed those first. util-linux's choom sets the score and execs the runtime
    * (same PID, so a signal to the child still reaches the runtime, which forwards it).
+   *
+   * The command's argv and environment never reach the runtime's command line, which every
+   * local user can read in /proc/<pid>/cmdline: they go in an OCI process file (`exec --process`),
+   * made 0600 in a fresh 0700 directory of root's and unlinked before the runtime starts. The
+   * runtime reads it through the descriptor it inherits as fd 3 (/proc/self/fd/3); only root and
+   * the runtime's own process can open that. The process is the container's own (config.json) with
+   * what `exec --user/--cwd/--env/--cap` used to change: the same user, groups, capabilities and
+   * environment as before (checked by tests/integration/exec-cmdline.test.ts).
    */
   spawnExec(id: string, opts: { uid: number; gid: number; cwd: string; env: Record<string, string>; caps: string[]; args: string[] }): ChildProcess {
-    const a = ['exec', '--user', `${opts.uid}:${opts.gid}`, '--cwd', opts.cwd];
-    for (const [k, v] of Object.entries(opts.env)) a.push('--env', `${k}=${v}`);
-    for (const c of opts.caps) a.push('--cap', c);
-    a.push(id, ...opts.args);
-    return spawn(CHOOM, ['-n', String(SESSION_OOM_SCORE_ADJ), '--', ...this.argv(...a)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const fd = processFile(execProcess(this._baseProcess(id), opts));
+    try {
+      const argv = this.argv('exec', '--process', '/proc/self/fd/3', id);
+      return spawn(CHOOM, ['-n', String(SESSION_OOM_SCORE_ADJ), '--', ...argv], { stdio: ['pipe', 'pipe', 'pipe', fd] });
+    } finally {
+      // The child holds its own copy from here.
+      closeSync(fd);
+    }
+  }
+
+  /** The container's process as its config.json has it (the daemon wrote it; read bounded, never through a link). */
+  private _baseProcess(id: string): OciProcess {
+    let bundle = this.bundles.get(id);
+    if (!bundle) {
+      // Not started or adopted by this runtime object (a caller that skipped `state`): ask the runtime once.
+      const r = spawnSync(this.info.path, ['--root', this.root, 'state', id], { encoding: 'utf8', timeout: 10_000, maxBuffer: MAX_CONFIG_BYTES });
+      bundle = r.status === 0 ? (JSON.parse(r.stdout) as { bundle?: string }).bundle : undefined;
+      if (!bundle) throw new HostError(`${this.info.name} exec`, `container ${id} not found`, { container: id });
+      this.bundles.set(id, bundle);
+    }
+    const fd = openSync(join(bundle, 'config.json'), constants.O_RDONLY | constants.O_NOFOLLOW);
+    try {
+      const buf = Buffer.alloc(MAX_CONFIG_BYTES + 1);
+      let n = 0;
+      for (let k = 1; k > 0 && n < buf.length; n += k) k = readSync(fd, buf, n, buf.length - n, null);
+      if (n > MAX_CONFIG_BYTES) throw new HostError(`${this.info.name} exec`, `config.json of ${id} is over ${MAX_CONFIG_BYTES} bytes`, { container: id });
+      return (JSON.parse(buf.subarray(0, n).toString('utf8')) as { process: OciProcess }).process;
+    } finally {
+      closeSync(fd);
+    }
+  }
+}
+
+/**
+ * What runc's `exec --user uid:gid --cwd --env --cap` makes of the container's process (runc 1.1's
+ * getProcess): user and gid replaced (its additional groups kept), the environment appended (the
+ * last of a name wins, as in the runtime's init), each cap added to the bounding, effective and
+ * permitted sets, no terminal.
+ */
+export function execProcess(
+  base: OciProcess,
+  o: { uid: number; gid: number; cwd: string; env: Record<string, string>; caps: string[]; args: string[] },
+): OciProcess {
+  const env = new Map<string, string>();
+  for (const kv of [...(base.env ?? []), ...Object.entries(o.env).map(([k, v]) => `${k}=${v}`)]) {
+    const i = kv.indexOf('=');
+    env.delete(kv.slice(0, i));
+    env.set(kv.slice(0, i), kv);
+  }
+  const c = base.capabilities ?? {};
+  const plus = (set?: string[]) => [...new Set([...(set ?? []), ...o.caps])];
+  return {
+    ...base,
+    terminal: false,
+    user: { ...base.user, uid: o.uid, gid: o.gid },
+    args: o.args,
+    cwd: o.cwd,
+    env: [...env.values()],
+    capabilities: { ...c, bounding: plus(c.bounding), effective: plus(c.effective), permitted: plus(c.permitted) },
+  };
+}
+
+/**
+ * `p` as JSON in a file only root can open, already unlinked: a fresh mkdtemp directory (0700, root's,
+ * an unguessable name; a planted one makes mkdtemp pick another), the file made there with
+ * O_EXCL|O_NOFOLLOW and 0600. Returns a read-write descriptor for the child to inherit.
+ */
+function processFile(p: OciProcess): number {
+  // A tmpfs where there is one: the bytes never reach a disk.
+  const dir = mkdtempSync(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), 'drums-exec-'));
+  const path = join(dir, 'process.json');
+  let fd = -1;
+  try {
+    fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    const bytes = Buffer.from(JSON.stringify(p));
+    for (let n = 0; n < bytes.length; ) n += writeSync(fd, bytes, n, bytes.length - n);
+    return fd;
+  } catch (e) {
+    if (fd >= 0) closeSync(fd);
+    throw e;
+  } finally {
+    try {
+      unlinkSync(path);
+    } catch {}
+    rmdirSync(dir);
   }
 }
 

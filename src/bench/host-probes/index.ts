@@ -12,6 +12,7 @@ import { osworldPeerProbe } from './osworld-peer.ts';
 import { fsProbes } from './fs.ts';
 import { budgetsProbe } from './budgets.ts';
 import { osworldEvalProbes } from './osworld-eval.ts';
+import { probeExecCmdline } from './exec-cmdline.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -22,6 +23,7 @@ const PROBES: [string, HostProbe][] = [
   ['fs', fsProbes],
   ['budgets', budgetsProbe],
   ['osworld-eval', osworldEvalProbes],
+  ['exec-cmdline', probeExecCmdline],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
