@@ -99,6 +99,11 @@ def sc(name, *a):
 out('cap.mount', 'capabilities', sc('mount', b'none', b'/mnt', b'tmpfs', 0, None) != 'ok', sc('mount', b'none', b'/mnt', b'tmpfs', 0, None))
 r = libc.syscall(175, None, 0, b'')
 out('cap.init_module', 'capabilities', r != 0, err())
+# io_uring_setup(1, &params): the seccomp profile makes it ENOSYS (a kernel surface seccomp cannot filter by operation)
+params = ctypes.create_string_buffer(120)
+r = libc.syscall(425, 1, params)
+out('seccomp.io_uring-denied', 'capabilities', r == -1 and ctypes.get_errno() == errno.ENOSYS, err() if r == -1 else f'fd {r}')
+if r >= 0: os.close(r)
 for nm, fam, ty, pr in [('cap.raw-socket', socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), ('cap.packet-socket', socket.AF_PACKET, socket.SOCK_RAW, 0)]:
     try: socket.socket(fam, ty, pr); out(nm, 'capabilities', False, 'opened')
     except OSError as e: out(nm, 'capabilities', True, errno.errorcode.get(e.errno))
