@@ -28,6 +28,7 @@ import { takeoverExtras } from './frames/takeover.ts';
 import { poolRoutes } from './routes/pools.ts';
 import { forkRoutes } from './routes/fork.ts';
 import { specBodies } from './spec-validate.ts';
+import { UiLogins, uiLoginRoutes } from './ui-login.ts';
 
 export interface AppOptions {
   token: string;
@@ -61,7 +62,9 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   const extras = takeoverExtras(display, opts.viewExtras);
   const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, extras));
   app.use('*', observe());
-  app.use('*', security(opts));
+  // Dashboard logins (one-time codes from `drums ui`, then a cookie) live as long as this daemon (a unit test's fake manager has no instance).
+  const logins = new UiLogins(mgr.inst?.name ?? 'drums');
+  app.use('*', security({ ...opts, logins }));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));
   app.use('*', bodyLimit(maxBody));
   // The fair share is the display service's (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE), shared with the OSWorld guest routes.
@@ -74,6 +77,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.route('/', eventRoutes(ctx));
   app.route('/', hostRoutes(ctx));
   app.route('/', frameRoutes(ctx));
+  app.route('/', uiLoginRoutes(logins));
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).

@@ -22,6 +22,7 @@ import type { DisplayService } from '../session/display-service.ts';
 import { FAIR_RETRY_AFTER_S, type FairScheduler } from '../session/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import { metrics } from './metrics.ts';
+import type { UiLogins } from './ui-login.ts';
 
 const ID_RE = /^s[0-9a-f]{10}$/;
 
@@ -77,14 +78,14 @@ const PUBLIC = new Set(['/healthz', '/openapi.json', '/docs']);
 const DASHBOARD_ORIGIN_ROUTES = /^\/v1\/sessions\/s[0-9a-f]{10}\/(stream|takeover)$/;
 
 /**
- * Host and Origin checks, then the bearer token, before anything else.
+ * Host and Origin checks, then the bearer token (or the dashboard's login cookie, src/api/ui-login.ts), before anything else.
  * - Host must be a loopback name or the listen address (DNS rebinding defence).
  * - Any Origin header is refused: browsers send one on every cross-origin
  *   fetch, and no web page may drive the daemon, with one exception: the
  *   daemon's own origin (its dashboard, /ui) on the stream and take-over
  *   routes (the Host check above pins that origin to the daemon).
  */
-export function security(opts: { token: string; allowedHosts: string[] }): MiddlewareHandler {
+export function security(opts: { token: string; allowedHosts: string[]; logins?: UiLogins }): MiddlewareHandler {
   const tokenBuf = Buffer.from(opts.token);
   return async (c, next) => {
     const host = (c.req.header('host') ?? '').replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
@@ -93,19 +94,45 @@ export function security(opts: { token: string; allowedHosts: string[] }): Middl
     // The one page allowed to call the daemon is its own dashboard (/ui): its own origin, and
     // only on the routes a browser sends an Origin to (WebSocket, POST/DELETE take-over).
     const origin = c.req.header('origin');
-    if (origin !== undefined && !(origin === `http://${c.req.header('host')}` && DASHBOARD_ORIGIN_ROUTES.test(c.req.path))) {
+    const ownOrigin = `http://${c.req.header('host')}`;
+    if (origin !== undefined && !(origin === ownOrigin && DASHBOARD_ORIGIN_ROUTES.test(c.req.path))) {
       throw new DrumsError(
         'forbidden_origin',
         "requests from web pages are refused (an Origin header was sent); only the daemon's own dashboard may open streams and take sessions over",
       );
     }
     if (PUBLIC.has(c.req.path) && c.req.method === 'GET') return next();
-    const auth = c.req.header('authorization') ?? '';
-    // Opening the dashboard in a browser: GET /ui?token=... (the page then drops it from the URL).
-    const uiToken = c.req.method === 'GET' && c.req.path === '/ui' ? c.req.query('token') : undefined;
-    const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice(7) : (uiToken ?? ''));
+    const auth = c.req.header('authorization');
+    if (auth === undefined && c.req.method === 'GET' && c.req.path === '/ui') {
+      // Opening the dashboard: a one-time code from `drums ui` buys a cookie, then 303 to a URL without it.
+      if (c.req.query('token') !== undefined)
+        throw new DrumsError('unauthorized', 'the token is no longer accepted in a URL (browser history keeps it): run `drums ui` for a one-time login link');
+      const code = c.req.query('code');
+      if (code !== undefined) {
+        const login = opts.logins?.redeem(code);
+        if (!login)
+          throw new DrumsError(
+            'unauthorized',
+            'this login link was used already or has expired (a code works once, within 60 s): run `drums ui` for a new one',
+          );
+        return c.body(null, 303, {
+          location: '/ui',
+          'set-cookie': opts.logins!.setCookie(login),
+          'cache-control': 'no-store',
+          'referrer-policy': 'no-referrer',
+        });
+      }
+    }
+    if (auth === undefined && opts.logins) {
+      const h = { cookie: c.req.header('cookie'), secFetchSite: c.req.header('sec-fetch-site'), origin, ownOrigin, method: c.req.method, path: c.req.path };
+      if (opts.logins.authenticates(h)) return next();
+    }
+    const given = Buffer.from(auth?.startsWith('Bearer ') ? auth.slice(7) : '');
     if (given.length !== tokenBuf.length || !timingSafeEqual(given, tokenBuf)) {
-      throw new DrumsError('unauthorized', 'missing or wrong bearer token (Authorization: Bearer <token>; see DRUMS_TOKEN or <state dir>/token)');
+      throw new DrumsError(
+        'unauthorized',
+        'missing or wrong bearer token (Authorization: Bearer <token>; see DRUMS_TOKEN or <state dir>/token); for the dashboard, run `drums ui`',
+      );
     }
     return next();
   };

@@ -9,6 +9,7 @@ import { registerServe } from './commands/serve.ts';
 import { registerSession } from './commands/session.ts';
 import { registerSite } from './commands/site.ts';
 import { registerSweep } from './commands/sweep.ts';
+import { registerUi } from './commands/ui.ts';
 
 /**
  * The `drums` command: parses and dispatches; each command group lives in
@@ -21,6 +22,7 @@ registerServe(program);
 registerSweep(program);
 registerImage(program);
 registerSession(program);
+registerUi(program);
 registerConformance(program);
 registerBench(program);
 registerOsworld(program);

@@ -1,8 +1,11 @@
 // The live dashboard (/ui) in a real browser (Playwright driving Debian's Chromium): it shows
 // every session with live thumbnails, a click and keys typed in the page reach the session, and
-// a take-over from the page blocks the agent (409) until it is released.
+// a take-over from the page blocks the agent (409) until it is released. The browser logs in with a
+// one-time code (`drums ui`): no secret in any URL it keeps, a used or expired code refused, and the
+// login cookie honoured only on the daemon's own page's requests.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
@@ -29,6 +32,13 @@ describe('dashboard in Chromium (minimal image)', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
   };
+  const login = async () => {
+    const r = await fetch(`${d.url}/v1/ui/login`, { method: 'POST', headers: { authorization: `Bearer ${d.token}` } });
+    assert.equal(r.status, 201);
+    return (await r.json()) as { url: string; code: string; expiresAt: string };
+  };
+  /** A code issued in `before`, left unused until the last test: it must have expired by then. */
+  let stale: { url: string; code: string; expiresAt: string };
   const agentAct = (id: string) =>
     fetch(`${d.url}/v1/sessions/${id}/actions`, {
       method: 'POST',
@@ -38,6 +48,7 @@ describe('dashboard in Chromium (minimal image)', () => {
 
   before(async () => {
     d = await startDaemon();
+    stale = await login();
     sessions.push(await d.client.createSession({ image: 'minimal', screen: '800x600', labels: { role: 'watched' } }));
     sessions.push(await d.client.createSession({ image: 'minimal', screen: '800x600', labels: { role: 'other' } }));
     const { chromium } = await import('playwright-core');
@@ -59,13 +70,42 @@ describe('dashboard in Chromium (minimal image)', () => {
     }
   });
 
-  it('is refused without the token', async () => {
+  it('is refused without a login; the token is no longer accepted in a URL', async () => {
     assert.equal((await fetch(`${d.url}/ui`)).status, 401);
     assert.equal((await fetch(`${d.url}/ui?token=wrong`)).status, 401);
+    const withToken = await fetch(`${d.url}/ui?token=${d.token}`);
+    assert.equal(withToken.status, 401);
+    assert.match(((await withToken.json()) as { error: { message: string } }).error.message, /drums ui/);
+    assert.equal((await fetch(`${d.url}/ui?code=${'A'.repeat(43)}`, { redirect: 'manual' })).status, 401);
     const p = await browser!.newPage();
     const r = await p.goto(`${d.url}/ui`);
     assert.equal(r?.status(), 401);
     await p.close();
+  });
+
+  it("a code works once; the cookie counts only on the daemon's own page", async () => {
+    // The CLI prints the link (one per call).
+    const cli = execFileSync('bin/drums', ['ui'], { env: { ...process.env, DRUMS_URL: d.url, DRUMS_TOKEN: d.token }, encoding: 'utf8' }).trim();
+    assert.match(cli, new RegExp(`^${d.url.replace(/[.]/g, '\\.')}/ui\\?code=[A-Za-z0-9_-]{43}$`));
+    const first = await fetch(cli, { redirect: 'manual' });
+    assert.equal(first.status, 303);
+    assert.equal(first.headers.get('location'), '/ui');
+    const cookie = first.headers.get('set-cookie') ?? '';
+    assert.match(cookie, /^drums_ui_[a-z0-9]+=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
+    const jar = cookie.split(';')[0]!;
+    // Spent: the same link again is refused.
+    assert.equal((await fetch(cli, { redirect: 'manual' })).status, 401);
+    const get = (path: string, h: Record<string, string>) => fetch(`${d.url}${path}`, { headers: { cookie: jar, ...h }, redirect: 'manual' });
+    assert.equal((await get('/v1/sessions', { 'sec-fetch-site': 'same-origin' })).status, 200);
+    assert.equal((await get('/ui', { 'sec-fetch-site': 'none' })).status, 200);
+    // Another port of 127.0.0.1 is the same site: its page's requests would carry a SameSite=Strict cookie.
+    for (const site of ['same-site', 'cross-site']) assert.equal((await get('/v1/sessions', { 'sec-fetch-site': site })).status, 401, site);
+    assert.equal((await get('/v1/sessions', {})).status, 401, 'no Sec-Fetch-Site');
+    assert.equal((await get('/v1/sessions', { 'sec-fetch-site': 'none' })).status, 401, 'a typed URL other than /ui');
+    assert.equal(
+      (await fetch(`${d.url}/v1/sessions`, { headers: { cookie: `${jar.split('=')[0]}=${'B'.repeat(43)}`, 'sec-fetch-site': 'same-origin' } })).status,
+      401,
+    );
   });
 
   it('shows every session live, a click and keys reach it, a take-over blocks the agent', async () => {
@@ -77,9 +117,25 @@ describe('dashboard in Chromium (minimal image)', () => {
     const p = await browser!.newPage();
     const errors: string[] = [];
     p.on('pageerror', (e) => errors.push(String(e)));
-    await p.goto(`${d.url}/ui?token=${d.token}`);
-    // The token leaves the address bar.
-    assert.equal(new URL(p.url()).search, '');
+    const link = await login();
+    await p.goto(link.url);
+    // No secret in the address bar, in the tab's history or in the page's reach.
+    assert.equal(p.url(), `${d.url}/ui`);
+    const cdp = await browser!.newCDPSession(p);
+    const { entries } = (await cdp.send('Page.getNavigationHistory')) as { entries: { url: string }[] };
+    await cdp.detach();
+    assert.deepEqual(
+      entries.map((e) => e.url).filter((u) => u !== 'about:blank'),
+      [`${d.url}/ui`],
+    );
+    assert.deepEqual(await p.evaluate(() => [document.cookie, sessionStorage.length, localStorage.length]), ['', 0, 0]);
+    const [c] = (await browser!.cookies(d.url)).filter((x) => x.name.startsWith('drums_ui_'));
+    assert.ok(c && c.httpOnly && c.sameSite === 'Strict', JSON.stringify(c));
+    assert.ok(!(await p.content()).includes(d.token) && !(await p.content()).includes(link.code));
+    // The code is spent: the same link in another tab gets nothing.
+    const again = await browser!.newPage();
+    assert.equal((await again.goto(link.url))?.status(), 401);
+    await again.close();
     for (const s of [a, b]) {
       const card = p.locator(`.card[data-id="${s.id}"]`);
       await card.waitFor({ timeout: 30_000 });
@@ -145,5 +201,14 @@ describe('dashboard in Chromium (minimal image)', () => {
     await p.close();
     await d.client.exec(a.id, { shell: 'kill "$(cat /tmp/typer.pid)"' });
     await typer;
+  });
+
+  it('an unused code has expired after 60 s', async () => {
+    const wait = Date.parse(stale.expiresAt) - Date.now() + 500;
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    const p = await browser!.newPage();
+    assert.equal((await p.goto(stale.url))?.status(), 401);
+    assert.equal(p.url(), stale.url);
+    await p.close();
   });
 });

@@ -1,6 +1,6 @@
 /**
- * The live dashboard at GET /ui (token needed: `Authorization`, or `?token=` when opened in a
- * browser; the page drops it from the address bar and keeps it in sessionStorage). One
+ * The live dashboard at GET /ui (the token as `Authorization`, or, in a browser, the login cookie
+ * a one-time code from `drums ui` buys: src/api/ui-login.ts; the page itself never holds a secret). One
  * self-contained page, no external scripts: every session as a live thumbnail (a 2 fps stream)
  * with its state, generation, image, labels, take-over, CPU and memory; click one to watch it
  * at full rate, take it over, drive it with mouse and keyboard, and release it.
@@ -35,10 +35,8 @@ button{background:#335;color:#fff;border:1px solid #558;border-radius:4px;paddin
 <img id="view" tabindex="0" alt="session screen"></div>
 <script nonce="${nonce}">
 (() => {
-  const q = new URLSearchParams(location.search);
-  if (q.get('token')) { sessionStorage.setItem('drums-token', q.get('token')); history.replaceState(null, '', '/ui'); }
-  const token = sessionStorage.getItem('drums-token') || '';
-  const H = { authorization: 'Bearer ' + token };
+  // Authenticated by the HttpOnly login cookie, which the browser sends on these same-origin calls.
+  const H = {};
   const $ = (id) => document.getElementById(id);
   const thumbs = new Map();           // id -> {card, ws}
   let watching = null;                // {id, ws, takeover}
@@ -49,7 +47,7 @@ button{background:#335;color:#fff;border:1px solid #558;border-radius:4px;paddin
   };
   const wsUrl = (id, params) => (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/sessions/' + id + '/stream?' + new URLSearchParams(params);
   const openStream = (id, params, onFrame, onText) => {
-    const ws = new WebSocket(wsUrl(id, params), ['drums', 'drums.token.' + token]);
+    const ws = new WebSocket(wsUrl(id, params), ['drums']);
     ws.binaryType = 'blob';
     ws.onmessage = (ev) => { if (typeof ev.data === 'string') onText && onText(JSON.parse(ev.data)); else onFrame(ev.data); };
     return ws;
