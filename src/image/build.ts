@@ -477,10 +477,20 @@ function planSteps(
         const caEnv: Record<string, string> = existsSync(hostCa) ? { PIP_CERT: inside } : {};
         if (existsSync(hostCa)) copyFileSync(hostCa, join(b.rootfs, inside));
         try {
+          // Locked (src/image/recipe.ts): every file pip fetches must match a sha256 in the
+          // repository's lock; --no-deps because the lock is the whole closure, which pip check
+          // then confirms; no build isolation, so an sdist builds with Debian's setuptools and
+          // wheel (from signed apt packages) instead of ones pip would fetch unhashed.
+          const lock = '/tmp/drums-pip.lock';
           await b.chroot(
             'pip install',
-            `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore --disable-pip-version-check ${recipe.pip.map(shq).join(' ')}`,
-            { env: { ...b.env, ...caEnv } },
+            [
+              `cat > ${lock}`,
+              `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore --disable-pip-version-check --require-hashes --no-deps --no-build-isolation -r ${lock}`,
+              'python3 -m pip check --disable-pip-version-check',
+              `rm -f ${lock}`,
+            ].join('\n'),
+            { env: { ...b.env, ...caEnv }, input: r.pipLock ?? '' },
           );
         } finally {
           rmSync(join(b.rootfs, inside), { force: true });

@@ -1,4 +1,5 @@
 // Public API of the image builder (see docs/images.md).
+export { writePipLock } from './pip-lock.ts';
 export {
   loadRecipe,
   recipeHash,

@@ -2,11 +2,12 @@
 //
 // A recipe is `images/<name>.json` in the repository. Its hash covers the
 // normalised recipe, the bytes of every file it copies in, the parent's hash
-// (for `from` recipes) and BUILDER_VERSION, so any change that could change
-// the built rootfs yields a new image directory.
+// (for `from` recipes), its pip lock (`<name>.pip.lock`, below) and
+// BUILDER_VERSION, so any change that could change the built rootfs yields a
+// new image directory.
 
 import { createHash } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, isAbsolute, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ImageError, RecipeError } from './errors.ts';
@@ -261,6 +262,82 @@ export interface ResolvedRecipe {
   recipe: Recipe;
   hash: string;
   parent: ResolvedRecipe | undefined;
+  /** The pip lock's text (requirements with --hash), for a recipe with pip packages. */
+  pipLock?: string;
+}
+
+/**
+ * pip installs are locked: a recipe's `pip` list is every distribution pip installs (the whole
+ * closure beyond what Debian provides, each `name==version`), and `<name>.pip.lock` beside the
+ * recipe has the same pins with the sha256 of every file pip may pick (written by
+ * `drums image pip-lock`, src/image/pip-lock.ts, from the package index). The build installs with --require-hashes
+ * --no-deps, so pip fetches nothing whose bytes are not in the repository.
+ */
+export interface PipPin {
+  /** PEP 503-normalised. */
+  name: string;
+  version: string;
+}
+
+const PIN_RE = /^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$/;
+const normalise = (name: string) => name.toLowerCase().replace(/[-_.]+/g, '-');
+
+/** The exact pin `name==version`, or undefined for anything else (ranges, extras, markers). */
+export function pipPin(req: string): PipPin | undefined {
+  const m = PIN_RE.exec(req);
+  return m ? { name: normalise(m[1]!), version: m[2]! } : undefined;
+}
+
+export function pipLockPath(name: string, opts?: RecipeOptions): string {
+  return join(recipesDirOf(opts), `${name}.pip.lock`);
+}
+
+/** A lock's pins and hashes: requirement lines (backslash continuations joined), `#` comments ignored. */
+export function parsePipLock(text: string, file: string): (PipPin & { hashes: string[] })[] {
+  const out: (PipPin & { hashes: string[] })[] = [];
+  const lines = text.replace(/\\\n/g, ' ').split('\n');
+  lines.forEach((line, i) => {
+    const words = line.replace(/#.*/, '').trim().split(/\s+/).filter(Boolean);
+    if (!words.length) return;
+    const pin = pipPin(words[0]!);
+    const hashes = words.slice(1).map((w) => /^--hash=sha256:([0-9a-f]{64})$/.exec(w)?.[1]);
+    if (!pin || !hashes.length || hashes.some((h) => !h)) {
+      throw new RecipeError(file, `line ${i + 1}`, 'expected "name==version --hash=sha256:<64 hex> ..." (regenerate it with drums image pip-lock)');
+    }
+    if (out.some((o) => o.name === pin.name)) throw new RecipeError(file, `line ${i + 1}`, `${pin.name} is pinned twice`);
+    out.push({ ...pin, hashes: hashes as string[] });
+  });
+  return out;
+}
+
+/** The lock of a recipe with pip packages: it must pin exactly the recipe's list. */
+function readPipLock(recipe: Recipe, opts?: RecipeOptions): string | undefined {
+  if (!recipe.pip.length) return undefined;
+  const file = join(recipesDirOf(opts), `${recipe.name}.json`);
+  const pins = recipe.pip.map((req, i) => {
+    const pin = pipPin(req);
+    if (!pin) throw new RecipeError(file, `pip[${i}]`, `${JSON.stringify(req)} must be an exact pin name==version (installs are locked by hash)`);
+    return pin;
+  });
+  const lockFile = pipLockPath(recipe.name, opts);
+  if (!existsSync(lockFile)) {
+    throw new RecipeError(lockFile, 'pip', `missing: write it with 'bin/drums image pip-lock ${recipe.name}', review it and commit it`);
+  }
+  const text = readFileSync(lockFile, 'utf8');
+  const locked = parsePipLock(text, lockFile);
+  const key = (p: PipPin) => `${p.name}==${p.version}`;
+  const want = new Set(pins.map(key));
+  const have = new Set(locked.map(key));
+  const missing = [...want].filter((k) => !have.has(k));
+  const extra = [...have].filter((k) => !want.has(k));
+  if (missing.length || extra.length) {
+    throw new RecipeError(
+      lockFile,
+      'pip',
+      `does not match ${recipe.name}.json's pip list (not locked: ${missing.join(', ') || '-'}; not in the recipe: ${extra.join(', ') || '-'}): run 'bin/drums image pip-lock ${recipe.name}'`,
+    );
+  }
+  return text;
 }
 
 /** Loads a recipe with its `from` chain and computes the hashes. */
@@ -293,8 +370,13 @@ export function resolveRecipe(name: string, opts?: RecipeOptions, seen: string[]
     h.update(`\nfile ${f.src} ${bytes.length}\n`);
     h.update(bytes);
   }
+  const pipLock = readPipLock(recipe, opts);
+  if (pipLock !== undefined) {
+    h.update(`\npip-lock ${Buffer.byteLength(pipLock)}\n`);
+    h.update(pipLock);
+  }
   h.update(`\nparent ${parent ? parent.hash : '-'}\n`);
-  return { recipe, hash: h.digest('hex'), parent };
+  return { recipe, hash: h.digest('hex'), parent, ...(pipLock !== undefined ? { pipLock } : {}) };
 }
 
 /** Full sha256 (hex) of the recipe named `name`; image directories use its first 12 chars. */

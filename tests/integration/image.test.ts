@@ -34,6 +34,7 @@ import {
   removeImage,
   renderProgressToStderr,
   REPO_ROOT,
+  resolveRecipe,
   type BuildProgress,
 } from '../../src/image/index.ts';
 import { loadConfig } from '../../src/common/config.ts';
@@ -343,6 +344,55 @@ describe('recipe hash', () => {
       writeFileSync(file, JSON.stringify(obj));
       assert.equal(recipeHash('minimal', opts), min);
       assert.notEqual(recipeHash('default', opts), def);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('pip lock', () => {
+  const errorOf = (fn: () => unknown) => {
+    try {
+      fn();
+    } catch (e) {
+      return e as { code?: string; message: string };
+    }
+    assert.fail('no error');
+  };
+
+  test('the shipped recipes with pip packages are locked; the lock is in the hash; a mismatch or a missing lock is refused', () => {
+    const root = scratchRepo();
+    try {
+      const opts = { recipesDir: join(root, 'images'), repoRoot: root };
+      for (const name of ['osworld', 'seed-guest']) assert.ok(resolveRecipe(name, opts).pipLock?.includes('--hash=sha256:'), name);
+      const lock = join(root, 'images/osworld.pip.lock');
+      const text = readFileSync(lock, 'utf8');
+      const [osw, seed] = [recipeHash('osworld', opts), recipeHash('seed-guest', opts)];
+      // Another hash for the same pins: a new image, for the child too.
+      writeFileSync(lock, text.replace(/sha256:[0-9a-f]{64}/, `sha256:${'0'.repeat(64)}`));
+      assert.notEqual(recipeHash('osworld', opts), osw);
+      assert.notEqual(recipeHash('seed-guest', opts), seed);
+      // A pin in the lock the recipe does not list.
+      writeFileSync(lock, `${text}extra==1.0 \\\n    --hash=sha256:${'1'.repeat(64)}\n`);
+      assert.match(errorOf(() => recipeHash('osworld', opts)).message, /not in the recipe: extra==1\.0/);
+      // A pin without a hash.
+      writeFileSync(lock, `${text}extra==1.0\n`);
+      assert.match(errorOf(() => recipeHash('osworld', opts)).message, /--hash=sha256/);
+      writeFileSync(lock, text);
+      // The recipe moves a version the lock does not have.
+      const file = join(root, 'images/osworld.json');
+      const obj = JSON.parse(readFileSync(file, 'utf8')) as { pip: string[] };
+      obj.pip[obj.pip.indexOf('pysrt==1.1.2')] = 'pysrt==1.1.3';
+      writeFileSync(file, JSON.stringify(obj));
+      assert.match(errorOf(() => recipeHash('osworld', opts)).message, /not locked: pysrt==1\.1\.3/);
+      // A range instead of a pin.
+      obj.pip[obj.pip.indexOf('pysrt==1.1.3')] = 'pysrt>=1.1';
+      writeFileSync(file, JSON.stringify(obj));
+      assert.match(errorOf(() => recipeHash('osworld', opts)).message, /exact pin/);
+      rmSync(lock);
+      obj.pip[obj.pip.indexOf('pysrt>=1.1')] = 'pysrt==1.1.2';
+      writeFileSync(file, JSON.stringify(obj));
+      assert.match(errorOf(() => recipeHash('osworld', opts)).message, /missing: write it with 'bin\/drums image pip-lock osworld'/);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
