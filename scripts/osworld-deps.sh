@@ -6,9 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 stamp=.runtime/venv/.osworld-deps
-if [[ -x .runtime/venv/bin/python ]] && cmp -s sdk/python/osworld-deps.txt "$stamp"; then exit 0; fi
+# Locked by sha256: sdk/python/osworld-deps.lock (from osworld-deps.in by pip-compile --generate-hashes)
+# and, for desktop-env alone (without its dependencies), sdk/python/desktop-env.lock.
+if [[ -x .runtime/venv/bin/python ]] && cat sdk/python/desktop-env.lock sdk/python/osworld-deps.lock | cmp -s - "$stamp"; then exit 0; fi
 echo "==> installing desktop-env and the OSWorld evaluators' dependencies into .runtime/venv" >&2
 [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
-.runtime/venv/bin/pip install -q --disable-pip-version-check --no-deps desktop-env==1.0.2
-.runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/osworld-deps.txt
-cp sdk/python/osworld-deps.txt "$stamp"
+.runtime/venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r sdk/python/desktop-env.lock
+.runtime/venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps --no-build-isolation -r sdk/python/osworld-deps.lock
+cat sdk/python/desktop-env.lock sdk/python/osworld-deps.lock > "$stamp"

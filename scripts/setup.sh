@@ -41,12 +41,15 @@ if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-loc
 fi
 
 # The Python SDK's tests (pytest, gymnasium, schemathesis) run from a venv in .runtime/.
-if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || ! cmp -s sdk/python/requirements-test.txt .runtime/venv/.requirements; }; then
+# Locked by sha256 (sdk/python/requirements-test.lock, from requirements-test.in by pip-compile
+# --generate-hashes): pip fetches nothing whose bytes are not in the repository. The SDK itself
+# goes in editable, without its dependencies (the lock has them) and with the lock's setuptools.
+if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || ! cmp -s sdk/python/requirements-test.lock .runtime/venv/.requirements; }; then
   step "installing the Python SDK and its test dependencies into .runtime/venv"
   [[ -x .runtime/venv/bin/python ]] || /usr/bin/python3 -m venv .runtime/venv
-  .runtime/venv/bin/pip install -q --disable-pip-version-check -r sdk/python/requirements-test.txt
-  .runtime/venv/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test,ray,agentrl]'
-  cp sdk/python/requirements-test.txt .runtime/venv/.requirements
+  .runtime/venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps --no-build-isolation -r sdk/python/requirements-test.lock
+  .runtime/venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
+  cp sdk/python/requirements-test.lock .runtime/venv/.requirements
 fi
 
 # The user-namespace helper (src/host/drums-userns.c: idmapped mounts, a userns made by the session's own uid).
