@@ -238,7 +238,14 @@ export class OciRuntime {
    * environment as before (checked by tests/integration/exec-cmdline.test.ts).
    */
   spawnExec(id: string, opts: { uid: number; gid: number; cwd: string; env: Record<string, string>; caps: string[]; args: string[] }): ChildProcess {
-    const fd = processFile(execProcess(this._baseProcess(id), opts));
+    let fd: number;
+    try {
+      fd = processFile(execProcess(this._baseProcess(id), opts));
+    } catch (e) {
+      // Never a throw: callers take the child's exit as the result, as when the runtime itself
+      // fails (a container already gone, a full /dev/shm).
+      return failedExec(`${this.info.name} exec: container ${id}: ${(e as Error).message}`);
+    }
     try {
       const argv = this.argv('exec', '--process', '/proc/self/fd/3', id);
       return spawn(CHOOM, ['-n', String(SESSION_OOM_SCORE_ADJ), '--', ...argv], { stdio: ['pipe', 'pipe', 'pipe', fd] });
@@ -298,6 +305,11 @@ export function execProcess(
     env: [...env.values()],
     capabilities: { ...c, bounding: plus(c.bounding), effective: plus(c.effective), permitted: plus(c.permitted) },
   };
+}
+
+/** A child that exits 1 with `message` on stderr (no secret in it: it is on this child's command line). */
+function failedExec(message: string): ChildProcess {
+  return spawn(process.execPath, ['-e', 'process.stderr.write(`${process.argv[1]}\\n`); process.exit(1)', message], { stdio: ['pipe', 'pipe', 'pipe'] });
 }
 
 /**
