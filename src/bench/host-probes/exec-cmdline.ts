@@ -4,8 +4,8 @@
  * which every local user can read. The observer scans every /proc/<pid>/cmdline and
  * /proc/<pid>/environ while an exec with a secret in its argv and one in its environment runs.
  *
- * Held when the environment secret is seen nowhere and the argv secret only in processes that are
- * not root's on the host (the command itself: on Linux every process's own argv is public, so a
+ * Held when the environment secret is seen nowhere and the argv secret only in the session's own
+ * processes (in its PID namespace: the command itself; on Linux every process's own argv is public, so a
  * secret belongs in `env` or `stdin`, never in argv; docs/security.md). The observer must have
  * seen the argv secret in the command's own process, or the probe proves nothing ('invalid').
  */
@@ -30,11 +30,14 @@ def scan():
             except OSError: continue
             for name, secret in (('argv', argv_secret), ('env', env_secret)):
                 if secret.encode() in data:
-                    try: uid = int([l for l in open('/proc/' + pid + '/status') if l.startswith('Uid:')][0].split()[1])
-                    except Exception: uid = -1
+                    try: st = open('/proc/' + pid + '/status').read().splitlines()
+                    except Exception: st = []
+                    uid = next((int(l.split()[1]) for l in st if l.startswith('Uid:')), -1)
+                    # More than one NSpid: the process lives in a container's PID namespace (the command itself).
+                    nested = next((len(l.split()) > 2 for l in st if l.startswith('NSpid:')), False)
                     try: comm = open('/proc/' + pid + '/comm').read().strip()
                     except Exception: comm = '?'
-                    hits[(name, what, pid)] = {'secret': name, 'file': what, 'pid': int(pid), 'uid': uid, 'comm': comm}
+                    hits[(name, what, pid)] = {'secret': name, 'file': what, 'pid': int(pid), 'uid': uid, 'nested': nested, 'comm': comm}
 while True:
     scan()
     r, _, _ = select.select([sys.stdin], [], [], 0)
@@ -48,6 +51,8 @@ interface Hit {
   file: 'cmdline' | 'environ';
   pid: number;
   uid: number;
+  /** In a PID namespace below the host's: a process of the session, not of the host. */
+  nested: boolean;
   comm: string;
 }
 
@@ -87,9 +92,9 @@ export async function probeExecCmdline(ctx: { d: PrivateDaemon; arm: string }): 
       const hits = await observe(argvSecret, envSecret, () =>
         c.exec(s.id, { argv: ['/bin/sh', '-c', `sleep 2; : ${argvSecret}`], env: { DRUMS_PROBE_SECRET: envSecret }, root, timeoutMs: 30_000 }),
       );
-      const leaks = hits.filter((h) => h.secret === 'env' || h.uid === 0);
-      const own = hits.filter((h) => h.secret === 'argv' && h.uid !== 0);
-      const fmt = (l: Hit[]) => l.map((h) => `${h.secret} in ${h.comm}[${h.pid}] uid ${h.uid} ${h.file}`).join('; ');
+      const leaks = hits.filter((h) => h.secret === 'env' || !h.nested);
+      const own = hits.filter((h) => h.secret === 'argv' && h.nested);
+      const fmt = (l: Hit[]) => l.map((h) => `${h.secret} in ${h.comm}[${h.pid}] uid ${h.uid}${h.nested ? ' (session)' : ''} ${h.file}`).join('; ');
       out.push({
         arm: ctx.arm,
         id: `host.exec.${root ? 'root' : 'user'}-argv-env-off-cmdlines`,
