@@ -15,6 +15,21 @@ export const DRUMS = join(ROOT, 'bin', 'drums');
  */
 export const TIME_SCALE = Math.max(1, Number(process.env.DRUMS_TEST_TIME_SCALE) || 1);
 
+/** The tests run in CI (CI=true, as CI services set it): there, whatever a test needs must be present. */
+export const CI = /^(true|1)$/i.test(process.env.CI ?? '');
+
+/**
+ * The `skip` option of a test that needs something this host may lack (data, an app in an image, a
+ * tool, root): `why` is null when all is there, else what is missing and how to get it. Outside CI
+ * the test is skipped with that message; under CI=true a missing thing is a failure, not a skip: this
+ * throws at once, so the test file fails with the message (a green run has run every test).
+ */
+export function skipUnlessCI(why: string | null | false | undefined): string | false {
+  if (!why) return false;
+  if (CI) throw new Error(`CI=true and a test cannot run: ${why}`);
+  return why;
+}
+
 /** A per-run prefix for every resource a test makes (instance names are ≤ 5 chars). */
 export function runPrefix(): string {
   return 't' + randomBytes(2).toString('hex');

@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
+import { missingOsworldTasks, osworldTasksDir } from '../testing/osworld-data.ts';
 import { gitState, hostFacts } from './host-facts.ts';
 import { quantile } from './stats.ts';
 
@@ -19,7 +20,8 @@ import { quantile } from './stats.ts';
  * are recorded and the level is marked incomplete.
  */
 export interface OsworldRunBenchOptions {
-  tasksRoot: string;
+  /** Default: DRUMS_OSWORLD_TASKS, else ../shared/osworld-tasks next to the repository (src/testing/osworld-data.ts). */
+  tasksRoot?: string;
   domains: string[];
   /** Task files instead of domains (tests). */
   files?: string[];
@@ -143,7 +145,12 @@ async function runLevel(
 export async function runOsworldRunBench(o: OsworldRunBenchOptions) {
   const started = new Date().toISOString();
   const progress = o.progress ?? (() => {});
-  const inputs = o.files?.length ? o.files : o.domains.map((d) => join(o.tasksRoot, d));
+  const tasksRoot = o.tasksRoot ?? osworldTasksDir();
+  if (!o.files?.length && !o.tasksRoot) {
+    const why = missingOsworldTasks(o.domains);
+    if (why) throw new Error(why);
+  }
+  const inputs = o.files?.length ? o.files : o.domains.map((d) => join(tasksRoot, d));
   for (const i of inputs) if (!existsSync(i)) throw new Error(`no task file or directory at ${i}`);
   const taskFiles = inputs.flatMap((i) =>
     statSync(i).isDirectory()
@@ -187,7 +194,7 @@ export async function runOsworldRunBench(o: OsworldRunBenchOptions) {
       complete: finished && levels.length === o.parallel.length && levels.every((l) => l.complete),
       host: hostFacts(),
       config: {
-        tasksRoot: o.tasksRoot,
+        tasksRoot,
         domains: o.files?.length ? null : o.domains,
         files: o.files ?? null,
         parallel: o.parallel,

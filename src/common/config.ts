@@ -358,6 +358,16 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
     default: '60',
   },
   { env: 'DRUMS_OSWORLD_SRC', doc: 'set by `drums osworld run --osworld-src DIR` for the Python driver (the checkout whose desktop_env runs)', default: '' },
+  {
+    env: 'DRUMS_OSWORLD_TASKS',
+    doc: "OSWorld's task files, a folder per domain, for the tests and `drums bench osworld-run` (src/testing/osworld-data.ts)",
+    default: '`../shared/osworld-tasks` next to the repository',
+  },
+  {
+    env: 'DRUMS_OSWORLD_CHECKOUT',
+    doc: 'an OSWorld checkout for the tests (src/testing/osworld-data.ts); not `DRUMS_OSWORLD_SRC`',
+    default: '`../shared/osworld-src` next to the repository',
+  },
 ];
 
 export type ConfigOverrides = { [K in keyof DaemonConfig]?: DaemonConfig[K] | undefined };

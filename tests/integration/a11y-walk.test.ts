@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { A11yClient, A11yError, resolveA11yBusSocket, toOsworldXml, terminalText, type A11yNode } from '../../src/a11y/index.ts';
 import { startStack, type Stack, type StackProcess } from '../fixtures/a11y/stack.ts';
+import { skipUnlessCI } from '../helpers.ts';
 
 const run = promisify(execFile);
 const FIXTURES = join(import.meta.dirname, '../fixtures/a11y');
@@ -23,7 +24,11 @@ const FORM_HTML =
   '<p>Hello <a href="#x">link</a></p>';
 
 const missing = ['/usr/bin/Xvfb', '/usr/bin/dbus-daemon', '/usr/libexec/at-spi-bus-launcher', '/usr/bin/unshare', CHROMIUM].filter((p) => !existsSync(p));
-const skip = process.getuid?.() !== 0 ? 'needs root (PID + mount namespace)' : missing.length ? `missing ${missing.join(', ')}` : false;
+const skip = skipUnlessCI(
+  process.getuid?.() !== 0
+    ? 'needs root (PID + mount namespace)'
+    : missing.length > 0 && `missing ${missing.join(', ')} (scripts/setup.sh installs them with DRUMS_SETUP_TEST=1)`,
+);
 
 function findApp(tree: A11yNode, name: string): A11yNode | undefined {
   return tree.children.find((a) => a.name === name);
@@ -232,7 +237,9 @@ describe('a11y walk against a live AT-SPI stack', { skip, timeout: 180_000 }, ()
     );
   });
 
-  it('reads the focused terminal of gnome-terminal', { skip: existsSync('/usr/bin/gnome-terminal') ? false : 'gnome-terminal not installed' }, async () => {
+  it('reads the focused terminal of gnome-terminal', {
+    skip: skipUnlessCI(!existsSync('/usr/bin/gnome-terminal') && 'gnome-terminal not installed (scripts/setup.sh installs it with DRUMS_SETUP_TEST=1)'),
+  }, async () => {
     await stack.start('gnome-terminal', ['gnome-terminal', '--wait', '--', 'bash', '--norc', '-c', 'echo drums-terminal-marker; exec bash --norc']);
     const end = Date.now() + 20_000;
     let out: string | null = null;

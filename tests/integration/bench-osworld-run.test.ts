@@ -1,14 +1,15 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { DRUMS, ROOT } from '../helpers.ts';
+import { missingOsworldTasks, osworldTasksDir } from '../../src/testing/osworld-data.ts';
+import { DRUMS, ROOT, skipUnlessCI } from '../helpers.ts';
 
 // `drums bench osworld-run` on three real `os` tasks (read from the shared task data, never copied
 // into the repo): two that run offline and one the driver refuses as needing the internet, at two
 // --parallel levels; and a level stopped at its deadline is recorded as incomplete with what it finished.
-const OS = join(process.env.DRUMS_OSWORLD_TASKS_ROOT ?? '/work/shared/osworld-tasks', 'os');
+const OS = join(osworldTasksDir(), 'os');
 const OFFLINE = ['13584542-872b-42d8-b299-866967b5c3ef', '28cc3b7e-b194-4bc9-8353-d04c0f4d56d2'];
 const WEB = '23393935-50c7-4a86-aeea-2b78fd089c5c';
 
@@ -30,7 +31,7 @@ const bench = (out: string, args: string[]): Rec => {
   return JSON.parse(readFileSync(join(out, files[0]!), 'utf8')) as Rec;
 };
 
-describe('DrumsBench osworld-run', { skip: !existsSync(OS) && `no task data at ${OS}` }, () => {
+describe('DrumsBench osworld-run', { skip: skipUnlessCI(missingOsworldTasks(['os'])) }, () => {
   const dirs: string[] = [];
   const tmp = () => {
     const d = mkdtempSync('/var/tmp/drums-bench-oswr-test-');

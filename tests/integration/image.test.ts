@@ -39,6 +39,7 @@ import {
 } from '../../src/image/index.ts';
 import { loadConfig } from '../../src/common/config.ts';
 import { loopsBackedBy, makeSessionDisk, unmountSessionDisk } from '../../src/host/disk.ts';
+import { skipUnlessCI } from '../helpers.ts';
 
 const IMAGES_DIR = process.env.DRUMS_IMAGE_DIR || '/var/lib/drums/images';
 const isRoot = process.getuid?.() === 0;
@@ -513,7 +514,9 @@ describe('removeImage', () => {
     }
   });
 
-  test('refuses to remove an image that is mounted', { skip: !isRoot && 'mounting needs root' }, () => {
+  test('refuses to remove an image that is mounted', {
+    skip: skipUnlessCI(!isRoot && 'mounting needs root (run the integration tests as root, as scripts/test.sh does)'),
+  }, () => {
     const images = tempDir('images');
     let mounted = '';
     try {
@@ -529,7 +532,7 @@ describe('removeImage', () => {
   });
 });
 
-describe('building', { skip: !isRoot && 'image builds need root' }, () => {
+describe('building', { skip: skipUnlessCI(!isRoot && 'image builds need root (run the integration tests as root, as scripts/test.sh does)') }, () => {
   test('minimal has the session essentials', { timeout: BUILD_TIMEOUT }, async () => {
     const events: BuildProgress[] = [];
     const img = await buildImage('minimal', { imagesDir: IMAGES_DIR, onProgress: (e) => events.push(e) });

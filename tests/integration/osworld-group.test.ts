@@ -1,11 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
+import { missingOsworldTasks, osworldTasksDir } from '../../src/testing/osworld-data.ts';
+import { ROOT, skipUnlessCI, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // `drums osworld run --group N`: each task set up once, N-1 disk forks, every member scored by the real evaluator.
-const TASKS = process.env.DRUMS_OSWORLD_TASKS ?? '/work/shared/osworld-tasks/os';
+const TASKS = join(osworldTasksDir(), 'os');
 const ORACLE = join(ROOT, 'tests/fixtures/osworld/oracle-os.json');
 // Setups that write files the evaluator checks: a directory on the Desktop, a gsettings (dconf) value.
 const IDS = ['e0df059f-28a6-4169-924f-b9623e7184cc', 'a4d98375-215b-4a4d-aee9-3d4370fccc41'];
@@ -18,7 +19,7 @@ type Result = {
   group: { size: number; setups: number; forks: number; members: Member[] };
 };
 
-describe('osworld GRPO groups', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
+describe('osworld GRPO groups', { skip: skipUnlessCI(missingOsworldTasks(['os'])) }, () => {
   let d: TestDaemon;
   let tmp: string;
   before(async () => {

@@ -2,15 +2,16 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ROOT, startDaemon, type TestDaemon } from '../helpers.ts';
+import { missingOsworldTasks, osworldTasksDir } from '../../src/testing/osworld-data.ts';
+import { ROOT, skipUnlessCI, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // OSWorld's `os` tasks (read from the shared test data, never copied into the repo) through
 // `drums osworld run`, i.e. the real desktop_env DesktopEnv with the drums provider.
-const TASKS = process.env.DRUMS_OSWORLD_TASKS ?? '/work/shared/osworld-tasks/os';
+const TASKS = join(osworldTasksDir(), 'os');
 const ORACLE = join(ROOT, 'tests/fixtures/osworld/oracle-os.json');
-type Result = { task: string; setup_ok: boolean; score: number | null; error: string | null; seconds: number; reset_s: number | null };
+type Result = { task: string; file: string; setup_ok: boolean; score: number | null; error: string | null; seconds: number; reset_s: number | null };
 
-describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task data at ${TASKS}` }, () => {
+describe('osworld os tasks on Drums', { skip: skipUnlessCI(missingOsworldTasks(['os'])) }, () => {
   let d: TestDaemon;
   let tmp: string;
   before(async () => {
@@ -50,6 +51,13 @@ describe('osworld os tasks on Drums', { skip: !existsSync(TASKS) && `no task dat
     assert.equal(offline.length, 15);
     assert.equal(internet.length, 9);
     for (const x of internet) assert.ok(x.seconds < 2, `${x.task} took ${x.seconds}s to fail`);
+    // A task refused for its uncached files names every URL it would fetch.
+    for (const x of internet.filter((y) => /not in the asset cache/.test(y.error ?? ''))) {
+      const task = JSON.parse(readFileSync(x.file, 'utf8')) as { config: { type: string; parameters: { files?: { url: string }[] } }[] };
+      const urls = task.config.filter((c) => c.type === 'download').flatMap((c) => c.parameters.files?.map((f) => f.url) ?? []);
+      assert.ok(urls.length > 0, x.task);
+      for (const u of urls) assert.ok(x.error!.includes(u), `${x.task}: ${x.error} does not name ${u}`);
+    }
     for (const x of offline) {
       assert.equal(x.setup_ok, true, `${x.task}: ${x.error}`);
       assert.equal(x.score, 0, `${x.task} scored ${x.score} before acting (${x.error})`);

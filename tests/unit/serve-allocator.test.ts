@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { unpreloadAllocator } from '../../src/cli/commands/serve.ts';
+import { skipUnlessCI } from '../helpers.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -22,7 +23,7 @@ test('the daemon drops the jemalloc preload for what it runs, and keeps anything
 });
 
 test('bin/drums serve runs Node with jemalloc preloaded and a capped young generation', {
-  skip: !existsSync('/usr/lib/x86_64-linux-gnu/libjemalloc.so.2') && 'libjemalloc2 is not installed (scripts/setup.sh installs it)',
+  skip: skipUnlessCI(!existsSync('/usr/lib/x86_64-linux-gnu/libjemalloc.so.2') && 'libjemalloc2 is not installed (scripts/setup.sh installs it)'),
 }, () => {
   // `serve --help` goes through the same launcher path as the daemon, then prints and exits.
   assert.match(execFileSync(join(ROOT, 'bin', 'drums'), ['serve', '--help'], { encoding: 'utf8' }), /run the host daemon/);

@@ -299,7 +299,21 @@ def register() -> None:
     _registered = True
 
 
-register()
+try:
+    register()
+except Exception as e:
+    if __name__ != "__main__":
+        raise
+    # `drums osworld run|assets`: a desktop_env that cannot be imported (a checkout given with --osworld-src
+    # whose requirements are not installed, say) is one line that says why, not a traceback.
+    _src = os.environ.get("DRUMS_OSWORLD_SRC")
+    print(
+        f"drums osworld: cannot import desktop_env{f' from --osworld-src {_src}' if _src else ''}: "
+        f"{type(e).__name__}: {e} (install what it needs into {sys.executable}'s environment, "
+        f"e.g. pip install -r {_src or '<checkout>'}/requirements.txt)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 # --------------------------------------------------------------------- task runner (drums osworld run)

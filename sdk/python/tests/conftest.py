@@ -1,7 +1,11 @@
 """A private Drums daemon for the test run (like tests/helpers.ts startDaemon):
 its own state dir (DRUMS_STATE_DIR), instance name (DRUMS_INSTANCE), token, and port 0;
 the URL is parsed from the daemon's 'serving http://...' line. At the end no session may
-be left, and the daemon is stopped with SIGTERM (it sweeps its instance)."""
+be left, and the daemon is stopped with SIGTERM (it sweeps its instance).
+
+Under CI=true a skipped test is a failure (pytest_runtest_makereport below): whatever a test needs (task
+data, an app in the image, a tool) must be there, or the run is red. The one kind of skip CI accepts is
+``_data.not_here(why)``: a test that cannot run on any host of this kind, saying why."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from drums import Client
+
+from _data import CI, NOT_HERE
 
 ROOT = Path(__file__).resolve().parents[3]
 DRUMS = ROOT / "bin" / "drums"
@@ -90,3 +96,21 @@ def daemon():
 def client(daemon):
     with Client(daemon.url, daemon.token) as c:
         yield c
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true, a skip (pytest.skip, skipif, importorskip, a subtest's skip) is reported as a failure
+    with its reason, unless made by ``_data.not_here``."""
+    outcome = yield
+    rep = outcome.get_result()
+    if not CI or not rep.skipped or hasattr(rep, "wasxfail"):
+        return
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    if reason.removeprefix("Skipped: ").startswith(NOT_HERE):
+        return
+    rep.outcome = "failed"
+    rep.longrepr = (
+        f"CI=true, and this test was skipped: {reason}. Under CI a test that cannot run is a failure; provide what "
+        f"it needs, or, if it cannot run on any host of this kind, skip it with _data.not_here(why)."
+    )

@@ -45,7 +45,7 @@ const BENCHES: RecordBench[] = [
     description: "wall time of OSWorld's runnable set through `drums osworld run` at each --parallel level, with each task's outcome and the load average",
     argument: ['[files...]', 'task files instead of --domains'],
     options: [
-      ['--tasks-root <dir>', 'OSWorld task files, a directory per domain', '../shared/osworld-tasks'],
+      ['--tasks-root <dir>', 'OSWorld task files, a directory per domain (default: $DRUMS_OSWORLD_TASKS, else ../shared/osworld-tasks next to the repository)'],
       ['--domains <list>', 'domains', 'os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps'],
       ['--parallel <list>', 'levels, run one after another', '1,4,8'],
       ['--level-minutes <n>', 'stop a level after this long and record what it finished', '30'],
@@ -54,7 +54,7 @@ const BENCHES: RecordBench[] = [
     progress: 'log',
     run: async (o, { progress, args }) =>
       (await import('../../bench/osworld-run-bench.ts')).runOsworldRunBench({
-        tasksRoot: String(o.tasksRoot),
+        tasksRoot: o.tasksRoot === undefined ? undefined : String(o.tasksRoot),
         domains: String(o.domains).split(','),
         files: args,
         parallel: list(o.parallel),
