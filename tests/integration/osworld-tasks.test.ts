@@ -53,8 +53,12 @@ describe('osworld os tasks on Drums', { skip: skipUnlessCI(missingOsworldTasks([
     for (const x of internet) assert.ok(x.seconds < 2, `${x.task} took ${x.seconds}s to fail`);
     // A task refused for its uncached files names every URL it would fetch.
     for (const x of internet.filter((y) => /not in the asset cache/.test(y.error ?? ''))) {
-      const task = JSON.parse(readFileSync(x.file, 'utf8')) as { config: { type: string; parameters: { files?: { url: string }[] } }[] };
-      const urls = task.config.filter((c) => c.type === 'download').flatMap((c) => c.parameters.files?.map((f) => f.url) ?? []);
+      const urls: string[] = [];
+      // Every `download` step, in the setup or in the evaluator's postconfig.
+      JSON.parse(readFileSync(x.file, 'utf8'), (_k, v: { type?: string; parameters?: { files?: { url: string }[] } }) => {
+        if (v?.type === 'download') urls.push(...(v.parameters?.files?.map((f) => f.url) ?? []));
+        return v;
+      });
       assert.ok(urls.length > 0, x.task);
       for (const u of urls) assert.ok(x.error!.includes(u), `${x.task}: ${x.error} does not name ${u}`);
     }
