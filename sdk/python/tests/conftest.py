@@ -106,8 +106,8 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if not CI or not rep.skipped or hasattr(rep, "wasxfail"):
         return
-    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-    if reason.removeprefix("Skipped: ").startswith(NOT_HERE):
+    reason = (rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)).removeprefix("Skipped: ")
+    if reason.startswith(NOT_HERE):
         return
     rep.outcome = "failed"
     rep.longrepr = (
