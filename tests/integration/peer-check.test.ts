@@ -1,19 +1,40 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { closeSync, fstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { checkPeer, pinSocket, withPinnedSocket } from '../../src/host/peer.ts';
-import { skipUnlessCI } from '../helpers.ts';
 
 // The two guards on the daemon's connections into a session (docs/security.md, "The daemon's connections into a
 // session"), on real sockets with the real helper: the peer must be in the given cgroup, and the socket file is
 // opened without following any symlink.
-const ownCgroup = (() => {
+/** The deepest cgroup path of this process in any hierarchy (on a hybrid host, the others may be /). */
+function deepestCgroup(): string {
   const lines = readFileSync('/proc/self/cgroup', 'utf8').trim().split('\n');
-  // The deepest path of any hierarchy (on a hybrid host, the others may be /).
   return lines.map((l) => l.split(':').slice(2).join(':')).sort((a, b) => b.length - a.length)[0]!;
-})();
+}
+
+/**
+ * A cgroup this process is in, below the root of some hierarchy: its own, or (a test run from the root
+ * cgroup of every hierarchy, as a CI runner may be) one made for the test, in the v1 pids hierarchy or
+ * the v2 one, left again and removed by `undo`.
+ */
+function ownCgroup(): { path: string; undo: () => void } {
+  const deepest = deepestCgroup();
+  if (deepest !== '/') return { path: deepest, undo: () => {} };
+  const base = existsSync('/sys/fs/cgroup/pids/cgroup.procs') ? '/sys/fs/cgroup/pids' : '/sys/fs/cgroup';
+  const name = `drums-test-peer-${randomBytes(4).toString('hex')}`;
+  mkdirSync(join(base, name));
+  writeFileSync(join(base, name, 'cgroup.procs'), String(process.pid));
+  return {
+    path: `/${name}`,
+    undo: () => {
+      writeFileSync(join(base, 'cgroup.procs'), String(process.pid));
+      rmdirSync(join(base, name));
+    },
+  };
+}
 
 function connected(path: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
@@ -37,14 +58,11 @@ describe('checkPeer and pinSocket', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('accepts a peer in the cgroup or below it, refuses any other cgroup', {
-    skip: skipUnlessCI(
-      ownCgroup === '/' &&
-        'this process is in the root cgroup of every hierarchy: run the tests inside a cgroup (a systemd unit or scope, or a container with its own)',
-    ),
-  }, async () => {
+  it('accepts a peer in the cgroup or below it, refuses any other cgroup', async () => {
+    const own = ownCgroup();
     const sock = await connected(join(dir, 'sub', 'sock'));
     try {
+      const ownCgroup = own.path;
       await checkPeer(sock, ownCgroup);
       const parent = ownCgroup.slice(0, ownCgroup.lastIndexOf('/')) || undefined;
       if (parent) await checkPeer(sock, parent);
@@ -57,6 +75,7 @@ describe('checkPeer and pinSocket', () => {
       assert.equal(got, 'hello');
     } finally {
       sock.destroy();
+      own.undo();
     }
   });
 
