@@ -177,6 +177,10 @@ def _make_classes():
             if self.session is None:
                 image, screen = _parse_path(path_to_vm)
                 spec: dict = {"image": image, "labels": self.labels}
+                # Web tasks need the session's browser on the web (OSWorld's VM has it); Drums sessions
+                # have no egress unless asked. `drums osworld run --allow-internet` sets this.
+                if os.environ.get("DRUMS_OSWORLD_EGRESS") == "1":
+                    spec["egress"] = True
                 if screen:
                     spec["screen"] = screen
                 self.session = self.api.create(spec)
@@ -620,6 +624,10 @@ def run_main(argv: list[str]) -> int:
     from .osworld_assets import default_cache_dir
 
     asset_cache = a.cache or default_cache_dir()
+    if a.allow_internet:
+        # Without egress a web task's pages never load in the session, and one that checks something is
+        # gone (chrome 7b6c7e24: no amazon.com cookies) scores 1.0 before acting.
+        os.environ["DRUMS_OSWORLD_EGRESS"] = "1"
     cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
     results: list[dict] = []
     n = len(tasks)
