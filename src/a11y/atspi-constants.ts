@@ -8,6 +8,7 @@ export const IFACE_TEXT = 'org.a11y.atspi.Text';
 export const IFACE_VALUE = 'org.a11y.atspi.Value';
 export const IFACE_ACTION = 'org.a11y.atspi.Action';
 export const IFACE_PROPERTIES = 'org.freedesktop.DBus.Properties';
+export const IFACE_APPLICATION = 'org.a11y.atspi.Application';
 
 export const REGISTRY_BUS_NAME = 'org.a11y.atspi.Registry';
 export const ROOT_PATH = '/org/a11y/atspi/accessible/root';

@@ -5,6 +5,11 @@
 // Value GetAll, GetActions, GetRoleName (only for roles outside the enum), and the children, which start
 // their own phase 1 as soon as the child list arrives.
 //
+// Properties.GetAll is asked only of applications whose toolkit is known to answer it (GETALL_TOOLKITS); the
+// others get one Properties.Get per property, as libatspi (and so OSWorld's pyatspi reader) always does. Qt 5's
+// AT-SPI bridge dies on GetAll: it reads a second argument that GetAll does not have (VLC segfaulted in
+// QVariant::toString on the first walk).
+//
 // A per-call timeout marks the application hung for the rest of the walk: its pending and later calls fail
 // at once, and its subtree is marked truncated. The deadline caps every call's timeout, so the walk returns
 // by then with whatever it has.
@@ -15,6 +20,7 @@ import {
   COORD_TYPE_SCREEN,
   IFACE_ACCESSIBLE,
   IFACE_ACTION,
+  IFACE_APPLICATION,
   IFACE_COMPONENT,
   IFACE_PROPERTIES,
   IFACE_TEXT,
@@ -43,6 +49,14 @@ export const DEFAULT_MAX_IN_FLIGHT_PER_APP = 64;
  */
 export const WALK_MAX_BYTES = 64 * 1024 * 1024;
 export const WALK_MAX_NODES = 100_000;
+
+/**
+ * `Application.ToolkitName` of the bridges that answer `Properties.GetAll(Accessible)` correctly: atk-bridge
+ * (GTK 2/3 apps, LibreOffice's gtk3 VCL: 'gtk'; Chromium: 'Chromium'; Firefox, Thunderbird: 'Gecko') and
+ * GTK 4's own ('GTK'). Any other toolkit, or one that does not say, is read property by property: Qt 5.15's
+ * bridge (toolkit 'Qt') indexes a second argument that GetAll lacks and crashes the application.
+ */
+export const GETALL_TOOLKITS: ReadonlySet<string> = new Set(['gtk', 'GTK', 'Chromium', 'Gecko']);
 
 type Ref = { bus: string; path: string };
 
@@ -91,6 +105,8 @@ type Ctx = {
   hung: Set<string>;
   direct: { mapPath: ((p: string) => string) | undefined } | undefined;
   peers: Map<string, A11yBus>;
+  /** Per application bus: may its objects be asked Properties.GetAll (its toolkit is in GETALL_TOOLKITS)? */
+  getAll: Map<string, Promise<boolean>>;
   /** Bytes of replies taken in so far (approxBytes). */
   bytes: number;
   stats: WalkStats;
@@ -221,6 +237,22 @@ function stubNode(ref: Ref, error: A11yNodeError, role = ''): A11yNode {
   return { role, name: '', states: [], attributes: {}, interfaces: [], children: [], truncated: true, error, stub: true, ref };
 }
 
+/**
+ * Whether `Properties.GetAll` is safe on this bus, from its application's `ToolkitName` (one call per bus and
+ * walk). The registry answers GetAll (with nothing; buildNode then asks property by property).
+ */
+function getAllSafe(ctx: Ctx, bus: string): Promise<boolean> {
+  if (bus === REGISTRY_BUS_NAME) return Promise.resolve(true);
+  let known = ctx.getAll.get(bus);
+  if (!known) {
+    known = settle(call<unknown>(ctx, { bus, path: ROOT_PATH }, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_APPLICATION, 'ToolkitName'])).then(
+      (r) => !isFailure(r) && typeof r === 'string' && GETALL_TOOLKITS.has(r),
+    );
+    ctx.getAll.set(bus, known);
+  }
+  return known;
+}
+
 /** Phase 1 + 2 for one node, then its children. Returns a NodeFailure if nothing could be read. */
 async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | NodeFailure | null> {
   if (depth === 1 && ctx.direct && !ctx.peers.has(ref.bus)) {
@@ -231,13 +263,15 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
       ctx.stats.directApps.push(ref.bus);
     }
   }
+  const useGetAll = await getAllSafe(ctx, ref.bus);
   const [props, roleNum, stateWords, ifaces] = await Promise.all([
-    settle(call<unknown>(ctx, ref, IFACE_PROPERTIES, 'GetAll', 's', [IFACE_ACCESSIBLE])),
+    useGetAll ? settle(call<unknown>(ctx, ref, IFACE_PROPERTIES, 'GetAll', 's', [IFACE_ACCESSIBLE])) : undefined,
     settle(call<number>(ctx, ref, IFACE_ACCESSIBLE, 'GetRole')),
     settle(call<number[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetState')),
     settle(call<string[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetInterfaces')),
   ]);
   if (isFailure(props) && isFailure(roleNum)) return props.reason === 'gone' ? roleNum : props;
+  if (props === undefined && isFailure(roleNum)) return roleNum;
 
   let error: A11yNodeError | undefined;
   for (const r of [roleNum, stateWords, ifaces]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
@@ -255,7 +289,8 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
   } else if (isFailure(props) && props.reason !== 'gone') {
     error = worst(error, props.reason);
   } else {
-    // Note: the registry's desktop answers GetAll with an empty reply; ask for each property instead.
+    // Here when GetAll was not asked (see GETALL_TOOLKITS) or, for the registry's desktop, answered with an
+    // empty reply: ask for each property instead.
     const [n, d, c] = await Promise.all([
       settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Name'])),
       settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Description'])),
@@ -458,6 +493,7 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
     hung: new Set(),
     direct: options.direct ? { mapPath: typeof options.direct === 'object' ? options.direct.mapPath : undefined } : undefined,
     peers: new Map(),
+    getAll: new Map(),
     bytes: 0,
     stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false, budgetHit: false },
   };
