@@ -39,20 +39,41 @@ export function xSetup(cookie?: string): Buffer {
 
 /**
  * A client run as a host uid: connects to a unix path or a loopback port, writes `send` (hex) and answers, as JSON,
- * how the connect went and the first bytes that came back (at most `want`) within `ms`.
+ * how the connect went and the first bytes that came back (at most `want`) within `ms`. It is the host's own
+ * python3, not this checkout's Node: a uid such as 65534 may not be able to reach the checkout at all (a clone in
+ * a 0700 directory, as CI's is).
  */
 const CLIENT = `
-const net = require('node:net');
-const [target, send, want, ms] = process.argv.slice(1);
-const sock = /^\\d+$/.test(target) ? net.createConnection(Number(target), '127.0.0.1') : net.createConnection(target);
-let got = Buffer.alloc(0);
-let connected = false;
-const done = (how) => { process.stdout.write(JSON.stringify({ connected, how, got: got.toString('hex') })); process.exit(0); };
-setTimeout(() => done('timeout'), Number(ms));
-sock.on('connect', () => { connected = true; if (send) sock.write(Buffer.from(send, 'hex')); });
-sock.on('data', (d) => { got = Buffer.concat([got, d]); if (got.length >= Number(want)) done('data'); });
-sock.on('error', (e) => done(e.code || e.message));
-sock.on('close', () => done('closed'));
+import errno, json, socket, sys, time
+target, send, want, ms = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+connected, got, how = False, b"", "timeout"
+deadline = time.monotonic() + ms / 1000
+try:
+    if target.isdigit():
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        addr = ("127.0.0.1", int(target))
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        addr = target
+    s.settimeout(ms / 1000)
+    s.connect(addr)
+    connected = True
+    if send:
+        s.sendall(send)
+    while len(got) < want:
+        s.settimeout(max(0.001, deadline - time.monotonic()))
+        d = s.recv(65536)
+        if not d:
+            how = "closed"
+            break
+        got += d
+    else:
+        how = "data"
+except socket.timeout:
+    how = "timeout"
+except OSError as e:
+    how = errno.errorcode.get(e.errno, str(e)) if e.errno else str(e)
+sys.stdout.write(json.dumps({"connected": connected, "how": how, "got": got.hex()}))
 `;
 
 export interface ClientResult {
@@ -65,7 +86,7 @@ export interface ClientResult {
 export function clientAs(uid: number | undefined, target: string | number, send: Buffer, want: number, ms = 5000): Promise<ClientResult> {
   return new Promise((resolve, reject) => {
     const ids = uid === undefined ? {} : { uid, gid: uid };
-    const p = spawn(process.execPath, ['-e', CLIENT, String(target), send.toString('hex'), String(want), String(ms)], {
+    const p = spawn('/usr/bin/python3', ['-c', CLIENT, String(target), send.toString('hex'), String(want), String(ms)], {
       ...ids,
       cwd: '/',
       stdio: ['ignore', 'pipe', 'pipe'],
