@@ -9,7 +9,7 @@ DRUMS_SETUP_TEST=1 bash scripts/setup.sh
 echo "==> check (scripts/check.ts)" >&2
 .runtime/node/bin/node scripts/check.ts
 shopt -s nullglob
-# The default run: unit and integration tests, then the cgroup v2 VM test (tests/vm/cgroup-v2-vm.test.ts boots
+# The default run: unit and integration tests, then the cgroup v2 VM test (tests/slow/ runs only when named) (tests/vm/cgroup-v2-vm.test.ts boots
 # the VM and runs tests/vm/cgroup-v2.test.ts and the resource tests inside it; docs/architecture.md).
 files=(tests/unit/*.test.ts tests/integration/*.test.ts tests/vm/cgroup-v2-vm.test.ts)
 if [[ $# -gt 0 ]]; then files=("$@"); fi
