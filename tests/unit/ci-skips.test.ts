@@ -42,12 +42,15 @@ test('outside CI a test that cannot run is skipped with the reason; under CI=tru
 test('the task directory: DRUMS_OSWORLD_TASKS, relative to the checkout, else ../shared next to it', (t) => {
   const saved = process.env.DRUMS_OSWORLD_TASKS;
   const cwd = process.cwd();
+  // A fresh directory to stand in, not tmpdir() itself: the checkout may be under it (a fresh clone in /tmp).
+  const elsewhere = mkdtempSync(join(tmpdir(), 'drums-ci-skips-cwd-'));
   t.after(() => {
     if (saved === undefined) delete process.env.DRUMS_OSWORLD_TASKS;
     else process.env.DRUMS_OSWORLD_TASKS = saved;
     process.chdir(cwd);
+    rmSync(elsewhere, { recursive: true, force: true });
   });
-  process.chdir(tmpdir());
+  process.chdir(elsewhere);
   process.env.DRUMS_OSWORLD_TASKS = 'some/tasks';
   assert.equal(osworldTasksDir(), join(REPO_ROOT, 'some/tasks'));
   process.env.DRUMS_OSWORLD_TASKS = '/nonexistent-drums-tasks';
@@ -56,5 +59,5 @@ test('the task directory: DRUMS_OSWORLD_TASKS, relative to the checkout, else ..
   assert.match(missingOsworldTasks(['os', 'vlc']) ?? '', /has no os, vlc folder/);
   delete process.env.DRUMS_OSWORLD_TASKS;
   assert.ok(osworldTasksDir().endsWith('/shared/osworld-tasks'), osworldTasksDir());
-  assert.ok(!osworldTasksDir().startsWith(tmpdir()));
+  assert.ok(!osworldTasksDir().startsWith(elsewhere));
 });
