@@ -197,9 +197,10 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       err.length = 0;
       // A SIGKILL to the runtime's exec process would leave the command running (see onAbort): close our ends of
       // its pipes, so nothing more is read, and TERM it through the in-session `timeout`.
+      // TERM first: with its pipes closed, the runtime can die of SIGPIPE before it has forwarded the signal.
+      onAbort();
       child.stdout!.destroy();
       child.stderr!.destroy();
-      onAbort();
     };
     const collect = (stream: 'stdout' | 'stderr', into: Buffer[]) => (d: Buffer) => {
       if (size >= cap) {
