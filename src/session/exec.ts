@@ -197,7 +197,7 @@ export function runInSession(t: Target, o: RunOptions): Promise<RunResult> {
       err.length = 0;
       // A SIGKILL to the runtime's exec process would leave the command running (see onAbort): close our ends of
       // its pipes, so nothing more is read, and TERM it through the in-session `timeout`.
-      // TERM first: with its pipes closed, the runtime can die of SIGPIPE before it has forwarded the signal.
+      // TERM first: closed first, the TERM did not reach the command (likely the runtime died of SIGPIPE before forwarding).
       onAbort();
       child.stdout!.destroy();
       child.stderr!.destroy();
