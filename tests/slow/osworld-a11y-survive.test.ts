@@ -1,5 +1,5 @@
 // A slow tier, not in scripts/test.sh's default run (16.8 min at load 17-22 on 2 cores; docs/osworld.md, "Every app
-// survives observation"): sudo scripts/test.sh tests/slow/osworld-a11y-survive.test.ts
+// survives observation"): bash scripts/test.sh --tier slow
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
