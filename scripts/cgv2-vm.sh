@@ -86,6 +86,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A checkout whose .runtime or node_modules is a symlink out of it (a git worktree using another
+# checkout's): the guest sees the target too, read-only, at the same path (scripts/cgv2-vm/guest.sh).
+links=() n=0
+: >"$run/results/mounts"
+for l in .runtime node_modules; do
+  [[ -L $l ]] || continue
+  target=$(readlink -f "$l")
+  [[ -d $target && $target != "$root"/* ]] || continue
+  n=$((n + 1))
+  links+=(-virtfs "local,path=$target,mount_tag=link$n,security_model=none,readonly=on")
+  echo "link$n $target" >>"$run/results/mounts"
+done
+
 say "booting (kernel $(basename "$kernel"), timeout ${timeout_s}s)"
 t_boot=$(ts)
 # thread=single: with thread=multi (one host thread per vCPU), code patched at run time crashed
@@ -101,7 +114,7 @@ TMPDIR="$run/tmp" qemu-system-x86_64 \
   -drive "file=$root_disk,format=raw,if=virtio,snapshot=on,cache=unsafe" \
   -drive "file=$img_disk,format=raw,if=virtio,snapshot=on,cache=unsafe" \
   -virtfs "local,path=$root,mount_tag=drums,security_model=none,readonly=on" \
-  -virtfs "local,path=$run/results,mount_tag=results,security_model=none" &
+  -virtfs "local,path=$run/results,mount_tag=results,security_model=none" "${links[@]}" &
 qpid=$!
 deadline=$((SECONDS + timeout_s))
 while kill -0 "$qpid" 2>/dev/null; do

@@ -29,6 +29,10 @@ hostname drums-cgv2
 mkdir -p /var/lib/drums/images
 mount -t ext4 /dev/vdb /var/lib/drums/images || log "cannot mount the images disk"
 log "images: $(ls /var/lib/drums/images | tr '\n' ' ')"
+# What the checkout's .runtime or node_modules links to outside it (scripts/cgv2-vm.sh), read-only.
+while read -r tag path; do
+  mkdir -p "$path" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro "$tag" "$path" || log "cannot mount $tag at $path"
+done </results/mounts
 cmd=$(cat /results/cmd)
 log "running: $cmd"
 cd /drums
