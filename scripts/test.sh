@@ -1,32 +1,34 @@
 #!/usr/bin/env bash
 # Runs Drums' whole test suite on a fresh Debian 12 / Ubuntu 24.04 host, as root, in named tiers:
 #
-#   fast    scripts/check.ts (= npm run check): types, spec drift, layers, lint, format, unit tests; no root, under a minute
+#   fast    scripts/check.ts (= npm run check): types, spec drift, layers, lint, format, unit tests; under a minute
 #   main    node --test: tests/unit and tests/integration, one file at a time, except the quiet ones
-#   quiet   node --test: the integration files that measure CPU shares, rates or host-wide knobs (QUIET below),
-#           run when nothing else of this run is running, so a busy core does not decide their verdicts
+#   quiet   node --test: the integration files that judge the CPU or disk the host gives right now, or turn
+#           host-wide knobs (QUIET below); run when nothing else of this run is running
 #   vm      tests/vm/cgroup-v2-vm.test.ts: the resource tests on cgroup v2, in a QEMU VM (TCG, one host thread)
-#   python  pytest sdk/python/tests: the SDK, the gym env, OSWorld, the schemathesis fuzz run
+#   python  pytest over sdk/python/tests, one pytest per file: the SDK, the gym env, OSWorld, the fuzz runs
 #   slow    tests/slow/*.test.ts: outside the default run
 #
 #   scripts/test.sh                    set-up, then the default tiers: fast main quiet vm python
 #   scripts/test.sh --tier T[,T...]    set-up, then those tiers (e.g. --tier fast, --tier vm,python, --tier slow)
 #   scripts/test.sh FILE...            set-up, fast, then those files (.ts with node --test, .py with pytest)
 #
-# The order of a default run (docs/architecture.md, "Tests"): set-up; fast; the images; then the vm tier
-# starts in the background (its QEMU keeps one of the host's cores busy for some 11 minutes) and runs
-# the python tier after it, while main runs in the foreground on the other core; when both streams
-# are done, quiet runs alone. Each background tier's output is printed whole when the run ends. The
-# last line names each tier's exit code and wall time; the exit code is 0 only if every tier passed.
+# A run with main (docs/architecture.md, "Tests"): set-up; fast; the images; the vm tier starts in the
+# background as soon as its images are there (its QEMU keeps one core busy for some 11 minutes) while
+# main runs in the foreground; whichever of the two is done first takes pytest files from the python
+# queue, then the other joins; when all are done, quiet runs alone. The background's output is printed
+# whole at the end. The last line gives each tier's exit code and wall time; the exit code is 0 only
+# if every tier passed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 DEFAULT_TIERS=(fast main quiet vm python)
-# Integration files whose verdicts rest on the CPU or the disk the host can give right now, or that turn
+ALL_TIERS="fast, main, quiet, vm, python, slow"
+# Integration files whose verdicts rest on the CPU or disk the host can give right now, or that turn
 # host-wide knobs other tests would feel: the CPU guard (demotes on host contention), CPU weights and
-# OOM, the fair share's latencies, disk read/write rate limits, the daemon's CPU cost under byte attacks,
-# and the KSM/zram arms (host-wide KSM and a zram swap device).
+# OOM, the fair share's latencies, disk read and write rate limits, the daemon's CPU cost under byte
+# attacks, and the KSM and zram arms (host-wide KSM, a zram swap device).
 QUIET=(
   tests/integration/cpu-guard.test.ts
   tests/integration/session-fairness.test.ts
@@ -36,12 +38,14 @@ QUIET=(
   tests/integration/bench-memory-arms.test.ts
 )
 VM_FILE=tests/vm/cgroup-v2-vm.test.ts
+# The longest pytest files go first, so the two streams end close together; the rest follow by name.
+PY_FIRST=(test_osworld_oracles.py test_fuzz.py test_osworld_cache_run.py test_osworld_metric_sandbox.py test_fuzz_guest.py)
 
 tiers=() files=()
 while (($#)); do
   case $1 in
     --tier | --tiers)
-      [[ $# -ge 2 ]] || { echo "test.sh: --tier needs a value (fast, main, quiet, vm, python, slow)" >&2; exit 2; }
+      [[ $# -ge 2 ]] || { echo "test.sh: --tier needs a value ($ALL_TIERS)" >&2; exit 2; }
       IFS=, read -r -a more <<<"$2"
       tiers+=("${more[@]}")
       shift 2
@@ -53,33 +57,27 @@ while (($#)); do
   esac
 done
 for t in "${tiers[@]}"; do
-  case $t in fast | main | quiet | vm | python | slow) ;; *) echo "test.sh: unknown tier '$t' (fast, main, quiet, vm, python, slow)" >&2; exit 2 ;; esac
+  case $t in fast | main | quiet | vm | python | slow) ;; *) echo "test.sh: unknown tier '$t' ($ALL_TIERS)" >&2; exit 2 ;; esac
 done
 if ((${#files[@]})) && ((${#tiers[@]})); then echo "test.sh: give tiers or files, not both" >&2; exit 2; fi
 ((${#tiers[@]} || ${#files[@]})) || tiers=("${DEFAULT_TIERS[@]}")
-# With files: the fast tier, then the files as one tier of their own.
+# With files: the fast tier, then the files as a tier of their own.
 ((${#files[@]})) && tiers=(fast files)
 want() {
   local t
   for t in "${tiers[@]}"; do [[ $t == "$1" ]] && return 0; done
   return 1
 }
+
 shopt -s nullglob
 node_test=(.runtime/node/bin/node --test --test-concurrency=1 --test-reporter=spec)
+# pytest's exit 5 (nothing collected) counts as a failure like any other.
 pytest=(.runtime/venv/bin/python -m pytest -ra -p no:cacheprovider -W ignore::DeprecationWarning)
-main_files() {
-  local f q
-  for f in tests/unit/*.test.ts tests/integration/*.test.ts; do
-    for q in "${QUIET[@]}"; do [[ $f == "$q" ]] && continue 2; done
-    echo "$f"
-  done
-}
-
 logs=$(mktemp -d /var/tmp/drums-test-logs-XXXXXX)
 t_run=$SECONDS
 bg=
-# If the run ends before the background stream does, its process group (our own child's, by its PID)
-# is stopped: QEMU (scripts/cgv2-vm.sh kills it on TERM), node and pytest with their daemons.
+# If the run ends before the background does, its process group (our own child's, by its PID) is
+# stopped: QEMU (scripts/cgv2-vm.sh kills it on TERM), node and pytest with their daemons.
 cleanup() {
   if [[ -n $bg ]] && kill -0 "$bg" 2>/dev/null; then
     echo "==> stopping the background tiers" >&2
@@ -91,7 +89,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# run_tier NAME COMMAND...: runs it, records its exit code and wall time in $logs/NAME.result.
+# run_tier NAME COMMAND...: runs it, and records its exit code and wall time in $logs/NAME.result.
 run_tier() {
   local name=$1 t0=$SECONDS rc=0
   shift
@@ -102,14 +100,17 @@ run_tier() {
 }
 tier_fast() { .runtime/node/bin/node scripts/check.ts; }
 tier_main() {
-  local fs
-  mapfile -t fs < <(main_files)
+  local f q fs=()
+  for f in tests/unit/*.test.ts tests/integration/*.test.ts; do
+    for q in "${QUIET[@]}"; do [[ $f == "$q" ]] && continue 2; done
+    fs+=("$f")
+  done
   "${node_test[@]}" "${fs[@]}"
 }
 tier_quiet() { "${node_test[@]}" "${QUIET[@]}"; }
-tier_vm() { "${node_test[@]}" "$VM_FILE"; }
-# pytest exit 5 (nothing collected) counts as a failure.
-tier_python() { "${pytest[@]}" sdk/python/tests; }
+# Beside other work the VM gets a higher priority (nice -5): its QEMU is one thread that runs every
+# guest CPU, so it never takes more than one core, and a starved guest fails its timeouts.
+tier_vm() { nice -n -5 "${node_test[@]}" "$VM_FILE"; }
 tier_slow() {
   local fs=(tests/slow/*.test.ts)
   ((${#fs[@]})) || { echo "no tests in tests/slow" >&2; return 1; }
@@ -123,25 +124,68 @@ tier_files() {
   return "$rc"
 }
 
+# The python tier is a queue of pytest files ($logs/pyq); a worker renames one into $logs/pyrun to take
+# it (a rename happens once), runs pytest on it and writes its exit code next to it. Each pytest
+# starts its own private daemon (sdk/python/tests/conftest.py), as the whole directory's run did.
+python_queue() {
+  mkdir -p "$logs/pyq" "$logs/pyrun"
+  local f n=0 seen=" "
+  for f in "${PY_FIRST[@]/#/sdk/python/tests/}" sdk/python/tests/test_*.py; do
+    [[ -f $f && $seen != *" $f "* ]] || continue
+    seen+="$f "
+    n=$((n + 1))
+    echo "$f" >"$logs/pyq/$(printf %03d "$n")"
+  done
+  ((n)) || echo "no sdk/python/tests/test_*.py" >"$logs/pyq/none"
+}
+python_worker() {
+  local q n f rc
+  [[ -e $logs/python.start ]] || echo "$SECONDS" >"$logs/python.start"
+  for q in "$logs"/pyq/*; do
+    n=$(basename "$q")
+    mv "$q" "$logs/pyrun/$n" 2>/dev/null || continue
+    f=$(cat "$logs/pyrun/$n")
+    echo "==> python: $f" >&2
+    rc=0
+    if [[ $n == none ]]; then echo "$f" >&2; rc=5; else "${pytest[@]}" "$f" || rc=$?; fi
+    echo "$rc" >"$logs/pyrun/$n.rc"
+    echo "$SECONDS" >"$logs/python.end"
+  done
+}
+# The python tier's result once every worker is done: the first failing file's exit code, else 0.
+python_result() {
+  local q rc=0 r
+  for q in "$logs"/pyq/*; do rc=1; echo "python: $(cat "$q") never ran" >&2; done
+  for q in "$logs"/pyrun/*; do
+    [[ $q == *.rc ]] && continue
+    r=$(cat "$q.rc" 2>/dev/null || echo none)
+    if [[ $r != 0 ]]; then
+      echo "python: $(cat "$q") exit $r" >&2
+      [[ $rc != 0 ]] || rc=$r
+    fi
+  done
+  echo "$rc $(($(cat "$logs/python.end" 2>/dev/null || echo 0) - $(cat "$logs/python.start" 2>/dev/null || echo 0)))" >"$logs/python.result"
+}
+tier_python() { python_worker; }
+
 DRUMS_SETUP_TEST=1 bash scripts/setup.sh
 want fast && run_tier fast tier_fast
 
-# With main, vm and python run in a background stream beside it (vm first: the longest); else in turn.
-stream=()
-if want main; then for t in vm python; do want "$t" && stream+=("$t"); done; fi
-in_stream() { [[ " ${stream[*]} " == *" $1 "* ]]; }
-start_stream() {
-  echo "==> background: the ${stream[*]} tier(s) (output at the end)" >&2
-  local t
+# With main: vm and python run beside it (the background: vm, then pytest files); else one after another.
+beside=
+want main && { want vm || want python; } && beside=1
+want python && python_queue
+start_background() {
+  echo "==> background: $(want vm && echo "vm, then ")pytest files (output at the end)" >&2
   set -m
-  for t in "${stream[@]}"; do
-    # python's sessions need the images the foreground builds next.
-    if [[ $t != vm ]]; then until [[ -e $logs/images.ready ]]; do sleep 2; done; fi
-    run_tier "$t" "tier_$t" >"$logs/$t.log" 2>&1
-    echo "==> $t tier (background): exit $(cut -d' ' -f1 "$logs/$t.result") in $(cut -d' ' -f2 "$logs/$t.result") s" >&2
-  done &
+  {
+    if want vm; then run_tier vm tier_vm >"$logs/vm.log" 2>&1; echo "==> vm tier (background): exit $(cut -d' ' -f1 "$logs/vm.result") in $(cut -d' ' -f2 "$logs/vm.result") s" >&2; fi
+    # The pytest files' sessions need the images the foreground builds after the VM's.
+    until [[ -e $logs/images.ready ]]; do sleep 2; done
+    if want python; then python_worker >"$logs/python-background.log" 2>&1; fi
+  } &
   # Job control for this one job gives it a process group of its own (its PID), so the cleanup
-  # reaches every process of the stream, also one whose parent has already exited.
+  # reaches every process of the background, also one whose parent has exited.
   bg=$!
   set +m
 }
@@ -153,7 +197,7 @@ if [[ -n $vm_image ]]; then
   bin/drums image build minimal
   # The VM's rootfs (Debian trixie with its kernel).
   bin/drums image build cgv2-vm
-  in_stream vm && start_stream
+  [[ -z $beside ]] || start_background
 fi
 if want main || want quiet || want python || want slow || want files; then
   bin/drums image build minimal
@@ -163,20 +207,33 @@ if want main || want quiet || want python || want slow || want files; then
   bash scripts/osworld-deps.sh
 fi
 touch "$logs/images.ready"
-[[ -z $bg && ${#stream[@]} -gt 0 ]] && start_stream
+[[ -z $beside || -n $bg ]] || start_background
 
-# The foreground: main (beside the background stream), the tiers not in it, then, alone, quiet and slow.
-want main && run_tier main tier_main
-for t in vm python; do want "$t" && ! in_stream "$t" && run_tier "$t" "tier_$t"; done
-want files && run_tier files tier_files
-if [[ -n $bg ]]; then
+if [[ -n $beside ]]; then
+  run_tier main tier_main
+  if want python; then
+    echo "==> pytest files beside the background (output at the end)" >&2
+    python_worker >"$logs/python-foreground.log" 2>&1
+  fi
   wait "$bg" || true
   bg=
-  for t in "${stream[@]}"; do
-    echo "==> output of the $t tier (ran in the background)" >&2
-    cat "$logs/$t.log"
+  want python && python_result
+  for f in vm python-foreground python-background; do
+    [[ -s $logs/$f.log ]] || continue
+    echo "==> output of $f" >&2
+    cat "$logs/$f.log"
   done
+  want python && echo "==> python tier: exit $(cut -d' ' -f1 "$logs/python.result") in $(cut -d' ' -f2 "$logs/python.result") s" >&2
+else
+  want vm && run_tier vm tier_vm
+  if want python; then
+    tier_python
+    python_result
+    echo "==> python tier: exit $(cut -d' ' -f1 "$logs/python.result") in $(cut -d' ' -f2 "$logs/python.result") s" >&2
+  fi
 fi
+want files && run_tier files tier_files
+# Alone, with nothing else of this run beside them.
 want quiet && run_tier quiet tier_quiet
 want slow && run_tier slow tier_slow
 
