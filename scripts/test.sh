@@ -139,16 +139,17 @@ python_queue() {
   ((n)) || echo "no sdk/python/tests/test_*.py" >"$logs/pyq/none"
 }
 python_worker() {
-  local q n f rc
+  local q n f rc t0
   [[ -e $logs/python.start ]] || echo "$SECONDS" >"$logs/python.start"
   for q in "$logs"/pyq/*; do
     n=$(basename "$q")
     mv "$q" "$logs/pyrun/$n" 2>/dev/null || continue
     f=$(cat "$logs/pyrun/$n")
     echo "==> python: $f" >&2
-    rc=0
+    rc=0 t0=$SECONDS
     if [[ $n == none ]]; then echo "$f" >&2; rc=5; else "${pytest[@]}" "$f" || rc=$?; fi
     echo "$rc" >"$logs/pyrun/$n.rc"
+    echo "==> python: $f exit $rc in $((SECONDS - t0)) s" >&2
     echo "$SECONDS" >"$logs/python.end"
   done
 }
@@ -183,7 +184,7 @@ start_background() {
     # The pytest files' sessions need the images the foreground builds after the VM's.
     until [[ -e $logs/images.ready ]]; do sleep 2; done
     if want python; then python_worker >"$logs/python-background.log" 2>&1; fi
-  } &
+  } </dev/null &
   # Job control for this one job gives it a process group of its own (its PID), so the cleanup
   # reaches every process of the background, also one whose parent has exited.
   bg=$!
@@ -211,16 +212,13 @@ touch "$logs/images.ready"
 
 if [[ -n $beside ]]; then
   run_tier main tier_main
-  if want python; then
-    echo "==> pytest files beside the background (output at the end)" >&2
-    python_worker >"$logs/python-foreground.log" 2>&1
-  fi
+  want python && python_worker
   wait "$bg" || true
   bg=
   want python && python_result
-  for f in vm python-foreground python-background; do
+  for f in vm python-background; do
     [[ -s $logs/$f.log ]] || continue
-    echo "==> output of $f" >&2
+    echo "==> output of $f (ran in the background)" >&2
     cat "$logs/$f.log"
   done
   want python && echo "==> python tier: exit $(cut -d' ' -f1 "$logs/python.result") in $(cut -d' ' -f2 "$logs/python.result") s" >&2
