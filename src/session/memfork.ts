@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, lstatSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
@@ -12,6 +12,7 @@ import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { RestoreSeed, Session, SessionManager } from './manager.ts';
+import { STATUS_MAX_BYTES } from './status-watcher.ts';
 import { hostIds, usernsPaths } from './userns.ts';
 
 /**
@@ -118,7 +119,7 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
         : '';
     throw new DrumsError(
       'memory_fork_refused',
-      `CRIU could not checkpoint session ${src.id}${hint}${r.attempts > 1 ? ` (${r.attempts} attempts)` : ''}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
+      `${TAMPERED_STATUS.test(why) ? `session ${src.id} cannot be memory-forked` : `CRIU could not checkpoint session ${src.id}`}${hint}${r.attempts > 1 ? ` (${r.attempts} attempts)` : ''}: ${why}; fork it with {"mode": "disk"} (files copied, apps restarted)`,
       {
         details: { alternative: 'disk', criu: why, attempts: r.attempts },
       },
@@ -174,7 +175,7 @@ export async function withDumpRetry(
       return { attempts: attempt };
     } catch (e) {
       const why = reason() || errorMessage(e);
-      if (attempt >= 2 || ZYGOTE.test(why) || NESTED.test(why)) return { attempts: attempt, error: why };
+      if (attempt >= 2 || ZYGOTE.test(why) || NESTED.test(why) || TAMPERED_STATUS.test(why)) return { attempts: attempt, error: why };
       onRetry(why);
       await new Promise((r) => setTimeout(r, delayMs));
     }
@@ -197,6 +198,7 @@ async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir:
     await copyTree(join(src.dir, 'disk', 'upper'), join(dir, 'upper'), { reflink: true });
     await copyTree(src.runDir, join(dir, 'run'));
     await copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
+    checkStatusCopy(join(dir, 'run'));
     // Test hook (DRUMS_TEST_HOOKS=1): the label drums.test.dumpFailOnce makes the first dump of the session fail.
     if (mgr.config.testHooks && src.spec.labels['drums.test.dumpFailOnce'] && !dumpFailed.has(src.id)) {
       dumpFailed.add(src.id);
@@ -219,6 +221,36 @@ async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir:
   }
 }
 const dumpFailed = new Set<string>();
+
+/** The reason a copied status file is refused (lasting: the dump is not retried for it). */
+const TAMPERED_STATUS = /status file is not the regular file its init writes/;
+
+/**
+ * Refuses a checkpoint whose copy of the source's /run/drums/status (in the checkpoint directory, root's
+ * alone, so what is checked is what the copies get) is not what the session's init writes: a regular file
+ * within the status budget. The desktop user owns /run/drums and can swap the file for a FIFO, a symlink
+ * or a sparse giant. The copies' status watcher never follows or blocks on those (status-watcher.ts), but
+ * it never sees a readiness mark in them either: every copy would wait out DRUMS_READY_TIMEOUT_MS and
+ * the fork end 500 fork_failed. Refused here, the fork is a prompt 409 memory_fork_refused.
+ */
+export function checkStatusCopy(runCopy: string): void {
+  const st = lstatSync(join(runCopy, 'status'), { throwIfNoEntry: false });
+  const what = !st
+    ? 'missing'
+    : st.isSymbolicLink()
+      ? 'a symlink'
+      : st.isFIFO()
+        ? 'a FIFO'
+        : !st.isFile()
+          ? 'not a regular file'
+          : st.size > STATUS_MAX_BYTES
+            ? `${st.size} bytes, over ${STATUS_MAX_BYTES}`
+            : undefined;
+  if (what)
+    throw new Error(
+      `the session's /run/drums/status file is not the regular file its init writes (${what}); reset the session (a fresh generation gets a fresh one), then fork it`,
+    );
+}
 
 /** The restore seed of one copy from the checkpoint in `dir` of `src`. */
 export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: string): RestoreSeed {

@@ -13,6 +13,7 @@ import { fsProbes } from './fs.ts';
 import { budgetsProbe } from './budgets.ts';
 import { osworldEvalProbes } from './osworld-eval.ts';
 import { probeExecCmdline } from './exec-cmdline.ts';
+import { forkPlantProbes } from './fork-plant.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -24,6 +25,7 @@ const PROBES: [string, HostProbe][] = [
   ['budgets', budgetsProbe],
   ['osworld-eval', osworldEvalProbes],
   ['exec-cmdline', probeExecCmdline],
+  ['fork-plant', forkPlantProbes],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
