@@ -465,9 +465,18 @@ export class SessionManager {
           const t = performance.now();
           const restore = s._restore;
           s._restore = undefined;
-          const started = restore
-            ? await restore.start(s, join(s.dir, 'bundle'), sessionLog(s))
-            : await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
+          let started: { pid: number };
+          try {
+            started = restore
+              ? await restore.start(s, join(s.dir, 'bundle'), sessionLog(s))
+              : await this.runtime.start(s.names.container, join(s.dir, 'bundle'), sessionLog(s));
+          } catch (e) {
+            // A failed step's own undo does not run (runSteps undoes the completed ones): a restore that
+            // failed after runc made the container (CRIU restored its processes, then setting the copy's
+            // hostname failed) would leave it running. Removed here; nothing there is fine.
+            await this.runtime.destroy(s.names.container).catch((d) => log('warn', 'a failed start left its container', { id: s.id, error: errorMessage(d) }));
+            throw e;
+          }
           s.initPid = started.pid;
           s.init = identify(started.pid);
           s.timings.runtimeStartMs = performance.now() - t;

@@ -328,6 +328,9 @@ export function restoreSeed(mgr: SessionManager, src: Session, criu: Criu, dir: 
       } finally {
         rmSync(here, { recursive: true, force: true });
       }
+      // Test hook (DRUMS_TEST_HOOKS=1): a copy labelled drums.test.failStep 'restored' fails here, after CRIU
+      // restored its processes into a runc container and before its step ends.
+      if (mgr.config.testHooks && s.spec.labels['drums.test.failStep'] === 'restored') throw new Error('test hook: failed after the restore');
       // The restored UTS namespace still has the source's hostname.
       await run(['nsenter', `--uts=/proc/${started.pid}/ns/uts`, 'hostname', s.id]);
       return started;
