@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { run } from '../common/exec.ts';
 
@@ -190,14 +190,31 @@ function writeAtomic(path: string, text: string, mode: number): void {
   renameSync(`${path}.new`, path);
 }
 
-/** The last lines of a CRIU log (dump.log / restore.log in runc's work path), for error messages. */
+/** The most of a CRIU log read for an error message: its end, where CRIU's errors are. */
+export const LOG_TAIL_BYTES = 256 * 1024;
+
+/**
+ * The last lines of a CRIU log (dump.log / restore.log in runc's work path), for error messages: its
+ * error lines if any, else its last lines. Only the last LOG_TAIL_BYTES are read (the log grows with
+ * the session's processes and files), never through a symlink and never blocking on a FIFO.
+ */
 export function criuLogTail(workPath: string, file: string, lines = 8): string {
+  let fd: number | undefined;
   try {
-    const all = readFileSync(join(workPath, file), 'utf8').trim().split('\n');
+    fd = openSync(join(workPath, file), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    const st = fstatSync(fd);
+    if (!st.isFile()) return '';
+    const buf = Buffer.alloc(Math.min(st.size, LOG_TAIL_BYTES));
+    const n = readSync(fd, buf, 0, buf.length, st.size - buf.length);
+    const all = buf.subarray(0, n).toString('utf8').trim().split('\n');
+    // A tail cut mid-line starts with a partial line: dropped.
+    if (st.size > buf.length) all.shift();
     const errs = all.filter((l) => /Error \(|Unsupported|not supported/.test(l));
     return (errs.length ? errs.slice(-lines) : all.slice(-lines)).join(' | ');
   } catch {
     return '';
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

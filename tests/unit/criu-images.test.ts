@@ -1,9 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { adoptTaskNamespaces } from '../../src/host/criu.ts';
+import { adoptTaskNamespaces, criuLogTail } from '../../src/host/criu.ts';
 
 // A tiny protobuf writer for the test's images (varint and length-delimited fields only).
 const varint = (v: number): number[] => {
@@ -91,6 +92,26 @@ describe('adoptTaskNamespaces (CRIU images of a userns session)', () => {
       writeFileSync(join(dir, 'ids-7.img'), image(2, Buffer.concat([vf(1, 1), vf(8, 3)])));
       writeFileSync(join(dir, 'inventory.img'), image(1, Buffer.concat([vf(1, 2), lf(3, ids(11, 12))])));
       assert.throws(() => adoptTaskNamespaces(dir), /no namespace id 10/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('criuLogTail', () => {
+  it('reads only the end of a large log, finds its error lines there, and never blocks on a FIFO or follows a link', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'drums-criu-log-'));
+    try {
+      // 64 MiB of chatter, an early error (past the tail: not read), then the error that matters.
+      const chatter = `(00.000001) ${'x'.repeat(100)}\n`.repeat((64 * 1024 ** 2) / 113);
+      writeFileSync(join(dir, 'dump.log'), `(00.0) Error (early): not read\n${chatter}(01.5) Error (criu/cr-dump.c:1): the cause\n(01.6) done\n`);
+      assert.equal(criuLogTail(dir, 'dump.log'), '(01.5) Error (criu/cr-dump.c:1): the cause');
+      execFileSync('mkfifo', [join(dir, 'restore.log')]);
+      assert.equal(criuLogTail(dir, 'restore.log'), '');
+      writeFileSync(join(dir, 'secret'), 'Error (host): a host file\n');
+      symlinkSync(join(dir, 'secret'), join(dir, 'link.log'));
+      assert.equal(criuLogTail(dir, 'link.log'), '');
+      assert.equal(criuLogTail(dir, 'missing.log'), '');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
