@@ -123,7 +123,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
       osworld.closeAll();
       display.closeAll();
       if (keepSessions) {
-        // The sessions live on; their records let the next daemon of this instance adopt them.
+        // The sessions live on; their records let the next daemon of this instance adopt them (and record on).
+        await mgr.episodes.detach();
         mgr.detach();
         rmSync(daemonFile(inst), { force: true });
         leaveDaemonCgroup(inst.name);

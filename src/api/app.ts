@@ -27,6 +27,7 @@ import { frameRoutes } from './frames/index.ts';
 import { takeoverExtras } from './frames/takeover.ts';
 import { poolRoutes } from './routes/pools.ts';
 import { forkRoutes } from './routes/fork.ts';
+import { episodeRoutes } from './routes/episodes.ts';
 import { specBodies } from './spec-validate.ts';
 import { UiLogins, uiLoginRoutes } from './ui-login.ts';
 
@@ -85,6 +86,7 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   app.route('/', sessionRoutes(ctx));
   app.route('/', poolRoutes(ctx));
   app.route('/', forkRoutes(ctx));
+  app.route('/', episodeRoutes(ctx));
 
   // A known path with the wrong method is a 405 (notFoundOr405 above), not a 404.
   return app;

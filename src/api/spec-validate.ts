@@ -30,6 +30,7 @@ export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: st
   forkSession: { code: 'invalid_fork' },
   execInSession: { code: 'invalid_exec' },
   takeOver: { code: 'invalid_request' },
+  setEpisodeOutcome: { code: 'invalid_outcome' },
   runActions: {
     code: 'invalid_action',
     byField: [

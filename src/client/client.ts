@@ -5,6 +5,9 @@ import type {
   A11yTree,
   ActionsRequest,
   ActionsResponse,
+  Episode,
+  Outcome,
+  EpisodeSummary,
   ExecRequest,
   ExecResult,
   ExecStreamRecord,
@@ -48,6 +51,10 @@ export * from './generated/errors.ts';
  */
 export type {
   A11yNode,
+  Episode,
+  EpisodeStep,
+  EpisodeSummary,
+  Outcome,
   A11yTree,
   Action,
   ActionResult,
@@ -243,6 +250,27 @@ export class DrumsClient {
   }
   resetSession(id: string, body: ResetRequest = {}): Promise<SessionInfo> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/reset`, body);
+  }
+  /** A session's recorded episodes (spec `record`; docs/episodes.md), also after it was destroyed. */
+  async listEpisodes(id: string): Promise<EpisodeSummary[]> {
+    return (await this.json<{ episodes: EpisodeSummary[] }>('GET', `/v1/sessions/${encodeURIComponent(id)}/episodes`)).episodes;
+  }
+  /** One episode: a page of its events (`from`, `limit`), and with `steps` the episode as steps. */
+  getEpisode(id: string, generation: number, o: { from?: number; limit?: number; steps?: boolean } = {}): Promise<Episode> {
+    const q = new URLSearchParams();
+    if (o.from !== undefined) q.set('from', String(o.from));
+    if (o.limit !== undefined) q.set('limit', String(o.limit));
+    if (o.steps) q.set('steps', '1');
+    return this.json('GET', `/v1/sessions/${encodeURIComponent(id)}/episodes/${generation}${q.size ? `?${q}` : ''}`);
+  }
+  /** A frame or tree file an episode kept (named in its events and steps). */
+  async episodeFile(id: string, generation: number, name: string): Promise<Buffer> {
+    const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/episodes/${generation}/files/${encodeURIComponent(name)}`);
+    return Buffer.from(await res.arrayBuffer());
+  }
+  /** Attaches a reward and/or outcome to an attempt (a later one replaces it). */
+  setEpisodeOutcome(id: string, generation: number, outcome: Outcome): Promise<EpisodeSummary> {
+    return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/episodes/${generation}/outcome`, outcome);
   }
   async destroySession(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);

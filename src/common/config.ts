@@ -53,6 +53,8 @@ export interface DaemonConfig {
   diskOvercommit: number;
   diskWriteMbps: number;
   diskReadMbps: number;
+  episodeSessionMb: number;
+  episodeMaxMb: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   browserZygote: boolean;
@@ -305,6 +307,18 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: "a session's read bandwidth in MiB/s on its disk's loop device and on the disk under the images, so a session reading in a loop does not starve the host's disk (0: no limit); a spec may ask for less with `diskReadMbps`",
     default: 200,
     parse: number(0),
+  },
+  episodeSessionMb: {
+    env: 'DRUMS_EPISODE_SESSION_MB',
+    doc: "MiB one session's recorded episodes (spec `record`) may hold, all its generations together; past it the session's recording stops (`recording.stopped: session_quota`) and the session goes on (docs/episodes.md)",
+    default: 256,
+    parse: int(1),
+  },
+  episodeMaxMb: {
+    env: 'DRUMS_EPISODE_MAX_MB',
+    doc: 'MiB every recorded episode of this instance may hold together (`<state>/episodes`); past it recordings stop (`recording.stopped: host_quota`) until episodes are deleted',
+    default: 4096,
+    parse: int(1),
   },
   browserZygote: {
     env: 'DRUMS_BROWSER_ZYGOTE',

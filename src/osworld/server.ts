@@ -141,7 +141,23 @@ export function guestHandler(ctx: GuestContext) {
       send(res, json(413, { status: 'error', message: `request body is over ${limit} bytes` }));
     };
     const dispatch = (s: Session, r: Req) => {
-      const run = () => h(ctx, s, r, rec);
+      // A recorded session's episode gets every guest call, with what it asked and (for observations) what it got.
+      const episode = s._episode;
+      const at = Date.now();
+      const t0 = performance.now();
+      const run = episode
+        ? () =>
+            h(ctx, s, r, rec).then(
+              (reply) => {
+                episode.guest({ path, method, status: reply.status, at, ms: performance.now() - t0, body: r.body, reply: reply.body });
+                return reply;
+              },
+              (e: unknown) => {
+                episode.guest({ path, method, status: e instanceof HttpError ? e.status : 500, at, ms: performance.now() - t0, body: r.body });
+                throw e;
+              },
+            )
+        : () => h(ctx, s, r, rec);
       (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : ctx.display.fair.bounded(s.id, run))
         .then(
           (r) => send(res, r),

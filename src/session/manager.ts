@@ -54,6 +54,7 @@ import { prepareDirs, writeBundle } from './layout.ts';
 import { armXCookie, writeXauthority } from './x-auth.ts';
 
 import { sweepInstance } from './sweep.ts';
+import { EpisodeStore } from './episodes.ts';
 import { makeSessionUserns, prepareLower, removeSessionUserns, usernsPaths } from './userns.ts';
 
 // The record types live in session.ts; importers of the manager keep getting them from here.
@@ -91,6 +92,8 @@ export class SessionManager {
   private _running = 0;
   /** Memory and disk admission (src/session/admission.ts). */
   readonly admission: Admission;
+  /** Recorded episodes (spec `record`; src/session/episodes.ts). */
+  readonly episodes: EpisodeStore;
   /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
   readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
   private readonly _queue: (() => void)[] = [];
@@ -103,6 +106,7 @@ export class SessionManager {
     this.pool = parsePool(config.subnetPool);
     this.admission = new Admission(inst.stateDir, admissionConfig(config));
     this.defaultCpus = defaultSessionCpus(config.defaultCpus);
+    this.episodes = new EpisodeStore(inst.stateDir, { sessionBytes: config.episodeSessionMb * 1024 ** 2, hostBytes: config.episodeMaxMb * 1024 ** 2 });
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
@@ -131,7 +135,10 @@ export class SessionManager {
     chmodSync(join(this.inst.rtDir, '.session-init.new'), 0o755);
     renameSync(join(this.inst.rtDir, '.session-init.new'), join(this.inst.rtDir, 'session-init'));
     await installTable(this.inst);
+    this.episodes.init();
     for (const rec of plan.adopt) await this._adopt(rec);
+    // Episodes whose session did not survive the restart are closed (reason `swept`); adopted ones recorded on.
+    this.episodes.closeOrphans(new Set(plan.adopt.map((r) => r.id)));
     for (const { id, why } of plan.swept) {
       log('warn', 'session swept at daemon start', { id, why });
       this._recordTermination(id, `swept at daemon start: ${why}`);
@@ -195,6 +202,7 @@ export class SessionManager {
       timings: {},
     };
     this._sessions.set(s.id, s);
+    this._openEpisode(s);
     await addSessionRules(this.inst, {
       hostVeth: s.names.hostVeth,
       gateway: s.subnet.gateway,
@@ -405,6 +413,7 @@ export class SessionManager {
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
     this._record(s, 'ready');
+    this._openEpisode(s);
     this.armTtl(s, spec.ttlSeconds);
     for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
@@ -535,6 +544,17 @@ export class SessionManager {
     });
   }
 
+  /** Starts recording the session's current generation, if its spec asks (`record`). */
+  private _openEpisode(s: Session): void {
+    if (s.spec.record) s._episode = this.episodes.open(s.id, s.generation, s.spec.record);
+  }
+
+  private async _closeEpisode(s: Session, reason: string): Promise<void> {
+    if (!s._episode) return;
+    s._episode = undefined;
+    await this.episodes.close(s.id, s.generation, reason);
+  }
+
   /** The environment every process in a session sees (init and exec alike): DESKTOP_ENV. */
   sessionEnv(): Record<string, string> {
     return { ...DESKTOP_ENV };
@@ -580,6 +600,8 @@ export class SessionManager {
       throw new ConflictError('session_busy', `session '${id}' is ${s.state}; wait for it to finish`);
     }
     s.state = 'resetting';
+    // The attempt ends here: its episode is closed before the next one's first event.
+    await this._closeEpisode(s, 'reset');
     s.generation += 1;
     s.attempt = { generation: s.generation, token: randomUUID() };
     // Test hook (DRUMS_TEST_HOOKS=1): label drums.test.killAtResetStep kills the daemon right after that step.
@@ -607,6 +629,7 @@ export class SessionManager {
     s.state = 'ready';
     s.adopted = false;
     this._record(s, 'ready');
+    this._openEpisode(s);
     return s;
   }
 
@@ -615,6 +638,7 @@ export class SessionManager {
     if (s.state === 'destroying') throw new ConflictError('session_busy', `session '${id}' is already being destroyed`);
     s.state = 'destroying';
     clearTimeout(s._ttlTimer);
+    await this._closeEpisode(s, 'destroy');
     const t0 = performance.now();
     const errors: string[] = [];
     const attempt = async (what: string, fn: () => Promise<void> | void) => {

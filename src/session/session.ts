@@ -9,6 +9,7 @@ import type { ProcIdentity } from '../host/proc.ts';
 import type { UidRange } from '../host/userns.ts';
 import type { SessionSpec } from './spec.ts';
 import type { StatusWatcher } from './status-watcher.ts';
+import type { EpisodeRecorder } from './episodes.ts';
 
 export type SessionState = 'creating' | 'ready' | 'resetting' | 'broken' | 'destroying';
 
@@ -52,6 +53,8 @@ export interface Session {
   _seedBase?: number;
   /** The session disk's loop device (this generation's). */
   _disk?: { major: number; minor: number };
+  /** The recorder of this generation's episode (spec `record`; src/session/episodes.ts), else undefined: every hook is `s._episode?.x()`. */
+  _episode?: EpisodeRecorder;
   /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
   _restore?: RestoreSeed;
 }

@@ -23,7 +23,18 @@ export interface SessionSpec {
   labels: Record<string, string>;
   /** A user namespace of its own (its own host uid range); undefined: the daemon's default (DRUMS_USERNS). */
   userns?: boolean;
+  /** Record every attempt as an episode (src/session/episodes.ts); undefined: not recorded. */
+  record?: RecordSpec;
 }
+
+/** What a recorded session keeps (docs/episodes.md): frames at up to `frames` per second (0: hashes only), and tree reads whole when `a11y`. */
+export interface RecordSpec {
+  frames: number;
+  a11y: boolean;
+}
+
+/** The most frames per second an episode keeps. */
+export const MAX_RECORD_FPS = 30;
 
 /** The label the daemon sets on a warm pool's sessions (the pool's name); clients may not set it. */
 export const POOL_LABEL = 'drums.pool';
@@ -52,6 +63,7 @@ const SPEC_FIELDS = [
   'ttlSeconds',
   'labels',
   'userns',
+  'record',
 ];
 const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
 
@@ -153,6 +165,7 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     }
   }
   if (b.userns !== undefined && typeof b.userns !== 'boolean') throw bad('userns', 'must be a boolean');
+  const record = b.record === undefined || b.record === null || b.record === false ? undefined : parseRecord(b.record);
   return {
     image,
     url,
@@ -169,7 +182,24 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     ttlSeconds,
     labels,
     ...(b.userns === undefined ? {} : { userns: b.userns }),
+    ...(record ? { record } : {}),
   };
+}
+
+/** `record`: true (actions and observations, no frames), or `{frames?: fps, a11y?: bool}`. */
+function parseRecord(v: unknown): RecordSpec {
+  if (v === true) return { frames: 0, a11y: false };
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad('record', 'must be true or an object {frames?: fps, a11y?: boolean}');
+  const r = v as Record<string, unknown>;
+  for (const k of Object.keys(r)) if (k !== 'frames' && k !== 'a11y') throw bad(`record.${k}`, 'unknown field; allowed: frames, a11y');
+  let frames = 0;
+  if (r.frames !== undefined) {
+    if (typeof r.frames !== 'number' || !Number.isFinite(r.frames) || r.frames < 0 || r.frames > MAX_RECORD_FPS)
+      throw bad('record.frames', `must be a number of frames per second within 0..${MAX_RECORD_FPS}, got ${JSON.stringify(r.frames)}`);
+    frames = r.frames;
+  }
+  if (r.a11y !== undefined && typeof r.a11y !== 'boolean') throw bad('record.a11y', 'must be a boolean');
+  return { frames, a11y: r.a11y === true };
 }
 
 /** The session's disk bandwidth in bytes/s (0: none): its spec's, else the daemon's. */

@@ -35,6 +35,7 @@ describe('spec body validation', () => {
       'releaseSession',
       'resetSession',
       'runActions',
+      'setEpisodeOutcome',
       'takeOver',
     ]);
     for (const op of v.operations) assert.ok(BODY_CODES[op], op);

@@ -22,6 +22,10 @@ __all__ = [
     "ActionsRequest",
     "ActionsResponse",
     "Attempt",
+    "Episode",
+    "EpisodeEnd",
+    "EpisodeStep",
+    "EpisodeSummary",
     "ErrorResponse",
     "ErrorResponseError",
     "ExecRequest",
@@ -51,10 +55,14 @@ __all__ = [
     "HostReportResourcesMemory",
     "HostReportSessions",
     "OsworldEndpoint",
+    "Outcome",
+    "OutcomeRecord",
     "Point",
     "Pool",
     "PoolClaim",
     "PoolSpec",
+    "RecordSpec",
+    "Recording",
     "Region",
     "ReleaseRequest",
     "ReleaseResult",
@@ -127,6 +135,88 @@ class SessionSpec(TypedDict, total=False):
     browserFlags: list[str]
     ttlSeconds: int
     labels: dict[str, str]
+    record: bool | None | RecordSpec  # Record every attempt (generation) as an episode (docs/episodes.md): action batches and their results, observations served (screenshot hashes, tree reads), OSWorld guest calls. `true` is `{}`; null or false: not recorded.
+
+
+class RecordSpec(TypedDict, total=False):
+    frames: float  # Keep the screenshots served (API and OSWorld) as frame files, at most this many per second (0: their hashes only).
+    a11y: bool  # Keep each accessibility tree read whole (else its hash and size).
+
+
+class Recording(TypedDict):
+    """A recorded session's recording of its current attempt."""
+    frames: float
+    a11y: bool
+    generation: int  # The episode being recorded (its generation).
+    stopped: Literal["session_quota", "host_quota", "write_error", None]  # Why recording stopped (the session goes on): this session's episodes reached DRUMS_EPISODE_SESSION_MB, every episode together DRUMS_EPISODE_MAX_MB, or the disk refused a write; null while recording.
+
+
+class Outcome(TypedDict, total=False):
+    """A score for an attempt; at least one of reward and outcome."""
+    reward: float  # e.g. OSWorld's evaluate() score, 0..1.
+    outcome: str
+    details: dict[str, Any]  # Anything else (at most 16 KiB as JSON).
+
+
+class _OutcomeRecordRequired(TypedDict):
+    at: str  # When it was attached (ISO 8601).
+
+
+class OutcomeRecord(_OutcomeRecordRequired, total=False):
+    reward: float
+    outcome: str
+    details: dict[str, Any]
+
+
+class EpisodeSummary(TypedDict):
+    session: str
+    generation: int
+    openedAt: str
+    closedAt: str | None
+    closeReason: str | None  # reset, destroy, or swept (its session did not survive a daemon restart).
+    record: RecordSpec
+    steps: int  # Action batches and OSWorld action calls (/execute, /run_python, /run_bash_script).
+    observations: int  # Screenshots and tree reads served.
+    guestCalls: int
+    frames: int  # Frame files kept.
+    bytes: int  # Bytes on disk (events and files).
+    stopped: str | None  # As Recording.stopped.
+    outcome: OutcomeRecord | None
+
+
+class _EpisodeStepRequired(TypedDict):
+    step: int  # 1-based.
+    at: float  # Epoch milliseconds the action started.
+    source: Literal["api", "osworld"]
+    agentAction: dict[str, Any]  # The action as the agent sent it: an API batch's actions, or an OSWorld call's {path, command|code|script}.
+    action: dict[str, Any]  # The canonical actions (docs/actions.md) of an API batch; null for OSWorld calls.
+    frame: str | None  # The frame file after the step (its own screenshot, else the next one served before the next step).
+    tree: str | None  # The tree file read after the step, when trees are kept.
+
+
+class EpisodeStep(_EpisodeStepRequired, total=False):
+    """One step of an episode, derived from its events (docs/episodes.md, "Steps")."""
+    results: dict[str, Any]  # The batch's results, or the guest call's status.
+
+
+class EpisodeEnd(TypedDict):
+    """Where the event file ends: a daemon killed mid-write leaves a last line without its newline (`partialBytes`), which is skipped."""
+    closed: bool  # The file has its close event.
+    lines: int  # Complete events read.
+    badLines: list[int]  # 1-based numbers of lines that are not JSON (skipped).
+    partialBytes: int
+
+
+class _EpisodeRequired(TypedDict):
+    episode: EpisodeSummary
+    events: list[dict[str, Any]]  # Events from `from` (docs/episodes.md, "Events").
+    next: int | None  # The `from` of the next page, or null at the end.
+    end: EpisodeEnd
+
+
+class Episode(_EpisodeRequired, total=False):
+    initialFrame: str | None  # The first frame served before the first step.
+    steps: list[EpisodeStep]  # Every step (with `steps=1`).
 
 
 class _PoolClaimRequired(TypedDict):
@@ -258,6 +348,7 @@ class Session(_SessionRequired, total=False):
     userns: SessionUserns | None  # The session's host uid range (its own user namespace): in-session id k is host id hostUidBase + k. null: the session's ids are the host's.
     memory: SessionMemory  # The session's memory cgroup now. oomKills counts processes the kernel killed at the session's memoryMb (only this session's processes are ever picked).
     brokenReason: str
+    recording: Recording | None  # The recording of a session created with `record`; absent otherwise.
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).
 
 

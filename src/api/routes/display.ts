@@ -203,6 +203,7 @@ export function displayRoutes(ctx: RouteContext) {
     });
     const t0 = performance.now();
     const shot = await guard(async () => captureResolved((await display.connection(s)).conn, resolved));
+    s._episode?.screenshot(shot, Date.now());
     const h = {
       ...imageHeaders(shot, s.generation),
       // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
@@ -227,9 +228,28 @@ export function displayRoutes(ctx: RouteContext) {
     const shotOpts = so ? checkShot(s, { ...so, scale: so.scale ?? b.scale }, 'screenshot.') : undefined;
     const generation = s.generation;
     const d = await display.connection(s);
+    const rec = s._episode;
+    const at = Date.now();
+    const t0 = performance.now();
     // A client that goes away stops the batch between actions (and cuts a wait short).
-    const results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
-    const shot = shotOpts ? await guard(() => captureResolved(d.conn, shotOpts)) : undefined;
+    let results: ActionResult[];
+    let shot: ScreenshotResult | undefined;
+    try {
+      results = await guard(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
+      shot = shotOpts ? await guard(() => captureResolved(d.conn, shotOpts)) : undefined;
+    } catch (e) {
+      const err = e instanceof DrumsError ? { code: e.code, message: e.message } : { code: 'internal', message: String(e) };
+      rec?.actions({ at, ms: performance.now() - t0, actions: b.actions, steps, results: null, error: err });
+      throw e;
+    }
+    rec?.actions({
+      at,
+      ms: performance.now() - t0,
+      actions: b.actions,
+      steps,
+      results: results.map((r) => ({ ...resultJson(r), screenshot: undefined })),
+      shot,
+    });
     if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
       // Image bytes as the body, the JSON in a header (wantsBinary above).
       const meta = asciiJson({ generation, results: results.map(resultJson) });
@@ -250,10 +270,16 @@ export function displayRoutes(ctx: RouteContext) {
     const s = ready(c);
     const format = c.req.query('format') ?? 'xml';
     if (format !== 'xml' && format !== 'json') throw bad('format', `must be xml or json, got '${format.slice(0, 32)}'`, 'invalid_format');
+    const at = Date.now();
     const { tree, stats, maxDepth, maxWidth } = await walk(c, s);
     c.header('x-drums-generation', String(s.generation));
-    if (format === 'json') return c.json({ generation: s.generation, tree, stats });
-    return c.body(toOsworldXml(tree, { maxDepth, maxWidth }), 200, { 'content-type': 'text/xml; charset=utf-8' });
+    if (format === 'json') {
+      s._episode?.tree(JSON.stringify(tree), 'json', at);
+      return c.json({ generation: s.generation, tree, stats });
+    }
+    const xml = toOsworldXml(tree, { maxDepth, maxWidth });
+    s._episode?.tree(xml, 'xml', at);
+    return c.body(xml, 200, { 'content-type': 'text/xml; charset=utf-8' });
   });
 
   app.get('/v1/sessions/:id/terminal', async (c) => {

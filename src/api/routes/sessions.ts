@@ -38,6 +38,7 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
     timings: Object.fromEntries(Object.entries(s.timings).map(([k, v]) => [k, Math.round(v)])),
     takeover: null,
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
+    ...(s.spec.record ? { recording: { ...s.spec.record, generation: s.generation, stopped: s._episode?.stopped ?? null } } : {}),
     ...extras?.(s),
   } satisfies SessionView;
 }

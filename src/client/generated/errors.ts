@@ -23,6 +23,8 @@ export class InvalidRegionError extends DrumsApiError {}
 export class InvalidFormatError extends DrumsApiError {}
 /** 400: A file path is invalid. */
 export class InvalidPathError extends DrumsApiError {}
+/** 400: An episode outcome is invalid (reward a finite number */
+export class InvalidOutcomeError extends DrumsApiError {}
 /** 401: Missing or wrong bearer token. */
 export class UnauthorizedError extends DrumsApiError {}
 /** 403: Not allowed. */
@@ -43,6 +45,8 @@ export class PoolNotFoundError extends DrumsApiError {}
 export class ImageNotFoundError extends DrumsApiError {}
 /** 404: No such file in the session. */
 export class FileNotFoundError extends DrumsApiError {}
+/** 404: No recorded episode (or episode file) with this session id and generation; see GET /v1/sessions/{id}/episodes. */
+export class EpisodeNotFoundError extends DrumsApiError {}
 /** 405: The path exists but not with this method. */
 export class MethodNotAllowedError extends DrumsApiError {}
 /** 409: The session is being created */
@@ -155,6 +159,7 @@ export const ERROR_CLASSES = {
   invalid_region: InvalidRegionError,
   invalid_format: InvalidFormatError,
   invalid_path: InvalidPathError,
+  invalid_outcome: InvalidOutcomeError,
   unauthorized: UnauthorizedError,
   forbidden: ForbiddenError,
   forbidden_origin: ForbiddenOriginError,
@@ -165,6 +170,7 @@ export const ERROR_CLASSES = {
   pool_not_found: PoolNotFoundError,
   image_not_found: ImageNotFoundError,
   file_not_found: FileNotFoundError,
+  episode_not_found: EpisodeNotFoundError,
   method_not_allowed: MethodNotAllowedError,
   session_busy: SessionBusyError,
   session_resetting: SessionResettingError,

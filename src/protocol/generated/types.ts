@@ -38,6 +38,107 @@ export type SessionSpec = {
   browserFlags?: string[];
   ttlSeconds?: number;
   labels?: Record<string, string>;
+  /** Record every attempt (generation) as an episode (docs/episodes.md): action batches and their results, observations served (screenshot hashes, tree reads), OSWorld guest calls. `true` is `{}`; null or false: not recorded. */
+  record?: boolean | null | RecordSpec;
+};
+
+export type RecordSpec = {
+  /** Keep the screenshots served (API and OSWorld) as frame files, at most this many per second (0: their hashes only). */
+  frames?: number;
+  /** Keep each accessibility tree read whole (else its hash and size). */
+  a11y?: boolean;
+};
+
+/** A recorded session's recording of its current attempt. */
+export type Recording = {
+  frames: number;
+  a11y: boolean;
+  /** The episode being recorded (its generation). */
+  generation: number;
+  /** Why recording stopped (the session goes on): this session's episodes reached DRUMS_EPISODE_SESSION_MB, every episode together DRUMS_EPISODE_MAX_MB, or the disk refused a write; null while recording. */
+  stopped: "session_quota" | "host_quota" | "write_error" | null;
+};
+
+/** A score for an attempt; at least one of reward and outcome. */
+export type Outcome = {
+  /** e.g. OSWorld's evaluate() score, 0..1. */
+  reward?: number;
+  outcome?: string;
+  /** Anything else (at most 16 KiB as JSON). */
+  details?: Record<string, unknown>;
+};
+
+export type OutcomeRecord = {
+  reward?: number;
+  outcome?: string;
+  details?: Record<string, unknown>;
+  /** When it was attached (ISO 8601). */
+  at: string;
+};
+
+export type EpisodeSummary = {
+  session: string;
+  generation: number;
+  openedAt: string;
+  closedAt: string | null;
+  /** reset, destroy, or swept (its session did not survive a daemon restart). */
+  closeReason: string | null;
+  record: RecordSpec;
+  /** Action batches and OSWorld action calls (/execute, /run_python, /run_bash_script). */
+  steps: number;
+  /** Screenshots and tree reads served. */
+  observations: number;
+  guestCalls: number;
+  /** Frame files kept. */
+  frames: number;
+  /** Bytes on disk (events and files). */
+  bytes: number;
+  /** As Recording.stopped. */
+  stopped: string | null;
+  outcome: OutcomeRecord | null;
+};
+
+/** One step of an episode, derived from its events (docs/episodes.md, "Steps"). */
+export type EpisodeStep = {
+  /** 1-based. */
+  step: number;
+  /** Epoch milliseconds the action started. */
+  at: number;
+  source: "api" | "osworld";
+  /** The action as the agent sent it: an API batch's actions, or an OSWorld call's {path, command|code|script}. */
+  agentAction: Record<string, unknown>;
+  /** The canonical actions (docs/actions.md) of an API batch; null for OSWorld calls. */
+  action: Record<string, unknown>;
+  /** The batch's results, or the guest call's status. */
+  results?: Record<string, unknown>;
+  /** The frame file after the step (its own screenshot, else the next one served before the next step). */
+  frame: string | null;
+  /** The tree file read after the step, when trees are kept. */
+  tree: string | null;
+};
+
+/** Where the event file ends: a daemon killed mid-write leaves a last line without its newline (`partialBytes`), which is skipped. */
+export type EpisodeEnd = {
+  /** The file has its close event. */
+  closed: boolean;
+  /** Complete events read. */
+  lines: number;
+  /** 1-based numbers of lines that are not JSON (skipped). */
+  badLines: number[];
+  partialBytes: number;
+};
+
+export type Episode = {
+  episode: EpisodeSummary;
+  /** The first frame served before the first step. */
+  initialFrame?: string | null;
+  /** Events from `from` (docs/episodes.md, "Events"). */
+  events: Record<string, unknown>[];
+  /** Every step (with `steps=1`). */
+  steps?: EpisodeStep[];
+  /** The `from` of the next page, or null at the end. */
+  next: number | null;
+  end: EpisodeEnd;
 };
 
 /** A claim from a warm pool; the pool's template sets everything else. */
@@ -156,6 +257,8 @@ export type Session = {
   /** Who holds a take-over of this session (POST /v1/sessions/{id}/takeover) and since when; null when nobody does. While it is held, agent input gets 409 `session_taken_over`, and VNC viewers are view-only unless they hold it. */
   takeover: TakeoverView | null;
   brokenReason?: string;
+  /** The recording of a session created with `record`; absent otherwise. */
+  recording?: Recording | null;
   /** Only for sessions with an OSWorld endpoint (docs/osworld.md). */
   osworld?: OsworldEndpoint;
 };
@@ -522,4 +625,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "invalid_outcome" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "episode_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
