@@ -229,6 +229,8 @@ export function displayRoutes(ctx: RouteContext) {
     const generation = s.generation;
     const d = await display.connection(s);
     const rec = s._episode;
+    // The batch in the canonical schema (docs/actions.md), each action with the index of the agent's action it came from.
+    const canonical = rec ? steps.map((st) => ({ ...st.action, index: st.index })) : undefined;
     const at = Date.now();
     const t0 = performance.now();
     // A client that goes away stops the batch between actions (and cuts a wait short).
@@ -239,14 +241,14 @@ export function displayRoutes(ctx: RouteContext) {
       shot = shotOpts ? await guard(() => captureResolved(d.conn, shotOpts)) : undefined;
     } catch (e) {
       const err = e instanceof DrumsError ? { code: e.code, message: e.message } : { code: 'internal', message: String(e) };
-      rec?.actions({ at, ms: performance.now() - t0, actions: b.actions, steps, results: null, error: err });
+      rec?.actions({ at, ms: performance.now() - t0, actions: b.actions, steps: canonical, results: null, error: err });
       throw e;
     }
     rec?.actions({
       at,
       ms: performance.now() - t0,
       actions: b.actions,
-      steps,
+      steps: canonical,
       results: results.map((r) => ({ ...resultJson(r), screenshot: undefined })),
       shot,
     });
