@@ -217,6 +217,8 @@ export class EpisodeRecorder {
   private _queue: string[] = [];
   private _writing: Promise<void> | undefined;
   private _lastFrameAt = 0;
+  /** The next image served is a step's frame (the first after an action, or the initial one): kept whatever the rate. */
+  private _stepFrame = true;
   private readonly _files = new Set<string>();
   private _closed = false;
   /** Frame and tree files being written (flush waits for them). */
@@ -242,6 +244,7 @@ export class EpisodeRecorder {
   actions(e: { actions: unknown; steps: unknown; results: unknown; ms: number; at: number; shot?: ShotSeen; error?: { code: string; message: string } }): void {
     if (this._off()) return;
     this.summary.steps++;
+    this._stepFrame = true;
     const shot = e.shot ? this._shot(e.shot) : undefined;
     this._event({
       t: 'actions',
@@ -276,7 +279,10 @@ export class EpisodeRecorder {
   guest(c: { path: string; method: string; status: number; at: number; ms: number; body: Buffer; reply?: unknown }): void {
     if (this._off()) return;
     this.summary.guestCalls++;
-    if (GUEST_ACTIONS.has(c.path)) this.summary.steps++;
+    if (GUEST_ACTIONS.has(c.path)) {
+      this.summary.steps++;
+      this._stepFrame = true;
+    }
     const ev: EpisodeEvent = { t: 'guest', at: c.at, ms: round(c.ms), method: c.method, path: c.path, status: c.status };
     if (c.body.length) ev.request = guestRequest(c.body);
     if (c.path === '/screenshot' && Buffer.isBuffer(c.reply) && c.status === 200) {
@@ -333,10 +339,13 @@ export class EpisodeRecorder {
     const fps = this.summary.record.frames;
     if (!ext || fps <= 0) return out;
     const name = `${hash}.${ext}`;
+    const step = this._stepFrame;
+    this._stepFrame = false;
     if (this._files.has(name)) return { ...out, file: name };
-    // At most `frames` new frame files per second: an observation faster than that keeps its hash only.
+    // At most `frames` new frame files per second, besides each step's frame (the first image after an action,
+    // which an export needs): an observation faster than that keeps its hash only.
     const now = performance.now();
-    if (now - this._lastFrameAt < 1000 / fps) return out;
+    if (!step && now - this._lastFrameAt < 1000 / fps) return out;
     if (!this._file(name, shot.data)) return out;
     this._lastFrameAt = now;
     this.summary.frames++;

@@ -121,18 +121,25 @@ describe('episode store', () => {
     await st.close(ID, 2, 'destroy');
   });
 
-  it('frames: at most `frames` new files per second, each distinct image once', async () => {
+  it("frames: at most `frames` new files per second besides each step's frame, each distinct image once", async () => {
     const st = store();
     const rec = st.open(ID, 1, { frames: 2, a11y: false });
     for (let i = 0; i < 10; i++) rec.screenshot({ data: png(i), format: 'png', width: 1, height: 1 }, i);
     rec.screenshot({ data: png(0), format: 'png', width: 1, height: 1 }, 11);
+    // A step: its own screenshot is kept at once, whatever the rate.
+    rec.actions({ at: 12, ms: 1, actions: [], steps: [], results: [], shot: { data: png(20), format: 'png', width: 1, height: 1 } });
+    rec.screenshot({ data: png(21), format: 'png', width: 1, height: 1 }, 13);
+    rec.guest({ path: '/execute', method: 'POST', status: 200, at: 14, ms: 1, body: Buffer.alloc(0) });
+    rec.guest({ path: '/screenshot', method: 'GET', status: 200, at: 15, ms: 1, body: Buffer.alloc(0), reply: png(22) });
     await st.close(ID, 1, 'destroy');
     const files = readdirSync(join(st.dir, ID, '1.files'));
-    assert.equal(files.length, 1, 'ten frames within half a second at 2 fps: one file');
+    assert.equal(files.length, 3, "ten frames within half a second at 2 fps: one file; then the two steps' frames");
     const { events } = await st.read(ID, 1);
     const shots = events.filter((e) => e.t === 'screenshot');
-    assert.equal(shots.length, 11, 'every observation is an event (its hash)');
-    assert.equal(shots.filter((e) => e.file).length, 2, 'the repeated image points at its kept file');
+    assert.equal(shots.length, 12, 'every observation is an event (its hash)');
+    assert.equal(shots.filter((e) => e.file).length, 2, "the repeated image points at its kept file; the one after the step's own is rate-limited");
+    const { steps } = stepsOf(events);
+    assert.ok(steps[0]!.frame && steps[1]!.frame);
   });
 
   it('outcomes: on a closed episode too; 404 for one never recorded; bad names refused', async () => {

@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 import httpx
 
 from . import _models as m
+from .episodes import AsyncEpisodes, Episodes
 from .errors import DrumsError, error_from_response
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=60.0)
@@ -179,6 +180,7 @@ class Client:
         )
         self.sessions = Sessions(self)
         self.pools = Pools(self)
+        self.episodes = Episodes(self)
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -489,6 +491,7 @@ class AsyncClient:
         )
         self.sessions = AsyncSessions(self)
         self.pools = AsyncPools(self)
+        self.episodes = AsyncEpisodes(self)
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
