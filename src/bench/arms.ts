@@ -48,6 +48,24 @@ const osworldImage: Arm = {
   },
 };
 
+/**
+ * Recording (docs/episodes.md): the baseline session created with `record`, stepped the same way, so the
+ * steps/s and latency next to the baseline's are the cost of recording (every step's event, its screenshot hashed,
+ * and, with frames, the PNG kept).
+ */
+function recordArm(name: string, record: { frames?: number; a11y?: boolean }, what: string): Arm {
+  return {
+    name,
+    description: `the baseline session recorded (spec record ${JSON.stringify(record)}): ${what}`,
+    image: 'default',
+    unavailable: () => imageBuilt('default'),
+    spec: (url) => ({ image: 'default', record, ...(url ? { url } : {}) }),
+    step: drumsStep,
+    stepNote: baseline.stepNote,
+    isolation: { kind: 'as-baseline', why: "the same session; its episode lives in the daemon's root-only state directory, which no session reaches" },
+  };
+}
+
 /** The peer stack: x11vnc on the session display, websockify serving noVNC; actions and screenshots by spawning xdotool and import. */
 const PEER_START = [
   'setsid x11vnc -display :0 -forever -shared -nopw -localhost -rfbport 5900 -quiet -noxdamage >/tmp/x11vnc.log 2>&1 < /dev/null &',
@@ -164,7 +182,20 @@ const sharedBrowserArm: Arm = {
 const seedGuest: Arm = seedGuestArm(imageBuilt);
 
 export const ARMS: Record<string, Arm> = Object.fromEntries(
-  [baseline, peerVnc, zramIdle, ksm(true), ksm(false), sharedBrowserArm, seedGuest, osworldImage, ...appArms(osworldImage, imageBuilt)].map((a) => [a.name, a]),
+  [
+    baseline,
+    peerVnc,
+    zramIdle,
+    ksm(true),
+    ksm(false),
+    sharedBrowserArm,
+    seedGuest,
+    osworldImage,
+    recordArm('record-actions', {}, 'actions and observation hashes, no frames'),
+    recordArm('record-2fps', { frames: 2 }, "frames kept at up to 2 per second besides each step's"),
+    recordArm('record-10fps', { frames: 10 }, "frames kept at up to 10 per second besides each step's"),
+    ...appArms(osworldImage, imageBuilt),
+  ].map((a) => [a.name, a]),
 );
 
 export function getArm(name: string): Arm {

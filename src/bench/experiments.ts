@@ -57,6 +57,14 @@ export const EXPERIMENTS: Record<string, Experiment> = {
     bars: 'osworld',
     quick: { ns: [1, 2, 4] },
   },
+  episodes: {
+    name: 'episodes',
+    description:
+      'The cost of recording episodes (docs/episodes.md): the baseline interleaved with the same session recorded (actions only, frames at 2 fps, frames at 10 fps): steps/s and latency at each N, memory, latencies.',
+    arms: ['baseline', 'record-actions', 'record-2fps', 'record-10fps'],
+    bars: 'baseline',
+    quick: { ns: [1, 2] },
+  },
   'vs-peer': {
     name: 'vs-peer',
     description: 'Baseline and the peer-vnc stack only, interleaved: the headline ratios.',
