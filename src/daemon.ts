@@ -19,6 +19,7 @@ import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
+import { startEpisodeFrames } from './session/episode-frames.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
 import { CpuGuard } from './host/cpu-guard.ts';
 import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
@@ -77,6 +78,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: handsOff.has(s.state) }])));
   cpuGuard.start();
   const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason), fairShare: fairShareOf(config) });
+  // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
+  const episodeFrames = startEpisodeFrames(() => mgr.list(), display);
   const osworld = new OsworldService(mgr, display);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
@@ -119,6 +122,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
       idleGc.stop();
       stopLoopWatch();
       cpuGuard.stop();
+      episodeFrames.stop();
       await poolsOf(mgr).stop();
       osworld.closeAll();
       display.closeAll();

@@ -219,6 +219,8 @@ export class EpisodeRecorder {
   private _lastFrameAt = 0;
   /** The next image served is a step's frame (the first after an action, or the initial one): kept whatever the rate. */
   private _stepFrame = true;
+  /** The hash of the last damage-driven frame. */
+  private _lastFrame = '';
   private readonly _files = new Set<string>();
   private _closed = false;
   /** Frame and tree files being written (flush waits for them). */
@@ -263,6 +265,22 @@ export class EpisodeRecorder {
     if (this._off()) return;
     this.summary.observations++;
     this._event({ t: 'screenshot', at, ...this._shot(shot) });
+  }
+
+  /**
+   * A damage-driven frame (src/session/episode-frames.ts): an event and a kept file only when the screen changed
+   * since the last one (the same image hashes the same).
+   */
+  frame(shot: ShotSeen, at: number): void {
+    if (this._off()) return;
+    const hash = sha256(shot.data);
+    if (hash === this._lastFrame) return;
+    this._lastFrame = hash;
+    const name = `${hash}.${FRAME_EXT[shot.format] ?? 'png'}`;
+    const had = this._files.has(name);
+    if (!had && !this._file(name, shot.data)) return;
+    if (!had) this.summary.frames++;
+    this._event({ t: 'frame', at, sha256: hash, bytes: shot.data.length, width: shot.width, height: shot.height, file: name });
   }
 
   /** An accessibility tree served (its text as sent). */

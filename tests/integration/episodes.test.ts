@@ -63,9 +63,15 @@ describe('episodes', () => {
     assert.equal(ep!.guestCalls, 2);
     const full = await d.client.getEpisode(s.id, 1, { steps: true });
     assert.deepEqual(
-      full.events.map((e) => (e.t === 'guest' ? `guest ${e.path}` : e.t)),
+      full.events.filter((e) => e.t !== 'frame').map((e) => (e.t === 'guest' ? `guest ${e.path}` : e.t)),
       ['open', 'screenshot', 'actions', 'tree', 'guest /execute', 'guest /screenshot'],
     );
+    // Damage-driven frames (record.frames): the first tick keeps the screen, a changed screen another; an
+    // unchanged one none (the same image hashes the same).
+    const frames = full.events.filter((e) => e.t === 'frame');
+    assert.ok(frames.length >= 1, 'a frame was taken');
+    assert.equal(new Set(frames.map((f) => f.sha256)).size, frames.length, 'no frame repeats the one before it');
+    assert.ok((await d.client.episodeFile(s.id, 1, frames[0]!.file as string)).subarray(1, 4).toString() === 'PNG');
     assert.equal(full.end.partialBytes, 0);
     // The frames are the images the clients got.
     assert.deepEqual(await d.client.episodeFile(s.id, 1, full.initialFrame!), shot0);

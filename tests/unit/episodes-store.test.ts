@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -140,6 +141,20 @@ describe('episode store', () => {
     assert.equal(shots.filter((e) => e.file).length, 2, "the repeated image points at its kept file; the one after the step's own is rate-limited");
     const { steps } = stepsOf(events);
     assert.ok(steps[0]!.frame && steps[1]!.frame);
+  });
+
+  it('damage-driven frames: an event and a file only when the image changed', async () => {
+    const st = store();
+    const rec = st.open(ID, 1, { frames: 10, a11y: false });
+    for (const k of [1, 1, 1, 2, 2, 1]) rec.frame({ data: png(k), format: 'png', width: 1, height: 1 }, k);
+    await st.close(ID, 1, 'destroy');
+    const { events, summary } = await st.read(ID, 1);
+    assert.deepEqual(
+      events.filter((e) => e.t === 'frame').map((e) => e.sha256),
+      [1, 2, 1].map((k) => createHash('sha256').update(png(k)).digest('hex')),
+    );
+    assert.equal(summary.frames, 2, 'two distinct images kept');
+    assert.equal(readdirSync(join(st.dir, ID, '1.files')).length, 2);
   });
 
   it('outcomes: on a closed episode too; 404 for one never recorded; bad names refused', async () => {

@@ -139,7 +139,7 @@ class SessionSpec(TypedDict, total=False):
 
 
 class RecordSpec(TypedDict, total=False):
-    frames: float  # Keep the screenshots served (API and OSWorld) as frame files, at most this many per second (0: their hashes only).
+    frames: float  # Frames per second: the daemon captures the screen at this rate and keeps a frame whenever it changed (X DAMAGE), and keeps the screenshots served (API and OSWorld) as frame files, new ones at most this many per second besides each step's frame (0: none; observations' hashes only).
     a11y: bool  # Keep each accessibility tree read whole (else its hash and size).
 
 

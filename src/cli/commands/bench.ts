@@ -377,7 +377,7 @@ export function registerBench(program: Command): void {
   bench
     .command('run')
     .description('run an experiment: arms interleaved over trials, warm-ups discarded; writes a record to bench/records')
-    .argument('<experiment>', 'baseline | density | vs-peer | memory-arms')
+    .argument('<experiment>', 'baseline | density | vs-peer | memory-arms | episodes | ...')
     .option('--quick', 'few sessions, one trial (CI)')
     .option('--trials <n>', 'measured trials per arm')
     .option('--arms <list>', "comma-separated subset of the experiment's arms")

@@ -43,7 +43,7 @@ export type SessionSpec = {
 };
 
 export type RecordSpec = {
-  /** Keep the screenshots served (API and OSWorld) as frame files, at most this many per second (0: their hashes only). */
+  /** Frames per second: the daemon captures the screen at this rate and keeps a frame whenever it changed (X DAMAGE), and keeps the screenshots served (API and OSWorld) as frame files, new ones at most this many per second besides each step's frame (0: none; observations' hashes only). */
   frames?: number;
   /** Keep each accessibility tree read whole (else its hash and size). */
   a11y?: boolean;
