@@ -23,7 +23,7 @@ export async function runExperiment(o: RunOptions): Promise<{ record: BenchRecor
   }
   const bars = loadBars(exp.bars);
   o = { ...o, killAt: o.killAt ?? process.env.DRUMS_BENCH_TEST_KILL_AT };
-  const p: Params = { ...(o.quick ? { ...QUICK, ...exp.quick } : FULL), ...(o.trials ? { trials: o.trials } : {}), ...o.params };
+  const p: Params = { ...(o.quick ? { ...QUICK, ...exp.quick } : { ...FULL, ...exp.full }), ...(o.trials ? { trials: o.trials } : {}), ...o.params };
   const started = new Date().toISOString();
   const g = gitState();
   const progress = o.progress ?? (() => {});
