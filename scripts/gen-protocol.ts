@@ -90,6 +90,50 @@ files['sdk/python/drums/_codes.py'] =
 
 files['sdk/python/drums/_models.py'] = pythonModels(schemas);
 
+// The Python SDK's exception classes, one per code, each under the class of its HTTP status
+// (hand-written in drums/_status_errors.py; this table names them). Static classes, so type
+// checkers and IDEs see `drums.errors.StaleGeneration`. A name a status class already has gets
+// `Error` appended (`not_found` → NotFoundError). sdk/python/tests/test_errors.py checks these
+// bases against the Python side's own status table.
+const PY_STATUS_BASES: Record<number, string> = {
+  400: 'BadRequest',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'NotFound',
+  405: 'MethodNotAllowed',
+  409: 'Conflict',
+  410: 'Gone',
+  413: 'PayloadTooLarge',
+  415: 'UnsupportedMediaType',
+  429: 'TooManyRequests',
+  503: 'Unavailable',
+  504: 'Timeout',
+};
+const pyBase = (status: number) => PY_STATUS_BASES[status] ?? (status >= 500 ? 'ServerError' : status >= 400 ? 'BadRequest' : 'DrumsError');
+const pyTaken = new Set(['DrumsError', 'ServerError', ...Object.values(PY_STATUS_BASES)]);
+const pyClassName = (code: string) => {
+  const n = code
+    .split('_')
+    .map((p) => p[0]!.toUpperCase() + p.slice(1))
+    .join('');
+  return pyTaken.has(n) ? `${n}Error` : n;
+};
+const pyImports = [...new Set(['DrumsError', ...codeNames.map((c) => pyBase(codes[c]!.status))])].sort();
+const pyDoc = (d: string) => d.trim().replace(/\\/g, '\\\\').replace(/"/g, '\\"');
+files['sdk/python/drums/_errors.py'] =
+  HEADER.replace('//', '#') +
+  '"""One exception class per error code of the spec, under the class of its HTTP status (see drums.errors)."""\n\n' +
+  `from ._status_errors import ${pyImports.join(', ')}\n\n` +
+  `__all__ = [\n    "ERRORS",\n${codeNames.map((c) => `    ${JSON.stringify(pyClassName(c))},`).join('\n')}\n]\n\n` +
+  codeNames
+    .map(
+      (c) =>
+        `\nclass ${pyClassName(c)}(${pyBase(codes[c]!.status)}):\n    """${codes[c]!.status}: ${pyDoc(codes[c]!.description)}"""\n\n    code = ${JSON.stringify(c)}\n    status = ${codes[c]!.status}\n\n`,
+    )
+    .join('') +
+  `\n#: code -> exception class, e.g. ERRORS["stale_generation"] is StaleGeneration.\n` +
+  `ERRORS: dict[str, type[DrumsError]] = {\n${codeNames.map((c) => `    ${JSON.stringify(c)}: ${pyClassName(c)},`).join('\n')}\n}\n`;
+
 // The TypeScript client's error classes, one per code (as the Python SDK has): `stale_generation` → StaleGenerationError.
 const className = (code: string) =>
   code
