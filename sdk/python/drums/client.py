@@ -132,6 +132,25 @@ def _actions(actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, 
     return [actions] if isinstance(actions, (dict, str)) else list(actions)  # type: ignore[list-item]
 
 
+def _shot_params(format: str, query: dict[str, Any]) -> dict[str, Any]:
+    return {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
+
+
+def _raw_array(r: httpx.Response):
+    """A raw screenshot answer as a numpy uint8 array of shape (height, width, 3)."""
+    import numpy as np
+
+    w, h = int(r.headers["x-drums-width"]), int(r.headers["x-drums-height"])
+    return np.frombuffer(r.content, dtype=np.uint8).reshape(h, w, 3)
+
+
+def _files_q(path: str, root: bool, **extra: Any) -> dict[str, Any]:
+    q = {"path": path, **{k: v for k, v in extra.items() if v is not None}}
+    if root:
+        q["root"] = "true"
+    return q
+
+
 class _SessionBase:
     def __init__(self, info: m.Session):
         self._set(info)
@@ -291,33 +310,27 @@ class Files:
     def __init__(self, s: "Session"):
         self._s = s
 
-    def _q(self, path: str, root: bool, **extra: Any) -> dict[str, Any]:
-        q = {"path": path, **{k: v for k, v in extra.items() if v is not None}}
-        if root:
-            q["root"] = "true"
-        return q
-
     def read(self, path: str, *, root: bool = False) -> bytes:
-        return self._s._req("GET", "/files", params=self._q(path, root)).content
+        return self._s._req("GET", "/files", params=_files_q(path, root)).content
 
     def write(self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False) -> m.FileWritten:
         body = data.encode() if isinstance(data, str) else data
         return self._s._req(
             "PUT",
             "/files",
-            params=self._q(path, root, mode=mode),
+            params=_files_q(path, root, mode=mode),
             content=body,
             headers={"content-type": "application/octet-stream"},
         ).json()
 
     def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
-        self._s._req("DELETE", "/files", params=self._q(path, root, recursive="true" if recursive else None))
+        self._s._req("DELETE", "/files", params=_files_q(path, root, recursive="true" if recursive else None))
 
     def list(self, path: str, *, root: bool = False) -> m.FileList:
-        return self._s._req("GET", "/files/list", params=self._q(path, root)).json()
+        return self._s._req("GET", "/files/list", params=_files_q(path, root)).json()
 
     def stat(self, path: str, *, root: bool = False) -> m.FileStatResult:
-        return self._s._req("GET", "/files/stat", params=self._q(path, root)).json()
+        return self._s._req("GET", "/files/stat", params=_files_q(path, root)).json()
 
 
 class Session(_SessionBase):
@@ -339,16 +352,11 @@ class Session(_SessionBase):
 
     def screenshot(self, format: str = "png", **query: Any) -> bytes:
         """The screen as png, jpeg, webp or raw (packed RGB). Extra query: quality, scale, region, cursor."""
-        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
-        return self._req("GET", "/screenshot", params=params).content
+        return self._req("GET", "/screenshot", params=_shot_params(format, query)).content
 
     def screenshot_array(self, cursor: bool = True):
         """The screen as a numpy uint8 array of shape (height, width, 3)."""
-        import numpy as np
-
-        r = self._req("GET", "/screenshot", params={"format": "raw", "cursor": str(cursor).lower()})
-        w, h = int(r.headers["x-drums-width"]), int(r.headers["x-drums-height"])
-        return np.frombuffer(r.content, dtype=np.uint8).reshape(h, w, 3)
+        return _raw_array(self._req("GET", "/screenshot", params=_shot_params("raw", {"cursor": cursor})))
 
     def act(
         self,
@@ -393,6 +401,7 @@ class Session(_SessionBase):
         return r.text if format == "xml" else r.json()
 
     def windows(self) -> m.WindowsView:
+        """The session's windows and the pointer: {windows, cursor, ...}."""
         return self._req("GET", "/windows").json()
 
     def reset(self) -> "Session":
@@ -462,18 +471,29 @@ def _parse_event(lines: list[str]) -> tuple[str, dict[str, Any]] | None:
     return event, json.loads("\n".join(data))
 
 
-def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    buf: list[str] = []
-    for line in lines:
+class _SseLines:
+    """Server-sent events, one line at a time (shared by the sync and async loops)."""
+
+    def __init__(self) -> None:
+        self.buf: list[str] = []
+
+    def feed(self, line: str) -> tuple[str, dict[str, Any]] | None:
         if line == "":
-            ev = _parse_event(buf)
-            buf = []
-            if ev:
-                yield ev
-                if ev[0] == "end":
-                    return
-        elif not line.startswith(":"):
-            buf.append(line)
+            ev, self.buf = _parse_event(self.buf), []
+            return ev
+        if not line.startswith(":"):
+            self.buf.append(line)
+        return None
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    sse = _SseLines()
+    for line in lines:
+        ev = sse.feed(line)
+        if ev:
+            yield ev
+            if ev[0] == "end":
+                return
 
 
 # ----------------------------------------------------------------------------- async
@@ -502,13 +522,19 @@ class AsyncClient:
     async def health(self) -> bool:
         return (await self.request("GET", "/healthz")).json().get("ok") is True
 
+    async def openapi(self) -> dict[str, Any]:
+        return (await self.request("GET", "/openapi.json")).json()
+
     async def host(self) -> m.HostReport:
+        """``GET /v1/host``: sessions held and max, capacity, resources, images, host and instance ids."""
         return (await self.request("GET", "/v1/host")).json()
 
     async def drain(self) -> m.HostReport:
+        """``POST /v1/host/drain``: new creates get 503 ``host_draining``; held sessions go on."""
         return (await self.request("POST", "/v1/host/drain")).json()
 
     async def undrain(self) -> m.HostReport:
+        """``DELETE /v1/host/drain``: take new sessions again."""
         return (await self.request("DELETE", "/v1/host/drain")).json()
 
     async def aclose(self) -> None:
@@ -526,6 +552,7 @@ class AsyncSessions:
         self._c = client
 
     async def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "AsyncSession":
+        """As ``Sessions.create``: creates a session and waits until it is ready."""
         headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
         return AsyncSession(
             self._c, (await self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers)).json()
@@ -578,37 +605,36 @@ class AsyncPools:
 
 
 class AsyncFiles:
+    """Files inside a session, as ``Files``."""
+
     def __init__(self, s: "AsyncSession"):
         self._s = s
 
     async def read(self, path: str, *, root: bool = False) -> bytes:
-        return (
-            await self._s._req("GET", "/files", params={"path": path, **({"root": "true"} if root else {})})
-        ).content
+        return (await self._s._req("GET", "/files", params=_files_q(path, root))).content
 
     async def write(
         self, path: str, data: bytes | str, *, mode: str | None = None, root: bool = False
     ) -> m.FileWritten:
-        q: dict[str, Any] = {"path": path, **({"mode": mode} if mode else {}), **({"root": "true"} if root else {})}
         body = data.encode() if isinstance(data, str) else data
         return (
             await self._s._req(
-                "PUT", "/files", params=q, content=body, headers={"content-type": "application/octet-stream"}
+                "PUT",
+                "/files",
+                params=_files_q(path, root, mode=mode),
+                content=body,
+                headers={"content-type": "application/octet-stream"},
             )
         ).json()
 
     async def delete(self, path: str, *, recursive: bool = False, root: bool = False) -> None:
-        q: dict[str, Any] = {
-            "path": path,
-            **({"recursive": "true"} if recursive else {}),
-            **({"root": "true"} if root else {}),
-        }
-        await self._s._req("DELETE", "/files", params=q)
+        await self._s._req("DELETE", "/files", params=_files_q(path, root, recursive="true" if recursive else None))
 
     async def list(self, path: str, *, root: bool = False) -> m.FileList:
-        return (
-            await self._s._req("GET", "/files/list", params={"path": path, **({"root": "true"} if root else {})})
-        ).json()
+        return (await self._s._req("GET", "/files/list", params=_files_q(path, root))).json()
+
+    async def stat(self, path: str, *, root: bool = False) -> m.FileStatResult:
+        return (await self._s._req("GET", "/files/stat", params=_files_q(path, root))).json()
 
 
 class AsyncSession(_SessionBase):
@@ -628,18 +654,26 @@ class AsyncSession(_SessionBase):
         return self
 
     async def screenshot(self, format: str = "png", **query: Any) -> bytes:
-        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()}}
-        return (await self._req("GET", "/screenshot", params=params)).content
+        """The screen as png, jpeg, webp or raw (packed RGB). Extra query: quality, scale, region, cursor."""
+        return (await self._req("GET", "/screenshot", params=_shot_params(format, query))).content
+
+    async def screenshot_array(self, cursor: bool = True):
+        """The screen as a numpy uint8 array of shape (height, width, 3)."""
+        return _raw_array(await self._req("GET", "/screenshot", params=_shot_params("raw", {"cursor": cursor})))
 
     async def act(
         self,
         actions: m.Action | dict[str, Any] | Sequence[m.Action | dict[str, Any]],
         *,
         screenshot: m.ScreenshotOptions | bool | None = None,
+        scale: m.Size | None = None,
     ) -> m.ActionsResponse:
+        """Runs one canonical action or a batch; optionally returns a screenshot taken after it."""
         body: m.ActionsRequest = {"actions": _actions(actions), "generation": self.generation}
         if screenshot is not None:
             body["screenshot"] = screenshot
+        if scale is not None:
+            body["scale"] = scale
         return (await self._req("POST", "/actions", json=body)).json()
 
     async def act_image(
@@ -659,8 +693,13 @@ class AsyncSession(_SessionBase):
         return (await self._req("POST", "/exec", json=_exec_body(cmd, kw))).json()
 
     async def a11y(self, format: str = "xml") -> str | m.A11yTree:
+        """The accessibility tree: OSWorld-style XML text, or the JSON tree."""
         r = await self._req("GET", "/a11y", params={"format": format})
         return r.text if format == "xml" else r.json()
+
+    async def windows(self) -> m.WindowsView:
+        """The session's windows and the pointer: {windows, cursor, ...}."""
+        return (await self._req("GET", "/windows")).json()
 
     async def reset(self) -> "AsyncSession":
         body: m.ResetRequest = {"generation": self.generation}
@@ -668,23 +707,20 @@ class AsyncSession(_SessionBase):
         return self
 
     async def events(self, fps: float = 0) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Server-sent events: ("state", session), ("frame", {...}), ("end", {reason})."""
         async with self._c._http.stream(
             "GET", f"/v1/sessions/{self.id}/events", params={"fps": fps}, timeout=httpx.Timeout(10.0, read=None)
         ) as r:
             if r.status_code >= 400:
                 await r.aread()
                 _check(r)
-            buf: list[str] = []
+            sse = _SseLines()
             async for line in r.aiter_lines():
-                if line == "":
-                    ev = _parse_event(buf)
-                    buf = []
-                    if ev:
-                        yield ev
-                        if ev[0] == "end":
-                            return
-                elif not line.startswith(":"):
-                    buf.append(line)
+                ev = sse.feed(line)
+                if ev:
+                    yield ev
+                    if ev[0] == "end":
+                        return
 
     async def release(self, mode: str = "reset") -> m.ReleaseResult:
         return (await self._req("POST", "/release", json={"mode": mode})).json()

@@ -92,8 +92,17 @@ def test_events_stream_state_and_end(client):
 async def test_async_client(daemon):
     async with AsyncClient(daemon.url, daemon.token) as c:
         assert await c.health()
-        async with await c.sessions.create(image="minimal") as s:
+        assert (await c.openapi())["openapi"].startswith("3.1.")
+        async with await c.sessions.create(image="minimal", screen="640x480") as s:
             assert (await s.exec(["echo", "async"]))["stdout"] == "async\n"
+            # What the async twin lacked before the parity test (tests/test_parity.py).
+            arr = await s.screenshot_array()
+            assert arr.dtype == np.uint8 and arr.shape == (480, 640, 3)
+            await s.act({"type": "move", "x": 12, "y": 34}, scale={"width": 320, "height": 240})
+            assert (await s.windows())["cursor"] == {"x": 24, "y": 68}
+            await s.files.write("/home/user/a.txt", "drums")
+            st = await s.files.stat("/home/user/a.txt")
+            assert st["type"] == "file" and st["size"] == 5
             await s.reset()
             assert s.generation == 2
             got = [k async for k, _ in _first(s.events(), 1)]

@@ -1,0 +1,87 @@
+"""The sync and async clients are twins: every public method of a sync class has an async
+counterpart of the same name and signature, and back (issue 32; E2B keeps its twins in step by
+hand, this test does it for Drums). Pure: builds the classes, sends nothing.
+
+A difference that is not drift goes in RENAMED (same method, name differs) or ONLY (one side on
+purpose, with the reason)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from drums import client as c
+
+TWINS = [
+    (c.Client, c.AsyncClient),
+    (c.Sessions, c.AsyncSessions),
+    (c.Pools, c.AsyncPools),
+    (c.Session, c.AsyncSession),
+    (c.Files, c.AsyncFiles),
+]
+
+#: sync name -> async name
+RENAMED = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__"}
+
+#: (class, name): why only one side has it
+ONLY: dict[tuple[type, str], str] = {}
+
+#: How the async annotations name the async twins.
+_ASYNC_NAMES = [("AsyncIterator", "Iterator"), *((a.__name__, s.__name__) for s, a in TWINS)]
+
+
+def _members(cls: type) -> dict[str, object]:
+    out = {}
+    for name, v in inspect.getmembers(cls):
+        if (not name.startswith("_") or name in RENAMED or name in RENAMED.values()) and callable(v):
+            out[name] = v
+    return out
+
+
+def _norm(sig: inspect.Signature) -> str:
+    s = str(sig)
+    for a, b in _ASYNC_NAMES:
+        s = s.replace(a, b)
+    return s
+
+
+@pytest.mark.parametrize("sync,aio", TWINS, ids=[s.__name__ for s, _ in TWINS])
+def test_twins_have_the_same_methods(sync, aio):
+    s_names = {RENAMED.get(n, n) for n in _members(sync) if (sync, n) not in ONLY}
+    a_names = {n for n in _members(aio) if (aio, n) not in ONLY}
+    assert sorted(s_names - a_names) == [], f"{aio.__name__} lacks what {sync.__name__} has"
+    assert sorted(a_names - s_names) == [], f"{sync.__name__} lacks what {aio.__name__} has"
+
+
+@pytest.mark.parametrize("sync,aio", TWINS, ids=[s.__name__ for s, _ in TWINS])
+def test_twins_have_the_same_signatures(sync, aio):
+    am = _members(aio)
+    for name, f in _members(sync).items():
+        g = am.get(RENAMED.get(name, name))
+        if g is None:
+            continue
+        assert _norm(inspect.signature(f)) == _norm(inspect.signature(g)), f"{sync.__name__}.{name}"
+        # The async side awaits: coroutines (or an async generator for events()).
+        if name not in ("__init__",):
+            assert inspect.iscoroutinefunction(g) or inspect.isasyncgenfunction(g), f"{aio.__name__}.{name}"
+            assert not (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)), f"{sync.__name__}.{name}"
+
+
+INFO = {"id": "s1", "generation": 1, "attempt": {"token": "t"}, "state": "ready", "screen": {"width": 8, "height": 8}}
+
+
+def test_twins_have_the_same_attributes():
+    """What __init__ sets (sessions, pools, files, ...): no network, the clients only build httpx clients."""
+    sc, ac = c.Client("http://127.0.0.1:9", "t"), c.AsyncClient("http://127.0.0.1:9", "t")
+    try:
+        pairs = [(sc, ac), (sc.sessions, ac.sessions), (sc.pools, ac.pools)]
+        ss, asess = c.Session(sc, INFO), c.AsyncSession(ac, INFO)  # type: ignore[arg-type]
+        pairs += [(ss, asess), (ss.files, asess.files)]
+        for s, a in pairs:
+            pub = lambda o: sorted(k for k in vars(o) if not k.startswith("_"))  # noqa: E731
+            assert pub(s) == pub(a), type(s).__name__
+    finally:
+        sc.close()
+        asyncio.run(ac.aclose())
