@@ -7,7 +7,7 @@ usable hosts at random and takes the one with more room (Mitzenmacher's "power
 of two choices": the most loaded host stays within ``log log n`` of the mean,
 where one random choice drifts to ``log n / log log n``), without reading every
 host's load on every decision. The same code runs in the cluster client
-(``drums.cluster``) and in the 1,000-host simulation (``drums.placement_sim``).
+(``drums.cluster``) and in the 1,000-host simulation (``sdk/python/bench/placement_sim.py``).
 """
 
 from __future__ import annotations

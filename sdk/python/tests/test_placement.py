@@ -1,5 +1,5 @@
-"""The placement code (drums.placement) and its simulation (drums.placement_sim), small enough
-to run in seconds; the 1,000-host run is `python -m drums.placement_sim` (docs/scale.md)."""
+"""The placement code (drums.placement) and its simulation (sdk/python/bench/placement_sim.py), small enough
+to run in seconds; the 1,000-host run is `python sdk/python/bench/placement_sim.py` (docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from drums.cluster import validate_report
 from drums.placement import HostLoad, Placer
-from drums.placement_sim import SimConfig, simulate
+from placement_sim import SimConfig, simulate  # sdk/python/bench (pytest pythonpath)
 
 
 def test_choose_takes_the_freer_of_two_and_counts_in_flight():

@@ -1,6 +1,6 @@
 """A discrete-event simulation of client-side placement at cluster scale (docs/scale.md).
 
-    python -m drums.placement_sim [--hosts 1000] [--sessions 100000] [--out FILE.json]
+    python sdk/python/bench/placement_sim.py [--hosts 1000] [--sessions 100000] [--out FILE.json]
 
 ``hosts`` Drums hosts of ``capacity`` sessions each; ``clients`` cluster clients, each
 with its own view of the hosts (their ``GET /v1/host`` reports, re-read every
@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .placement import HostLoad, Placer
+from drums.placement import HostLoad, Placer
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Cluster bench on a local Ray cluster (docs/scale.md): ``python -m drums.bench_ray --out FILE.json``
+"""Cluster bench on a local Ray cluster (docs/scale.md): ``python sdk/python/bench/bench_ray.py --out FILE.json``
+(not shipped in the package: sdk/python/bench/ holds the SDK's benches)
 
 Starts a Ray cluster of ``--nodes`` nodes on this machine (ray.cluster_utils.Cluster), one
 Drums daemon per node (drums.ray.DrumsNodes), and measures in one run:
@@ -30,9 +31,9 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from .client import AsyncClient
-from .cluster import SessionLost
-from .ray import DrumsNodes
+from drums.client import AsyncClient
+from drums.cluster import SessionLost
+from drums.ray import DrumsNodes
 
 SPEC = {"image": "minimal", "screen": "320x240"}
 

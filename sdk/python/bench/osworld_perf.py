@@ -1,4 +1,4 @@
-"""DesktopEnv on Drums, measured: `python -m drums.osworld_perf [--out DIR] [--resets N] [--steps N]`.
+"""DesktopEnv on Drums, measured: `python sdk/python/bench/osworld_perf.py [--out DIR] [--resets N] [--steps N]`.
 
 Times the unmodified desktop_env.DesktopEnv with the `drums` provider: start_emulator
 (a session create), reset() with a one-step task setup (a Drums reset plus the
