@@ -1,13 +1,14 @@
 /**
  * `npm run check`: the fast tier. Type-check, generated code against the spec,
  * the layer rule, the README's variable table, Biome's lint and format, ruff's lint and format on the
- * Python SDK, then the unit tests (including the socket-free `app.request()` tests of the API). Needs no
- * root, no image, no network; runs first in scripts/test.sh. `npm run format` writes the formatting.
+ * Python SDK, then the unit tests (including the socket-free `app.request()` tests of the API) and the
+ * Python SDK's pure tests (those marked `@pytest.mark.fast`). Needs no root, no image, no network; runs
+ * first in scripts/test.sh. `npm run format` writes the formatting.
  *
  *   node scripts/check.ts
  */
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -18,6 +19,11 @@ const ruff = bin('.runtime/venv/bin/ruff');
 const units = readdirSync(join(ROOT, 'tests/unit'))
   .filter((f) => f.endsWith('.test.ts'))
   .map((f) => join('tests/unit', f));
+// The pytest files with a pure test in them (`pytest.mark.fast`); `-m fast` runs only those tests.
+const PYTESTS = 'sdk/python/tests';
+const pureTests = readdirSync(join(ROOT, PYTESTS))
+  .filter((f) => /^test_.*\.py$/.test(f) && readFileSync(join(ROOT, PYTESTS, f), 'utf8').includes('pytest.mark.fast'))
+  .map((f) => join(PYTESTS, f));
 
 interface Step {
   name: string;
@@ -33,6 +39,10 @@ const steps: Step[] = [
   { name: 'biome format', argv: [bin('node_modules/.bin/biome'), 'format'] },
   { name: 'ruff format', argv: [ruff, 'format', '--check', '--no-cache', 'sdk/python'] },
   { name: 'unit tests', argv: [node, '--test', '--test-concurrency=2', '--test-reporter=dot', ...units] },
+  {
+    name: 'pytest (pure)',
+    argv: [bin('.runtime/venv/bin/python'), '-m', 'pytest', '-q', '-m', 'fast', '-p', 'no:cacheprovider', '-W', 'ignore::DeprecationWarning', ...pureTests],
+  },
 ];
 if (!existsSync(ruff)) {
   process.stderr.write(`check: ${ruff} is missing; run scripts/setup.sh with DRUMS_SETUP_TEST=1 (it installs sdk/python/requirements-test.txt)\n`);

@@ -8,9 +8,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import drums
 from drums import _errors, _status_errors, errors
 from drums._codes import ERROR_CODES
+
+pytestmark = pytest.mark.fast  # pure: npm run check runs it
 
 GENERATED = Path(_errors.__file__)
 

@@ -41,6 +41,7 @@ def _docs() -> list[tuple[str, dict]]:
     return out
 
 
+@pytest.mark.fast
 def test_manifests_validate_against_the_pinned_api_schema():
     kust = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     on_disk = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
@@ -84,6 +85,7 @@ def pod_labels(kinds) -> dict:
     return kinds["DaemonSet"][0]["spec"]["template"]["metadata"]["labels"]
 
 
+@pytest.mark.fast
 def test_recorded_answers_match_the_api_schema():
     for f in DATA.glob("endpointslices-*.json"):
         body = json.loads(f.read_text())

@@ -14,6 +14,8 @@ import pytest
 
 from drums import client as c
 
+pytestmark = pytest.mark.fast  # pure: npm run check runs it
+
 TWINS = [
     (c.Client, c.AsyncClient),
     (c.Sessions, c.AsyncSessions),

@@ -11,6 +11,8 @@ from drums.cluster import validate_report
 from drums.placement import HostLoad, Placer
 from placement_sim import SimConfig, simulate  # sdk/python/bench (pytest pythonpath)
 
+pytestmark = pytest.mark.fast  # pure: npm run check runs it
+
 
 def test_choose_takes_the_freer_of_two_and_counts_in_flight():
     hosts = [HostLoad(str(i), capacity=10, usable=True, problem=None) for i in range(2)]
