@@ -16,13 +16,30 @@ from drums import client as c
 
 pytestmark = pytest.mark.fast  # pure: npm run check runs it
 
-TWINS = [
-    (c.Client, c.AsyncClient),
-    (c.Sessions, c.AsyncSessions),
-    (c.Pools, c.AsyncPools),
-    (c.Session, c.AsyncSession),
-    (c.Files, c.AsyncFiles),
-]
+INFO = {"id": "s1", "generation": 1, "attempt": {"token": "t"}, "state": "ready", "screen": {"width": 8, "height": 8}}
+
+
+def _twins() -> list[tuple[type, type]]:
+    """The clients and sessions, then every object they hang on a public attribute (sessions, pools,
+    files, and whatever is added later), pair by pair. Builds them without the network."""
+    sc, ac = c.Client("http://127.0.0.1:9", "t"), c.AsyncClient("http://127.0.0.1:9", "t")
+    todo = [(sc, ac), (c.Session(sc, INFO), c.AsyncSession(ac, INFO))]  # type: ignore[arg-type]
+    pairs: list[tuple[type, type]] = []
+    try:
+        while todo:
+            s, a = todo.pop(0)
+            pairs.append((type(s), type(a)))
+            for k in sorted(vars(s)):
+                v = getattr(s, k)
+                if not k.startswith("_") and type(v).__module__.startswith("drums.") and hasattr(a, k):
+                    todo.append((v, getattr(a, k)))
+    finally:
+        sc.close()
+        asyncio.run(ac.aclose())
+    return pairs
+
+
+TWINS = _twins()
 
 #: sync name -> async name
 RENAMED = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -71,7 +88,11 @@ def test_twins_have_the_same_signatures(sync, aio):
             assert not (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)), f"{sync.__name__}.{name}"
 
 
-INFO = {"id": "s1", "generation": 1, "attempt": {"token": "t"}, "state": "ready", "screen": {"width": 8, "height": 8}}
+def test_the_twins_found():
+    names = {s.__name__ for s, _ in TWINS}
+    assert {"Client", "Sessions", "Pools", "Session", "Files"} <= names, names
+    for s, a in TWINS:
+        assert a.__name__ == "Async" + s.__name__, (s, a)
 
 
 def test_twins_have_the_same_attributes():
