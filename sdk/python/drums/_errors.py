@@ -109,7 +109,7 @@ class InvalidPool(BadRequest):
 
 
 class InvalidFork(BadRequest):
-    """400: A fork request is invalid (count 1..64"""
+    """400: A fork request is invalid (count 1..64, mode disk or memory); details.field names it."""
 
     code = "invalid_fork"
     status = 400
@@ -158,7 +158,7 @@ class InvalidPath(BadRequest):
 
 
 class InvalidOutcome(BadRequest):
-    """400: An episode outcome is invalid (reward a finite number"""
+    """400: An episode outcome is invalid (reward a finite number, outcome a short lower_snake word, at least one of them); details.field names it."""
 
     code = "invalid_outcome"
     status = 400
@@ -179,7 +179,7 @@ class ForbiddenError(Forbidden):
 
 
 class ForbiddenOrigin(Forbidden):
-    """403: The request carried an Origin header (only the daemon's own dashboard may"""
+    """403: The request carried an Origin header (only the daemon's own dashboard may, on stream and take-over)."""
 
     code = "forbidden_origin"
     status = 403
@@ -207,7 +207,7 @@ class SessionNotFound(NotFound):
 
 
 class TakeoverNotFound(NotFound):
-    """404: The session is not taken over"""
+    """404: The session is not taken over, or not with this id."""
 
     code = "takeover_not_found"
     status = 404
@@ -249,7 +249,7 @@ class MethodNotAllowedError(MethodNotAllowed):
 
 
 class SessionBusy(Conflict):
-    """409: The session is being created"""
+    """409: The session is being created, reset or destroyed."""
 
     code = "session_busy"
     status = 409

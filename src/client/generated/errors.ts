@@ -9,7 +9,7 @@ export class InvalidJsonError extends DrumsApiError {}
 export class InvalidSpecError extends DrumsApiError {}
 /** 400: A pool definition is invalid; details.field names the field. */
 export class InvalidPoolError extends DrumsApiError {}
-/** 400: A fork request is invalid (count 1..64 */
+/** 400: A fork request is invalid (count 1..64, mode disk or memory); details.field names it. */
 export class InvalidForkError extends DrumsApiError {}
 /** 400: An exec request field is invalid; details.field names it. */
 export class InvalidExecError extends DrumsApiError {}
@@ -23,13 +23,13 @@ export class InvalidRegionError extends DrumsApiError {}
 export class InvalidFormatError extends DrumsApiError {}
 /** 400: A file path is invalid. */
 export class InvalidPathError extends DrumsApiError {}
-/** 400: An episode outcome is invalid (reward a finite number */
+/** 400: An episode outcome is invalid (reward a finite number, outcome a short lower_snake word, at least one of them); details.field names it. */
 export class InvalidOutcomeError extends DrumsApiError {}
 /** 401: Missing or wrong bearer token. */
 export class UnauthorizedError extends DrumsApiError {}
 /** 403: Not allowed. */
 export class ForbiddenError extends DrumsApiError {}
-/** 403: The request carried an Origin header (only the daemon's own dashboard may */
+/** 403: The request carried an Origin header (only the daemon's own dashboard may, on stream and take-over). */
 export class ForbiddenOriginError extends DrumsApiError {}
 /** 403: The Host header is not a loopback name or the listen address. */
 export class ForbiddenHostError extends DrumsApiError {}
@@ -37,7 +37,7 @@ export class ForbiddenHostError extends DrumsApiError {}
 export class NotFoundError extends DrumsApiError {}
 /** 404: No such session. */
 export class SessionNotFoundError extends DrumsApiError {}
-/** 404: The session is not taken over */
+/** 404: The session is not taken over, or not with this id. */
 export class TakeoverNotFoundError extends DrumsApiError {}
 /** 404: No warm pool with this name; see GET /v1/pools. */
 export class PoolNotFoundError extends DrumsApiError {}
@@ -49,7 +49,7 @@ export class FileNotFoundError extends DrumsApiError {}
 export class EpisodeNotFoundError extends DrumsApiError {}
 /** 405: The path exists but not with this method. */
 export class MethodNotAllowedError extends DrumsApiError {}
-/** 409: The session is being created */
+/** 409: The session is being created, reset or destroyed. */
 export class SessionBusyError extends DrumsApiError {}
 /** 409: The session is resetting; retry with the new generation. */
 export class SessionResettingError extends DrumsApiError {}
