@@ -371,6 +371,11 @@ export const OTHER_VARIABLES: { env: string; doc: string; default: string }[] = 
     doc: "seconds `drums osworld run` waits for a task's app windows after setup (`drums bench osworld-run` sets 300)",
     default: '60',
   },
+  {
+    env: 'DRUMS_OSWORLD_OBSERVE_SETTLE',
+    doc: "seconds `drums osworld run` waits after a task's first observation before it looks for its apps' windows again (an app lost after observing)",
+    default: '2',
+  },
   { env: 'DRUMS_OSWORLD_SRC', doc: 'set by `drums osworld run --osworld-src DIR` for the Python driver (the checkout whose desktop_env runs)', default: '' },
   {
     env: 'DRUMS_OSWORLD_TASKS',

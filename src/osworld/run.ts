@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { badObservation, DEFAULT_OBSERVATION } from '../common/osworld-observation.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SDK = join(ROOT, 'sdk', 'python');
@@ -72,10 +73,17 @@ export interface RunOptions {
   cache?: string;
   osworldSrc?: string;
   group?: string;
+  observation?: string;
 }
 
 export async function osworldRun(tasks: string[], o: RunOptions): Promise<number> {
-  const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel];
+  const observation = o.observation ?? DEFAULT_OBSERVATION;
+  const bad = badObservation(observation);
+  if (bad) {
+    process.stderr.write(`drums: --observation: ${bad}\n`);
+    return 2;
+  }
+  const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel, '--observation', observation];
   if (o.oracle) args.push('--oracle', o.oracle);
   if (o.out) args.push('--out', o.out);
   if (o.cache) args.push('--cache', o.cache);

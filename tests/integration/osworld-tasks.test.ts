@@ -1,9 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { missingOsworldTasks, osworldTasksDir } from '../../src/testing/osworld-data.ts';
-import { ROOT, skipUnlessCI, startDaemon, type TestDaemon } from '../helpers.ts';
+import { DRUMS, ROOT, skipUnlessCI, startDaemon, type TestDaemon } from '../helpers.ts';
 
 // OSWorld's `os` tasks (read from the shared test data, never copied into the repo) through
 // `drums osworld run`, i.e. the real desktop_env DesktopEnv with the drums provider.
@@ -76,6 +77,56 @@ describe('osworld os tasks on Drums', { skip: skipUnlessCI(missingOsworldTasks([
     const r = run([...files, '--parallel', '2', '--oracle', ORACLE, '--out', join(tmp, 'out.json')]);
     assert.equal(r.status, 0, r.stderr);
     for (const x of r.results) assert.equal(x.score, 1, `${x.task}: score ${x.score} (${x.error})`);
+  });
+
+  it('an observation type that is not one of the four is refused at once, before any session', async () => {
+    const r = d.cli(['osworld', 'run', '--observation', 'a11y', join(TASKS, '13584542-872b-42d8-b299-866967b5c3ef.json')]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, /--observation: observation type "a11y" is not one of screenshot, a11y_tree, screenshot_a11y_tree, som/);
+    assert.deepEqual(await d.client.listSessions(), []);
+  });
+
+  it('an app whose window is gone after the first observation is recorded as lost, and the task is not live', async () => {
+    // VLC set up by `launch`, and a watcher the setup starts that ends VLC 4 s after its window maps:
+    // after the runner has seen the window (it polls every 0.5 s) and before it looks again, the
+    // observation plus DRUMS_OSWORLD_OBSERVE_SETTLE (8 s here) later. The same record marks an app
+    // that dies when its tree is read (VLC before 8e7f05d).
+    const task = {
+      id: 'lost-after-observing',
+      instruction: 'x',
+      config: [
+        { type: 'launch', parameters: { command: ['vlc'] } },
+        {
+          type: 'execute',
+          parameters: {
+            command: ['sh', '-c', "setsid -f sh -c 'while ! wmctrl -lx | grep -qi vlc; do sleep 0.2; done; sleep 4; pkill -x vlc' >/dev/null 2>&1 </dev/null"],
+          },
+        },
+      ],
+      evaluator: { func: 'infeasible' },
+    };
+    writeFileSync(join(tmp, 'lost.json'), JSON.stringify(task));
+    const out = join(tmp, 'lost-out.json');
+    execFileSync(DRUMS, ['osworld', 'run', '--observation', 'screenshot', join(tmp, 'lost.json'), '--out', out], {
+      env: { ...d.env, DRUMS_OSWORLD_OBSERVE_SETTLE: '8' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const rec = JSON.parse(readFileSync(out, 'utf8')) as {
+      config: { observation: string };
+      results: {
+        summary: { live: number; lost_app: number };
+        tasks: (Result & { missing_windows: string[]; lost: string[]; live: boolean; observation: { ok: boolean } })[];
+      };
+    };
+    const x = rec.results.tasks[0]!;
+    assert.equal(rec.config.observation, 'screenshot');
+    assert.equal(x.setup_ok, true, x.error ?? '');
+    assert.deepEqual(x.missing_windows, [], 'VLC had its window after setup');
+    assert.equal(x.observation.ok, true);
+    assert.deepEqual(x.lost, ['vlc']);
+    assert.equal(x.live, false);
+    assert.deepEqual([rec.results.summary.live, rec.results.summary.lost_app], [0, 1]);
+    assert.deepEqual(await d.client.listSessions(), []);
   });
 
   it('malformed tasks and unknown setup types are reported per task; the daemon carries on', async () => {

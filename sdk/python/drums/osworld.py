@@ -346,6 +346,62 @@ def needs_internet(task: dict) -> Optional[str]:
     return None
 
 
+#: Setup and getter types that need a Google account (PyDrive and a browser login to drive.google.com).
+ACCOUNT_SETUP = {"googledrive", "login"}
+ACCOUNT_GETTERS = {"googledrive_file"}
+
+
+def task_needs(task: Any) -> dict:
+    """What a task needs beyond this host, from its JSON alone (for the record's per-domain table):
+    ``files`` (how many files from OSWorld's file store: the asset cache, or stand-ins for it), ``web``
+    (why it needs the live web, or None), ``account`` (why it needs a Google account, or None) and
+    ``vs_code`` (VS Code among its apps, which the image lacks). The web by instruction alone (a task
+    whose agent must browse) is not visible in the JSON and is not counted."""
+    out: dict = {"files": 0, "web": None, "account": None, "vs_code": False}
+    if not isinstance(task, dict):
+        return out
+    from .osworld_assets import task_assets
+
+    try:
+        out["files"] = len(task_assets(task, fonts=False))
+    except Exception:
+        pass
+    ev = task.get("evaluator") if isinstance(task.get("evaluator"), dict) else {}
+    for st in list(task.get("config") or []) + list(ev.get("postconfig") or []):
+        if isinstance(st, dict) and st.get("type") in ACCOUNT_SETUP:
+            out["account"] = f"setup step '{st.get('type')}'"
+            break
+    if out["account"] is None:
+        for key in ("result", "expected"):
+            cfgs = ev.get(key)
+            for c in cfgs if isinstance(cfgs, list) else [cfgs]:
+                if isinstance(c, dict) and c.get("type") in ACCOUNT_GETTERS:
+                    out["account"] = f"evaluator getter '{c.get('type')}'"
+    if out["account"] is None:
+        out["web"] = needs_internet(task)
+    apps = task.get("related_apps") or []
+    out["vs_code"] = any(
+        APP_COMMANDS.get(str(a).strip().lower().replace(" ", "_")) == "code"
+        for a in (apps if isinstance(apps, list) else [])
+    )
+    return out
+
+
+#: The observation types of OSWorld's run.py (``--observation_type``), and its default. All but
+#: ``screenshot`` make DesktopEnv read the accessibility tree with every observation
+#: (``require_a11y_tree``); ``som`` is the screenshot and the tree, which the agent marks up itself.
+OBSERVATIONS = ("screenshot", "a11y_tree", "screenshot_a11y_tree", "som")
+DEFAULT_OBSERVATION = "a11y_tree"
+
+
+def check_observation(observation: Any) -> str:
+    if observation not in OBSERVATIONS:
+        raise ValueError(
+            f"unknown observation type {observation!r}: use one of {', '.join(OBSERVATIONS)} (OSWorld run.py's --observation_type)"
+        )
+    return observation
+
+
 def validate_task(task: Any) -> None:
     if not isinstance(task, dict):
         raise ValueError("a task must be a JSON object")
@@ -492,12 +548,19 @@ def run_task(
     allow_internet: bool,
     cache_root: str,
     asset_cache: Optional[str] = None,
+    observation: str = DEFAULT_OBSERVATION,
 ) -> dict:
+    """One task: set up with its real setup, observed once as an agent with ``observation`` would be,
+    its apps' windows checked after setup and again after that observation, then scored (before
+    acting, unless an oracle acts). The result says whether it was ``live`` (set up, its apps'
+    windows up after the first observation), ``started_solved`` (a score other than 0.0 with no
+    action) and which apps it ``lost`` after observing."""
     import shutil
     import tempfile
     from desktop_env.desktop_env import DesktopEnv
     from . import osworld_assets as assets
 
+    check_observation(observation)
     t0 = time.monotonic()
     res: dict = {
         "task": task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src),
@@ -510,6 +573,12 @@ def run_task(
         "session": None,
         "reset_s": None,
         "seconds": None,
+        "observation_type": observation,
+        "needs": task_needs(task),
+        "observation": None,
+        "lost": [],
+        "live": False,
+        "started_solved": None,
     }
     if isinstance(task, Exception):
         return _refuse(res, t0, str(task))
@@ -532,7 +601,12 @@ def run_task(
         run = task
         if font_name:
             run = dict(task, config=assets.font_steps(font_name) + list(task.get("config") or []))
-        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=base)
+        env = DesktopEnv(
+            provider_name="drums",
+            action_space="pyautogui",
+            require_a11y_tree=observation != "screenshot",  # as run.py makes it
+            cache_dir=base,
+        )
         res["session"] = env.provider.session["id"] if env.provider.session else None
         lacking = missing_apps(task, _image_has(env))
         if lacking:
@@ -545,12 +619,15 @@ def run_task(
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
         res["setup_ok"] = True
-        from drums.osworld_apps import record_windows
+        from drums.osworld_apps import observe_first, record_windows
 
         record_windows(env, task, res)
+        observe_first(env, observation, res)
         for i, a in enumerate(oracle or []):
             _step_noting_errors(env, a, pause, i, res["warnings"])
         res["score"] = float(env.evaluate())
+        if oracle is None:
+            res["started_solved"] = res["score"] != 0
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
     finally:
@@ -561,6 +638,8 @@ def run_task(
                 res["error"] = (res["error"] or "") + f" (close: {e})"
         shutil.rmtree(base, ignore_errors=True)
         res["seconds"] = round(time.monotonic() - t0, 2)
+        obs = res["observation"] or {}
+        res["live"] = bool(res["setup_ok"] and obs.get("ok") and not res.get("missing_windows") and not res["lost"])
     return res
 
 
@@ -606,6 +685,12 @@ def run_main(argv: list[str]) -> int:
         "--cache",
         help="the shared asset cache (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache); never written by a run",
     )
+    ap.add_argument(
+        "--observation",
+        choices=OBSERVATIONS,
+        default=DEFAULT_OBSERVATION,
+        help=f"what each task is observed with, as an agent of OSWorld's run.py --observation_type would be (default {DEFAULT_OBSERVATION}, run.py's)",
+    )
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
@@ -633,7 +718,7 @@ def run_main(argv: list[str]) -> int:
     n = len(tasks)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t_run = time.monotonic()
-    print(f"running {n} task(s), {a.parallel} at a time", file=sys.stderr, flush=True)
+    print(f"running {n} task(s), {a.parallel} at a time, observed as {a.observation}", file=sys.stderr, flush=True)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
             futs = {}
@@ -654,17 +739,24 @@ def run_main(argv: list[str]) -> int:
                             cache_root,
                             a.group,
                             asset_cache=asset_cache,
+                            observation=a.observation,
                         )
                     ] = src
                 else:
-                    futs[ex.submit(run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache)] = src
+                    futs[
+                        ex.submit(
+                            run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache, a.observation
+                        )
+                    ] = src
             for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
                 r = fut.result()
                 results.append(r)
                 status = "ok " if r["setup_ok"] else "ERR"
+                lost = f"  lost after observing: {', '.join(r['lost'])}" if r.get("lost") else ""
                 print(
                     f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
-                    + (f"  {r['error'][:300]}" if r["error"] else ""),
+                    + (f"  {r['error'][:300]}" if r["error"] else "")
+                    + lost,
                     file=sys.stderr,
                     flush=True,
                 )
@@ -690,6 +782,9 @@ def run_main(argv: list[str]) -> int:
             "scored_1": sum(1 for r in results if r["score"] == 1),
             "scored_0": sum(1 for r in results if r["score"] == 0),
             "not_started": sum(1 for r in results if r["score"] is None),
+            "live": sum(1 for r in results if r.get("live")),
+            "started_solved": sum(1 for r in results if r.get("started_solved")),
+            "lost_app": sum(1 for r in results if r.get("lost")),
             "wall_seconds": wall,
         }
         with open(a.out, "w") as f:
@@ -708,11 +803,13 @@ def run_main(argv: list[str]) -> int:
                         "desktop_env": os.path.dirname(desktop_env.__file__),
                         "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
                         "group": a.group,
+                        "observation": a.observation,
                     },
                     "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
                     "results": {"summary": summary, "tasks": results},
                     "notes": [
-                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)"
+                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)",
+                        "live: set up, and every app its setup starts had a window after the first observation (observation_type, as OSWorld's run.py --observation_type); started_solved: scored other than 0.0 with no action; lost: apps whose window was there after setup and gone after observing",
                     ],
                 },
                 f,

@@ -2,7 +2,8 @@
 
 `drums osworld run` records, after `reset()`, the session's windows and which of the apps the
 setup starts have no window (`missing_windows`), so a setup that "succeeds" while its app never
-came up shows as such (docs/osworld.md, "Running tasks").
+came up shows as such (docs/osworld.md, "Running tasks"); then, after the agent's first
+observation (`observe_first`), which of those apps lost their window (`lost`).
 """
 
 from __future__ import annotations
@@ -129,3 +130,56 @@ def record_windows(env: Any, task: dict, res: dict, timeout: Optional[float] = N
     res["apps"] = apps
     res["windows"] = wins
     res["missing_windows"] = missing
+
+
+def observe_first(env: Any, observation: str, res: dict, settle: Optional[float] = None) -> None:
+    """The agent's first observation, as OSWorld's lib_run_single takes it once the setup is done
+    (``env._get_obs()``: the screenshot, and the accessibility tree when the env was made with
+    ``require_a11y_tree``), then the session's windows again: ``res["lost"]`` lists the apps that had a
+    window after setup (``record_windows``) and have none ``settle`` seconds after the observation
+    (an app that crashes when its tree is read). ``res["observation"]`` says what came back."""
+    import xml.etree.ElementTree as ET
+
+    if settle is None:
+        settle = float(os.environ.get("DRUMS_OSWORLD_OBSERVE_SETTLE", "2"))
+    t0 = time.monotonic()
+    obs: dict = {"type": observation, "ok": False, "screenshot_bytes": None, "tree_chars": None, "error": None}
+    res["observation"] = obs
+    problems: list[str] = []
+    try:
+        o = env._get_obs()
+    except Exception as e:
+        problems.append(f"{type(e).__name__}: {e}")
+        o = {}
+    shot, tree = o.get("screenshot"), o.get("accessibility_tree")
+    if isinstance(shot, (bytes, bytearray)):
+        obs["screenshot_bytes"] = len(shot)
+    if not (isinstance(shot, (bytes, bytearray)) and bytes(shot[:8]) == b"\x89PNG\r\n\x1a\n"):
+        problems.append("no PNG screenshot")
+    if isinstance(tree, str):
+        obs["tree_chars"] = len(tree)
+    if observation != "screenshot":
+        # a11y_tree, screenshot_a11y_tree and som: the agent parses the tree (som draws its nodes'
+        # boxes on the screenshot), so an empty or unparsable tree is a failed observation.
+        if not isinstance(tree, str) or not tree:
+            problems.append("no accessibility tree")
+        else:
+            try:
+                root = ET.fromstring(tree)
+                # What the agent sees of the apps (an app can have its window and no tree yet).
+                obs["tree_apps"] = sorted({str(a.get("name")) for a in root.iter() if a.tag.endswith("application")})[
+                    :20
+                ]
+            except ET.ParseError as e:
+                problems.append(f"the accessibility tree is not XML: {e}")
+    obs["ok"] = not problems
+    obs["error"] = "; ".join(problems) or None
+    obs["seconds"] = round(time.monotonic() - t0, 2)
+    provider = getattr(env, "provider", None)
+    had = [a for a in res.get("apps") or [] if a not in (res.get("missing_windows") or [])]
+    if not had or provider is None or not getattr(provider, "session", None):
+        return
+    time.sleep(settle)
+    wins, lost = wait_for_app_windows(provider.api, provider.session["id"], had, 0)
+    res["windows_after_observing"] = wins
+    res["lost"] = lost

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from .osworld import adopt_next, cache_preflight, needs_internet
+from .osworld import DEFAULT_OBSERVATION, adopt_next, cache_preflight, check_observation, needs_internet
 
 #: Setup steps that start or arrange apps (replayed in a disk-forked copy).
 REPLAY_IN_COPY = {"launch", "open", "activate_window", "sleep", "chrome_open_tabs", "close_window"}
@@ -38,7 +38,9 @@ def _score(env: Any, oracle: Optional[list], pause: float) -> float:
     return float(env.evaluate())
 
 
-def _member(task: dict, copy_info: dict, oracle: Optional[list], pause: float, cache_dir: str, mode: str) -> dict:
+def _member(
+    task: dict, copy_info: dict, oracle: Optional[list], pause: float, cache_dir: str, mode: str, tree: bool = True
+) -> dict:
     from desktop_env.desktop_env import DesktopEnv
 
     t0 = time.monotonic()
@@ -54,7 +56,7 @@ def _member(task: dict, copy_info: dict, oracle: Optional[list], pause: float, c
     env = None
     try:
         adopt_next(copy_info)
-        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=cache_dir)
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=tree, cache_dir=cache_dir)
         # The task's instruction and evaluator, without running its setup again.
         env._set_task_info(task)
         env.setup_controller.reset_cache_dir(env.cache_dir)
@@ -87,6 +89,7 @@ def run_group(
     n: int,
     mode: str = "disk",
     asset_cache: Optional[str] = None,
+    observation: str = DEFAULT_OBSERVATION,
 ) -> dict:
     """One task's group. Its files come from the shared asset cache as in a plain run
     (``drums.osworld.run_task``): refused at once when the cache cannot serve them, else copied
@@ -96,6 +99,7 @@ def run_group(
 
     from . import osworld_assets as assets
 
+    tree = check_observation(observation) != "screenshot"  # every member observes as run.py's agent would
     t0 = time.monotonic()
     tid = task.get("id", os.path.basename(src)) if isinstance(task, dict) else os.path.basename(src)
     res: dict = {
@@ -110,6 +114,7 @@ def run_group(
         "warnings": [],
         "seconds": None,
         "group": {"size": n, "setups": 0, "forks": 0, "fork_s": None, "members": []},
+        "observation_type": observation,
     }
     if isinstance(task, Exception):
         res["error"] = str(task)
@@ -133,7 +138,7 @@ def run_group(
         setup_dir = os.path.join(cache_root, tid, "setup")
         font_name = assets.materialize(cache, task, setup_dir)
         run = dict(task, config=assets.font_steps(font_name) + list(task.get("config") or [])) if font_name else task
-        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=setup_dir)
+        env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=tree, cache_dir=setup_dir)
         res["session"] = env.provider.session["id"] if env.provider.session else None
         t1 = time.monotonic()
         env.reset(task_config=run)
@@ -154,7 +159,7 @@ def run_group(
         ]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(copies))) as ex:
             futs = [
-                ex.submit(_member, copy.deepcopy(task), c, oracle, pause, fork_dirs[i], mode)
+                ex.submit(_member, copy.deepcopy(task), c, oracle, pause, fork_dirs[i], mode, tree)
                 for i, c in enumerate(copies)
             ]
             try:

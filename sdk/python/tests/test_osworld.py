@@ -89,3 +89,36 @@ def test_desktop_env_reset_step_evaluate(daemon):
         assert env.evaluate() == 0
     finally:
         env.close()
+
+
+def test_an_unknown_observation_type_is_a_clear_error(tmp_path):
+    # `python -m drums.osworld run --observation X` (what `drums osworld run` calls) refuses anything
+    # but run.py's four types before starting anything, and so does run_task called directly.
+    import subprocess
+    import sys
+
+    (tmp_path / "t.json").write_text(json.dumps({"id": "t", "instruction": "i", "evaluator": {"func": "infeasible"}}))
+    p = subprocess.run(
+        [sys.executable, "-m", "drums.osworld", "run", "--observation", "a11y", str(tmp_path / "t.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "--observation: invalid choice: 'a11y'" in p.stderr
+    assert "screenshot_a11y_tree" in p.stderr
+    with pytest.raises(ValueError, match="unknown observation type 'SOM': use one of screenshot, a11y_tree"):
+        osw.run_task("t.json", {"id": "t"}, None, 0, False, str(tmp_path), observation="SOM")
+    assert osw.DEFAULT_OBSERVATION == "a11y_tree"
+
+
+def test_task_needs_puts_each_task_in_its_classes():
+    dl = {"type": "download", "parameters": {"files": [{"url": "https://x/y.xlsx", "path": "/home/user/y.xlsx"}]}}
+    n = osw.task_needs({"id": "a", "config": [dl], "evaluator": {"func": "f"}, "related_apps": ["libreoffice_calc"]})
+    assert n == {"files": 1, "web": None, "account": None, "vs_code": False}
+    n = osw.task_needs({"id": "b", "config": [{"type": "googledrive", "parameters": {}}], "evaluator": {"func": "f"}})
+    assert n["account"] == "setup step 'googledrive'" and n["web"] is None
+    n = osw.task_needs({"id": "c", "config": [], "evaluator": {"func": "f", "result": {"type": "page_info"}}})
+    assert n["web"] == "evaluator getter 'page_info'"
+    assert osw.task_needs({"id": "d", "config": [], "evaluator": {"func": "f"}, "related_apps": ["vs_code"]})["vs_code"]
+    assert osw.task_needs(ValueError("bad")) == {"files": 0, "web": None, "account": None, "vs_code": False}

@@ -14,6 +14,11 @@ export function registerOsworld(program: Command): void {
     .option('--osworld-src <dir>', 'use the desktop_env of this OSWorld checkout instead of the installed desktop-env')
     .option('--allow-internet', 'start tasks that need the internet')
     .option('--group <n>', 'GRPO groups: set each task up once, fork n-1 copies, score all n (docs/pools.md)')
+    .option(
+      '--observation <type>',
+      "observe each task as an agent with this observation type would (OSWorld run.py's --observation_type): screenshot, a11y_tree, screenshot_a11y_tree or som",
+      'a11y_tree',
+    )
     .option('--verbose', 'desktop_env logging')
     .action(async (tasks: string[], o: import('../../osworld/run.ts').RunOptions) => {
       const { osworldRun } = await import('../../osworld/run.ts');
