@@ -42,28 +42,75 @@ const bars = (r: { bars: Bars }) => {
 const BENCHES: RecordBench[] = [
   {
     name: 'osworld-run',
-    description: "wall time of OSWorld's runnable set through `drums osworld run` at each --parallel level, with each task's outcome and the load average",
+    description:
+      "OSWorld's task set through `drums osworld run` at each --parallel level (and, with --checkout, each observation type of an OSWorld checkout: the per-domain table of docs/osworld.md), with each task's outcome and the load average",
     argument: ['[files...]', 'task files instead of --domains'],
     options: [
       ['--tasks-root <dir>', 'OSWorld task files, a directory per domain (default: $DRUMS_OSWORLD_TASKS, else ../shared/osworld-tasks next to the repository)'],
-      ['--domains <list>', 'domains', 'os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps'],
-      ['--parallel <list>', 'levels, run one after another', '1,4,8'],
+      [
+        '--domains <list>',
+        'domains (default os,chrome,gimp,libreoffice_calc,libreoffice_impress,libreoffice_writer,vlc,thunderbird,multi_apps; with --checkout, every domain of the checkout)',
+      ],
+      [
+        '--checkout [dir]',
+        'run an OSWorld checkout as its users do: its own task files and desktop_env (default dir: $DRUMS_OSWORLD_CHECKOUT, else ../shared/osworld-src next to the repository)',
+      ],
+      ['--observations <list>', 'observation types, a level each (default: a11y_tree; with --checkout, screenshot,a11y_tree,screenshot_a11y_tree,som)'],
+      ['--cache <dir>', 'run from this asset cache (stand-in files for the cache tasks, say; never written) instead of an empty one'],
+      ['--docs <file>', "write the record's per-domain table into this file's osworld-run-table block (docs/osworld.md)"],
+      ['--parallel <list>', 'levels, run one after another (default 1,4,8; with --checkout, 4)'],
       ['--level-minutes <n>', 'stop a level after this long and record what it finished', '30'],
       OUT,
     ],
     progress: 'log',
-    run: async (o, { progress, args }) =>
-      (await import('../../bench/osworld-run-bench.ts')).runOsworldRunBench({
+    run: async (o, { progress, args }) => {
+      const { runOsworldRunBench } = await import('../../bench/osworld-run-bench.ts');
+      const { OBSERVATIONS } = await import('../../common/osworld-observation.ts');
+      const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
+      let checkout: string | undefined;
+      if (o.checkout === true) {
+        const why = missingOsworldCheckout();
+        if (why) throw new Error(why);
+        checkout = osworldCheckoutDir();
+      } else if (o.checkout !== undefined) checkout = String(o.checkout);
+      const domains = o.domains
+        ? String(o.domains).split(',')
+        : checkout
+          ? (await import('node:fs'))
+              .readdirSync(`${checkout}/evaluation_examples/examples`, { withFileTypes: true })
+              .filter((e) => e.isDirectory())
+              .map((e) => e.name)
+              .sort()
+          : ['os', 'chrome', 'gimp', 'libreoffice_calc', 'libreoffice_impress', 'libreoffice_writer', 'vlc', 'thunderbird', 'multi_apps'];
+      return runOsworldRunBench({
         tasksRoot: o.tasksRoot === undefined ? undefined : String(o.tasksRoot),
-        domains: String(o.domains).split(','),
+        domains,
         files: args,
-        parallel: list(o.parallel),
+        parallel: list(o.parallel ?? (checkout ? '4' : '1,4,8')),
         levelMinutes: num(o.levelMinutes),
         outDir: String(o.out),
+        checkout,
+        observations: o.observations ? String(o.observations).split(',') : checkout ? [...OBSERVATIONS] : undefined,
+        cache: o.cache === undefined ? undefined : String(o.cache),
+        docs: o.docs === undefined ? undefined : String(o.docs),
         progress,
-      }),
-    report: (record: { levels: { parallel: number; wallSeconds: number; complete: boolean; summary: { ran: number } }[] }) =>
-      record.levels.map((l) => `--parallel ${l.parallel}: ${l.wallSeconds} s, ${l.summary.ran} tasks ran${l.complete ? '' : ' (incomplete)'}\n`).join(''),
+      });
+    },
+    report: (record: {
+      levels: {
+        parallel: number;
+        observation?: string;
+        wallSeconds: number;
+        complete: boolean;
+        summary: { ran: number; live: number; startedSolved: number; lostApp: number };
+      }[];
+    }) =>
+      record.levels
+        .map(
+          (l) =>
+            `--parallel ${l.parallel}${l.observation ? ` ${l.observation}` : ''}: ${l.wallSeconds} s, ${l.summary.ran} tasks ran, ${l.summary.live} live, ${l.summary.startedSolved} started solved, ${l.summary.lostApp} lost an app${l.complete ? '' : ' (incomplete)'}\n`,
+        )
+        .join(''),
   },
   {
     name: 'pools',
