@@ -29,6 +29,8 @@ export const DESKTOP_ENV: Readonly<Record<string, string>> = Object.freeze({
   NO_AT_BRIDGE: '0',
   // Chromium exposes its AT-SPI tree only when this is set (a flag alone is not enough).
   ACCESSIBILITY_ENABLED: '1',
+  // Gecko (Thunderbird) builds its AT-SPI tree only when this is set or GNOME's toolkit-accessibility key is on.
+  GNOME_ACCESSIBILITY: '1',
 });
 
 /** What root-in-session changes in that environment. */

@@ -55,6 +55,20 @@ describe('osworld image: the apps, configured as on the VM', () => {
     assert.ok(line, `no getters output; stderr: ${r.stderr.slice(-2000)}`);
     return JSON.parse(line.slice(8)) as Record<string, unknown>;
   };
+  // The applications on the session's AT-SPI bus, as OSWorld's tree names them: an app missing here is
+  // invisible to every agent that observes with the tree (GIMP 2.10 without GAIL, Thunderbird without
+  // GNOME_ACCESSIBILITY, until issue 28).
+  async function waitTreeApp(re: RegExp, ms = 90_000): Promise<void> {
+    const t0 = Date.now();
+    let apps: string[] = [];
+    while (Date.now() - t0 < ms) {
+      const xml = (await d.client.a11y(s.id, { format: 'xml' })) as string;
+      apps = [...xml.matchAll(/<application\b[^>]*\bname="([^"]*)"/g)].map((m) => m[1]!);
+      if (apps.some((a) => re.test(a))) return;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    assert.fail(`no application matching ${re} in the accessibility tree; it has ${JSON.stringify(apps)}`);
+  }
   const launch = (command: string) => sh(`setsid -f sh -c '${command}' >/dev/null 2>&1 </dev/null`);
 
   it("has the tools tasks call, a pip that works offline with the setups' packages, and the fonts", async () => {
@@ -130,6 +144,7 @@ pkill -x soffice.bin; for i in $(seq 30); do pgrep -x soffice.bin >/dev/null || 
     await launch('/usr/bin/thunderbird');
     const w = await waitWindow(/Mozilla Thunderbird$/);
     assert.equal(`${w.instance}.${w.className}`, 'Mail.thunderbird');
+    await waitTreeApp(/^Thunderbird$/);
     assert.equal((await post('/setup/close_window', { window_name: 'Mail.thunderbird', strict: true, by_class: true })).status, 200);
     const t0 = Date.now();
     while ((await windows()).some((x) => /Thunderbird/.test(x.title)) && Date.now() - t0 < 60_000) await new Promise((r) => setTimeout(r, 300));
@@ -148,6 +163,7 @@ echo hello > notes.txt; echo x > ~/Desktop/trashme; gio trash ~/Desktop/trashme`
     await launch('xdg-open ~/notes.txt');
     await launch('nautilus trash:///');
     await waitWindow(/^\[i\] \(imported\)-1\.0 .* – GIMP$/);
+    await waitTreeApp(/^gimp$/i);
     await waitWindow(/^d\.pdf — Doc Title$/);
     await waitWindow(/^i\.png$/);
     await waitWindow(/^notes\.txt \(~\) - gedit$/);
