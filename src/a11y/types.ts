@@ -90,6 +90,13 @@ export type WalkStats = {
   deadlineHit: boolean;
   /** The walk stopped at its byte or node budget. */
   budgetHit: boolean;
+  /**
+   * Answered calls by kind (`GetRole`, `Get(Name)`, `GetAll(Accessible)`…) and by application bus name: how many,
+   * their summed round trips in ms (calls overlap, so the sum exceeds the wall time) and the reply bytes.
+   */
+  profile: { byKind: Record<string, CallTally>; byBus: Record<string, CallTally> };
 };
+
+export type CallTally = { calls: number; ms: number; bytes: number };
 
 export type WalkResult = { tree: A11yNode; stats: WalkStats };

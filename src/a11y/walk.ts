@@ -160,9 +160,12 @@ async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signat
     }
     ctx.stats.calls++;
     const peer = ctx.peers.get(ref.bus);
+    const sent = performance.now();
     try {
       const reply = await (peer ?? ctx.client).call<T>(msg, cappedByDeadline ? remaining : ctx.callTimeoutMs);
-      ctx.bytes += approxBytes(reply);
+      const size = approxBytes(reply);
+      ctx.bytes += size;
+      tally(ctx, ref.bus, callKind(member, body), performance.now() - sent, size);
       // A reply that arrives past the budget is dropped, not kept in the tree.
       if (overBudget(ctx)) throw budgetFailure();
       return reply;
@@ -185,6 +188,25 @@ async function call<T>(ctx: Ctx, ref: Ref, iface: string, member: string, signat
   } finally {
     limiter.release();
   }
+}
+
+/** The kind of a call, for the profile: the member, with Properties.Get named by its property. */
+function callKind(member: string, body: unknown[] | undefined): string {
+  if (member === 'Get' && body && typeof body[1] === 'string') return `Get(${body[1]})`;
+  if (member === 'GetAll' && body && typeof body[0] === 'string') return `GetAll(${String(body[0]).slice(ATSPI_PREFIX.length)})`;
+  return member;
+}
+
+/** Count one answered call in the walk's profile: per kind and per application bus, calls and summed round trips. */
+function tally(ctx: Ctx, bus: string, kind: string, ms: number, bytes: number): void {
+  const k = (ctx.stats.profile.byKind[kind] ??= { calls: 0, ms: 0, bytes: 0 });
+  k.calls++;
+  k.ms += ms;
+  k.bytes += bytes;
+  const a = (ctx.stats.profile.byBus[bus] ??= { calls: 0, ms: 0, bytes: 0 });
+  a.calls++;
+  a.ms += ms;
+  a.bytes += bytes;
 }
 
 /** Settle a promise into a value or a NodeFailure; anything else (a lost connection) is rethrown. */
@@ -495,7 +517,18 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
     peers: new Map(),
     getAll: new Map(),
     bytes: 0,
-    stats: { durationMs: 0, nodes: 0, calls: 0, errors: 0, timeouts: 0, hungApps: [], directApps: [], deadlineHit: false, budgetHit: false },
+    stats: {
+      durationMs: 0,
+      nodes: 0,
+      calls: 0,
+      errors: 0,
+      timeouts: 0,
+      hungApps: [],
+      directApps: [],
+      deadlineHit: false,
+      budgetHit: false,
+      profile: { byKind: {}, byBus: {} },
+    },
   };
   // An abort is a deadline that has passed: no call starts after it, the walk unwinds, then throws.
   const { signal } = options;
@@ -517,5 +550,6 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
   }
   ctx.stats.hungApps = [...ctx.hung];
   ctx.stats.durationMs = Math.round((performance.now() - started) * 10) / 10;
+  for (const t of [...Object.values(ctx.stats.profile.byKind), ...Object.values(ctx.stats.profile.byBus)]) t.ms = Math.round(t.ms * 10) / 10;
   return { tree: root, stats: ctx.stats };
 }

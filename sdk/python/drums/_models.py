@@ -10,11 +10,13 @@ from typing import Any, Literal, TypedDict, Union
 
 __all__ = [
     "A11yAction",
+    "A11yCallTally",
     "A11yNode",
     "A11yNodeExtents",
     "A11yNodeRef",
     "A11yNodeValue",
     "A11yStats",
+    "A11yStatsProfile",
     "A11yTree",
     "Action",
     "ActionObject",
@@ -616,7 +618,13 @@ class A11yNode(_A11yNodeRequired, total=False):
     stub: Literal[True]
 
 
-class A11yStats(TypedDict):
+class A11yStatsProfile(TypedDict):
+    """Answered AT-SPI calls by kind (GetRole, Get(Name), GetAll(Accessible)...) and by application bus name: count, summed round trips in ms (calls overlap, so the sum exceeds the wall time) and reply bytes."""
+    byKind: dict[str, A11yCallTally]
+    byBus: dict[str, A11yCallTally]
+
+
+class _A11yStatsRequired(TypedDict):
     durationMs: float
     nodes: int
     calls: int
@@ -626,6 +634,16 @@ class A11yStats(TypedDict):
     directApps: list[str]
     deadlineHit: bool
     budgetHit: bool  # The walk stopped at its byte or node budget (a tree past what any real desktop shows); what it has is marked truncated.
+
+
+class A11yStats(_A11yStatsRequired, total=False):
+    profile: A11yStatsProfile  # Answered AT-SPI calls by kind (GetRole, Get(Name), GetAll(Accessible)...) and by application bus name: count, summed round trips in ms (calls overlap, so the sum exceeds the wall time) and reply bytes.
+
+
+class A11yCallTally(TypedDict):
+    calls: int
+    ms: float
+    bytes: int
 
 
 class A11yTree(TypedDict):

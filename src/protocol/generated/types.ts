@@ -517,6 +517,17 @@ export type A11yStats = {
   deadlineHit: boolean;
   /** The walk stopped at its byte or node budget (a tree past what any real desktop shows); what it has is marked truncated. */
   budgetHit: boolean;
+  /** Answered AT-SPI calls by kind (GetRole, Get(Name), GetAll(Accessible)...) and by application bus name: count, summed round trips in ms (calls overlap, so the sum exceeds the wall time) and reply bytes. */
+  profile?: {
+    byKind: Record<string, A11yCallTally>;
+    byBus: Record<string, A11yCallTally>;
+  };
+};
+
+export type A11yCallTally = {
+  calls: number;
+  ms: number;
+  bytes: number;
 };
 
 export type A11yTree = {
