@@ -9,10 +9,10 @@ import type { Duplex } from 'node:stream';
 import { createClient, type MessageBus } from 'dbus-native';
 import { A11yError } from './errors.ts';
 import type { WalkOptions, WalkResult, A11yNode } from './types.ts';
-import { type A11yBus, type A11yCall, A11yCallError, classify, type DbusErrorLike } from './bus.ts';
+import { type A11yBus, type A11yCall, A11yCallError, classify, type DbusErrorLike, type DirectHow } from './bus.ts';
 import { walk } from './walk.ts';
 
-export { A11yCallError, type A11yCall } from './bus.ts';
+export { A11yCallError, type A11yCall, type DirectHow } from './bus.ts';
 
 export const DEFAULT_CALL_TIMEOUT_MS = 1000;
 /**
@@ -193,9 +193,9 @@ export class A11yClient implements A11yBus {
   /**
    * A direct connection to one application (`Application.GetApplicationBusAddress`, a socket the app's
    * atk-bridge serves in its XDG_RUNTIME_DIR), or undefined when it has none or it cannot be reached.
-   * Cached per unique name; `mapPath` turns the app's view of the path into the host's.
+   * Cached per unique name; `how` says how to reach the app's view of the path (DirectHow).
    */
-  peer(busName: string, mapPath: ((sessionPath: string) => string) | undefined, timeoutMs: number = this.timeoutMs): Promise<A11yClient | undefined> {
+  peer(busName: string, how: DirectHow | undefined, timeoutMs: number = this.timeoutMs): Promise<A11yClient | undefined> {
     const cached = this._peers.get(busName);
     if (cached) return cached;
     const opening = (async () => {
@@ -211,10 +211,26 @@ export class A11yClient implements A11yBus {
         );
         const path = typeof address === 'string' ? socketPathFromAddress(address) : undefined;
         if (path === undefined) return undefined;
-        const peer = await A11yClient.connect(mapPath ? mapPath(path) : path, { timeoutMs, peer: true });
+        const open = how?.open;
+        const peer = open
+          ? await A11yClient.connect(path, {
+              timeoutMs,
+              peer: true,
+              open: () => open(path),
+              ...(how.authUid !== undefined ? { authUid: how.authUid } : {}),
+            })
+          : await A11yClient.connect(how?.mapPath ? how.mapPath(path) : path, { timeoutMs, peer: true });
         if (this.closed) {
           await peer.close();
           return undefined;
+        }
+        // A socket can accept the connection and then refuse the auth (an application admits only its own uid):
+        // one call proves it answers, else the app is read over the bus.
+        try {
+          await peer.call({ destination: busName, path: '/org/a11y/atspi/accessible/root', interface: 'org.freedesktop.DBus.Peer', member: 'Ping' }, timeoutMs);
+        } catch (err) {
+          await peer.close();
+          throw err;
         }
         peer._bus.connection.on('close', () => {
           this._peers.delete(busName);

@@ -1,5 +1,7 @@
 // The JSON accessibility tree the walker produces.
 
+import type { DirectHow } from './bus.ts';
+
 export type A11yExtents = { x: number; y: number; width: number; height: number };
 
 export type A11yValue = { current?: number; min?: number; max?: number; step?: number };
@@ -70,9 +72,16 @@ export type WalkOptions = {
    * Talk to each application over its own peer-to-peer socket (`GetApplicationBusAddress`) instead of through
    * the bus daemon: about a third less CPU per walk. Falls back to the bus per app when that fails. The path
    * the app reports is in the session's view; give `mapPath` to turn it into the host's (e.g. swap the
-   * XDG_RUNTIME_DIR prefix). Off by default: an unmapped session path could name an unrelated host socket.
+   * XDG_RUNTIME_DIR prefix), or `open` to connect it yourself (DirectHow). Off by default: an unmapped session
+   * path could name an unrelated host socket.
    */
-  direct?: boolean | { mapPath?: (sessionPath: string) => string };
+  direct?: boolean | DirectHow;
+  /**
+   * Read an application's objects from its `Cache.GetItems` (one call) where its toolkit answers it
+   * (CACHE_TOOLKITS in walk.ts: GTK 4), instead of five calls per object. Default true; false walks every object
+   * call by call (the reference walk).
+   */
+  cache?: boolean;
 };
 
 export type WalkStats = {

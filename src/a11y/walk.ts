@@ -14,7 +14,7 @@
 // at once, and its subtree is marked truncated. The deadline caps every call's timeout, so the walk returns
 // by then with whatever it has.
 
-import { type A11yBus, type A11yCall, A11yCallError } from './bus.ts';
+import { type A11yBus, type A11yCall, A11yCallError, type DirectHow } from './bus.ts';
 import {
   ATSPI_PREFIX,
   COORD_TYPE_SCREEN,
@@ -57,6 +57,35 @@ export const WALK_MAX_NODES = 100_000;
  * bridge (toolkit 'Qt') indexes a second argument that GetAll lacks and crashes the application.
  */
 export const GETALL_TOOLKITS: ReadonlySet<string> = new Set(['gtk', 'GTK', 'Chromium', 'Gecko']);
+
+/**
+ * Toolkits whose `org.a11y.atspi.Cache.GetItems` (one call: every object the bridge knows, with its parent,
+ * index, child count, interfaces, name, role, description and states) is read instead of GetAll, GetRole,
+ * GetState and GetInterfaces per object. Only GTK 4's own bridge ('GTK': nautilus) answers it
+ * among the osworld image's apps; atk-bridge ('gtk', 'Chromium', 'Gecko') has no such method, and Qt's is not
+ * asked (its bridge is the one that crashes on calls it does not expect). GTK 4 spends some 1.5 ms of CPU per
+ * call, so nautilus was the slowest application of a read (tests/fixtures/a11y/profile.ts).
+ */
+export const CACHE_TOOLKITS: ReadonlySet<string> = new Set(['GTK']);
+const CACHE_PATH = '/org/a11y/atspi/cache';
+const IFACE_CACHE = `${ATSPI_PREFIX}Cache`;
+
+/** One object of a Cache.GetItems reply, by path. */
+type CachedItem = {
+  parent: string;
+  index: number;
+  childCount: number;
+  interfaces: string[];
+  name: string;
+  role: number;
+  description: string;
+  states: unknown;
+};
+/**
+ * An application's cache: items by path. Only each object's own data is taken from it; its children are still
+ * asked (GetChildren): GTK 4's cache orders some siblings unlike GetChildren (seen on nautilus's panels).
+ */
+type AppCache = { items: Map<string, CachedItem> };
 
 type Ref = { bus: string; path: string };
 
@@ -103,10 +132,14 @@ type Ctx = {
   appFilter: ((app: A11yAppInfo) => boolean) | undefined;
   limiters: Map<string, Limiter>;
   hung: Set<string>;
-  direct: { mapPath: ((p: string) => string) | undefined } | undefined;
+  direct: DirectHow | undefined;
   peers: Map<string, A11yBus>;
-  /** Per application bus: may its objects be asked Properties.GetAll (its toolkit is in GETALL_TOOLKITS)? */
-  getAll: Map<string, Promise<boolean>>;
+  /** Per application bus: its ToolkitName ('' if it does not say), asked once per walk. */
+  toolkit: Map<string, Promise<string>>;
+  /** Per application bus whose toolkit is in CACHE_TOOLKITS: its Cache.GetItems, once per walk (undefined if refused). */
+  caches: Map<string, Promise<AppCache | undefined>>;
+  /** Use Cache.GetItems where the toolkit has it (WalkOptions.cache). */
+  useCache: boolean;
   /** Bytes of replies taken in so far (approxBytes). */
   bytes: number;
   stats: WalkStats;
@@ -263,65 +296,124 @@ function stubNode(ref: Ref, error: A11yNodeError, role = ''): A11yNode {
  * Whether `Properties.GetAll` is safe on this bus, from its application's `ToolkitName` (one call per bus and
  * walk). The registry answers GetAll (with nothing; buildNode then asks property by property).
  */
-function getAllSafe(ctx: Ctx, bus: string): Promise<boolean> {
-  if (bus === REGISTRY_BUS_NAME) return Promise.resolve(true);
-  let known = ctx.getAll.get(bus);
+function toolkitOf(ctx: Ctx, bus: string): Promise<string> {
+  let known = ctx.toolkit.get(bus);
   if (!known) {
-    known = settle(call<unknown>(ctx, { bus, path: ROOT_PATH }, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_APPLICATION, 'ToolkitName'])).then(
-      (r) => !isFailure(r) && typeof r === 'string' && GETALL_TOOLKITS.has(r),
+    known = settle(call<unknown>(ctx, { bus, path: ROOT_PATH }, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_APPLICATION, 'ToolkitName'])).then((r) =>
+      !isFailure(r) && typeof r === 'string' ? r : '',
     );
-    ctx.getAll.set(bus, known);
+    ctx.toolkit.set(bus, known);
   }
   return known;
+}
+
+async function getAllSafe(ctx: Ctx, bus: string): Promise<boolean> {
+  if (bus === REGISTRY_BUS_NAME) return true;
+  return GETALL_TOOLKITS.has(await toolkitOf(ctx, bus));
+}
+
+/**
+ * The application's Cache.GetItems, read once per walk, or undefined (not asked, refused, or malformed: then
+ * its objects are read one call at a time). The reply is the session's: checked field by field, and counted
+ * against the walk's byte budget like any reply.
+ */
+async function appCache(ctx: Ctx, bus: string): Promise<AppCache | undefined> {
+  if (!ctx.useCache || bus === REGISTRY_BUS_NAME) return undefined;
+  let known = ctx.caches.get(bus);
+  if (!known) {
+    known = (async () => {
+      if (!CACHE_TOOLKITS.has(await toolkitOf(ctx, bus))) return undefined;
+      const r = await settle(call<unknown>(ctx, { bus, path: CACHE_PATH }, IFACE_CACHE, 'GetItems'));
+      if (isFailure(r) || !Array.isArray(r)) return undefined;
+      return parseCache(bus, r);
+    })();
+    ctx.caches.set(bus, known);
+  }
+  return known;
+}
+
+/** GetItems' a((so)(so)(so)iiassusau) into an AppCache; items of another bus or of the wrong shape are left out. */
+export function parseCache(bus: string, reply: unknown[]): AppCache {
+  const items = new Map<string, CachedItem>();
+  const isRef = (v: unknown): v is [string, string] => Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string';
+  for (const it of reply) {
+    if (!Array.isArray(it) || it.length < 10) continue;
+    const [self, , parent, index, childCount, interfaces, name, role, description, states] = it as unknown[];
+    if (!isRef(self) || !isRef(parent) || self[0] !== bus) continue;
+    if (typeof index !== 'number' || typeof childCount !== 'number' || typeof role !== 'number') continue;
+    if (typeof name !== 'string' || typeof description !== 'string' || !Array.isArray(interfaces) || !Array.isArray(states)) continue;
+    items.set(self[1], { parent: parent[0] === bus ? parent[1] : '', index, childCount, interfaces: interfaces.map(String), name, role, description, states });
+  }
+  return { items };
 }
 
 /** Phase 1 + 2 for one node, then its children. Returns a NodeFailure if nothing could be read. */
 async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | NodeFailure | null> {
   if (depth === 1 && ctx.direct && !ctx.peers.has(ref.bus)) {
     const remaining = ctx.deadline - Date.now();
-    const peer = remaining > 0 ? await ctx.client.peer(ref.bus, ctx.direct.mapPath, Math.min(ctx.callTimeoutMs, remaining)) : undefined;
+    const peer = remaining > 0 ? await ctx.client.peer(ref.bus, ctx.direct, Math.min(ctx.callTimeoutMs, remaining)) : undefined;
     if (peer && !peer.closed) {
       ctx.peers.set(ref.bus, peer);
       ctx.stats.directApps.push(ref.bus);
     }
   }
-  const useGetAll = await getAllSafe(ctx, ref.bus);
-  const [props, roleNum, stateWords, ifaces] = await Promise.all([
-    useGetAll ? settle(call<unknown>(ctx, ref, IFACE_PROPERTIES, 'GetAll', 's', [IFACE_ACCESSIBLE])) : undefined,
-    settle(call<number>(ctx, ref, IFACE_ACCESSIBLE, 'GetRole')),
-    settle(call<number[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetState')),
-    settle(call<string[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetInterfaces')),
-  ]);
-  if (isFailure(props) && isFailure(roleNum)) return props.reason === 'gone' ? roleNum : props;
-  if (props === undefined && isFailure(roleNum)) return roleNum;
-
+  const cache = await appCache(ctx, ref.bus);
+  // Note: not the application's root: GTK 4's cache says it has no children.
+  const cached = ref.path === ROOT_PATH ? undefined : cache?.items.get(ref.path);
+  let roleNum: number | NodeFailure;
+  let stateWords: unknown;
+  let ifaces: string[] | NodeFailure;
   let error: A11yNodeError | undefined;
-  for (const r of [roleNum, stateWords, ifaces]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
-
   let name = '';
   let description: string | undefined;
   let childCount: number | undefined;
   let attrs: unknown;
-  if (!isFailure(props) && props !== null && typeof props === 'object') {
-    const p = props as Record<string, unknown>;
-    name = typeof p.Name === 'string' ? p.Name : '';
-    if (typeof p.Description === 'string' && p.Description !== '') description = p.Description;
-    childCount = numberOrUndefined(p.ChildCount);
-    attrs = p.Attributes; // at-spi2-core >= 2.46 atk-bridge includes it; saves a GetAttributes per node
-  } else if (isFailure(props) && props.reason !== 'gone') {
-    error = worst(error, props.reason);
+  if (cached) {
+    // Note: what GetItems gave for this object stands for GetAll, GetRole, GetState and GetInterfaces (the
+    // bridge answers both from the same object); Attributes are not in the cache.
+    roleNum = cached.role;
+    stateWords = cached.states;
+    ifaces = cached.interfaces;
+    name = cached.name;
+    if (cached.description !== '') description = cached.description;
+    childCount = cached.childCount;
   } else {
-    // Here when GetAll was not asked (see GETALL_TOOLKITS) or, for the registry's desktop, answered with an
-    // empty reply: ask for each property instead.
-    const [n, d, c] = await Promise.all([
-      settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Name'])),
-      settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Description'])),
-      settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'ChildCount'])),
+    const useGetAll = await getAllSafe(ctx, ref.bus);
+    const [props, role, st, ifs] = await Promise.all([
+      useGetAll ? settle(call<unknown>(ctx, ref, IFACE_PROPERTIES, 'GetAll', 's', [IFACE_ACCESSIBLE])) : undefined,
+      settle(call<number>(ctx, ref, IFACE_ACCESSIBLE, 'GetRole')),
+      settle(call<number[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetState')),
+      settle(call<string[]>(ctx, ref, IFACE_ACCESSIBLE, 'GetInterfaces')),
     ]);
-    if (!isFailure(n) && typeof n === 'string') name = n;
-    if (!isFailure(d) && typeof d === 'string' && d !== '') description = d;
-    if (!isFailure(c)) childCount = numberOrUndefined(c);
-    for (const r of [n, d, c]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+    roleNum = role;
+    stateWords = st;
+    ifaces = ifs;
+    if (isFailure(props) && isFailure(roleNum)) return props.reason === 'gone' ? roleNum : props;
+    if (props === undefined && isFailure(roleNum)) return roleNum;
+
+    for (const r of [roleNum, stateWords, ifaces]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+
+    if (!isFailure(props) && props !== null && typeof props === 'object') {
+      const p = props as Record<string, unknown>;
+      name = typeof p.Name === 'string' ? p.Name : '';
+      if (typeof p.Description === 'string' && p.Description !== '') description = p.Description;
+      childCount = numberOrUndefined(p.ChildCount);
+      attrs = p.Attributes; // at-spi2-core >= 2.46 atk-bridge includes it; saves a GetAttributes per node
+    } else if (isFailure(props) && props.reason !== 'gone') {
+      error = worst(error, props.reason);
+    } else {
+      // Here when GetAll was not asked (see GETALL_TOOLKITS) or, for the registry's desktop, answered with an
+      // empty reply: ask for each property instead.
+      const [n, d, c] = await Promise.all([
+        settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Name'])),
+        settle(call<string>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'Description'])),
+        settle(call<number>(ctx, ref, IFACE_PROPERTIES, 'Get', 'ss', [IFACE_ACCESSIBLE, 'ChildCount'])),
+      ]);
+      if (!isFailure(n) && typeof n === 'string') name = n;
+      if (!isFailure(d) && typeof d === 'string' && d !== '') description = d;
+      if (!isFailure(c)) childCount = numberOrUndefined(c);
+      for (const r of [n, d, c]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+    }
   }
   if (attrs === undefined && !ctx.hung.has(ref.bus)) {
     const a = await settle(call<unknown>(ctx, ref, IFACE_ACCESSIBLE, 'GetAttributes'));
@@ -513,9 +605,11 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
     appFilter: appFilterOf(options.apps),
     limiters: new Map(),
     hung: new Set(),
-    direct: options.direct ? { mapPath: typeof options.direct === 'object' ? options.direct.mapPath : undefined } : undefined,
+    direct: options.direct ? (typeof options.direct === 'object' ? options.direct : {}) : undefined,
     peers: new Map(),
-    getAll: new Map(),
+    toolkit: new Map(),
+    caches: new Map(),
+    useCache: options.cache ?? true,
     bytes: 0,
     stats: {
       durationMs: 0,

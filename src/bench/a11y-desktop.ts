@@ -3,7 +3,7 @@ import type { DrumsClient } from '../client/client.ts';
 /**
  * The 7-app OSWorld desktop of issue 30's tree-read measures, in one `osworld` session: LibreOffice Calc on a
  * sheet, GIMP on an image, Thunderbird, Chromium on a page, nautilus on a folder, gedit on a text and evince on
- * a PDF. Used by the profiling script (scripts/a11y-profile.ts), the a11y bench and the fast-read test.
+ * a PDF. Used by the profiling script (tests/fixtures/a11y/profile.ts), the a11y bench and the fast-read test.
  */
 export type DesktopApp = { name: string; bin: string; launch: string; window: RegExp };
 

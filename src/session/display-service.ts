@@ -5,7 +5,7 @@ import type { Session } from './manager.ts';
 import { XDisplay } from '../display/x-display.ts';
 import { replyBudget } from '../display/x-connection.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
-import { A11yClient } from '../a11y/client.ts';
+import { A11yClient, type DirectHow } from '../a11y/client.ts';
 import { createConnection, type Socket } from 'node:net';
 import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
@@ -195,6 +195,35 @@ export class DisplayService {
       if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id);
     });
     return client;
+  }
+
+  /**
+   * How a walk reaches each application's own AT-SPI socket (WalkOptions.direct), skipping the bus daemon: half
+   * the messages of a read. The app names its socket (GetApplicationBusAddress, session-controlled): only
+   * `/run/drums/xdg/at-spi2-<letters>/socket` (atk-bridge's, in the session's XDG_RUNTIME_DIR, which is the host's
+   * `<runDir>/xdg`) is taken, connected as the desktop user (the path resolved as that uid) and kept only if a process of the session serves it. Anything else is refused and
+   * that app is read over the bus.
+   */
+  a11yDirect(s: Session): DirectHow {
+    // Note: always as the desktop user, even without a user namespace: an application's socket (libdbus, no bus
+    // policy) admits only its own uid, not root.
+    const ids = hostIds(s.uids);
+    return {
+      authUid: DESKTOP_UID,
+      open: async (sessionPath: string) => {
+        const m = /^\/run\/drums\/xdg\/(at-spi2-[A-Za-z0-9]{1,32})\/socket$/.exec(sessionPath);
+        if (!m) throw new Error(`not an atk-bridge socket in the session's runtime dir: ${sessionPath.slice(0, 200)}`);
+        const rel = `xdg/${m[1]}/socket`;
+        const sock = await connectAs(ids.desktopUid, ids.desktopGid, s.runDir, rel, 2000);
+        try {
+          await ownPeer(sock, s, 'AT-SPI socket of an application');
+        } catch (e) {
+          sock.destroy();
+          throw e;
+        }
+        return sock;
+      },
+    };
   }
 
   dropDisplay(id: string): void {

@@ -264,7 +264,7 @@ export function displayRoutes(ctx: RouteContext) {
     const maxDepth = parseLimit(c.req.query('maxDepth'), 'maxDepth', 1000) ?? A11Y_DEFAULTS.maxDepth;
     const maxWidth = parseLimit(c.req.query('maxWidth'), 'maxWidth', 100_000) ?? A11Y_DEFAULTS.maxWidth;
     const client = await display.a11y(s);
-    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000, signal: c.req.raw.signal });
+    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000, signal: c.req.raw.signal, direct: display.a11yDirect(s) });
     return { tree, stats, maxDepth, maxWidth };
   };
 
