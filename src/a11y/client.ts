@@ -22,6 +22,8 @@ export const DEFAULT_CALL_TIMEOUT_MS = 1000;
  * MiB is a long book, and a quarter of D-Bus's own 128 MiB default.
  */
 export const A11Y_MAX_MESSAGE_BYTES = 32 * 1024 * 1024;
+/** How long an application whose own socket could not be used is read over the bus before its socket is tried again. */
+export const PEER_RETRY_MS = 30_000;
 
 export type A11yConnectOptions = {
   /** Bounds the connect handshake and is the default per-call timeout. Default 1000 ms. */
@@ -196,8 +198,19 @@ export class A11yClient implements A11yBus {
    * Cached per unique name; `how` says how to reach the app's view of the path (DirectHow).
    */
   peer(busName: string, how: DirectHow | undefined, timeoutMs: number = this.timeoutMs): Promise<A11yClient | undefined> {
-    const cached = this._peers.get(busName);
-    if (cached) return cached;
+    const opening = this._peers.get(busName) ?? this._openPeer(busName, how, timeoutMs);
+    // A walk waits for the peer at most timeoutMs, then reads the app over the bus; the opening goes on, and the
+    // next walk uses it if it succeeds.
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([
+      opening,
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), timeoutMs);
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+
+  private _openPeer(busName: string, how: DirectHow | undefined, timeoutMs: number): Promise<A11yClient | undefined> {
     const opening = (async () => {
       try {
         const address = await this.call<string>(
@@ -232,12 +245,20 @@ export class A11yClient implements A11yBus {
           await peer.close();
           throw err;
         }
+        if (this.closed) {
+          await peer.close();
+          return undefined;
+        }
         peer._bus.connection.on('close', () => {
           this._peers.delete(busName);
         });
         return peer;
       } catch {
-        this._peers.delete(busName); // try again next walk (the app may only have been busy)
+        // Try again after a while (the app may only have been busy), not on every walk: an app without a socket
+        // (Qt, GTK 4) or one that refuses would cost each walk a connect.
+        setTimeout(() => {
+          if (this._peers.get(busName) === opening) this._peers.delete(busName);
+        }, PEER_RETRY_MS).unref();
         return undefined;
       }
     })();

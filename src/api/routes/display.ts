@@ -264,7 +264,8 @@ export function displayRoutes(ctx: RouteContext) {
     const maxDepth = parseLimit(c.req.query('maxDepth'), 'maxDepth', 1000) ?? A11Y_DEFAULTS.maxDepth;
     const maxWidth = parseLimit(c.req.query('maxWidth'), 'maxWidth', 100_000) ?? A11Y_DEFAULTS.maxWidth;
     const reference = c.req.query('reference');
-    if (reference !== undefined && reference !== 'true' && reference !== 'false') throw bad('reference', `must be true or false, got '${reference.slice(0, 32)}'`);
+    if (reference !== undefined && reference !== 'true' && reference !== 'false')
+      throw bad('reference', `must be true or false, got '${reference.slice(0, 32)}'`);
     const client = await display.a11y(s);
     // The reference walk: every object call by call over the bus, what the fast path is tested against.
     const how = reference === 'true' ? { cache: false } : { direct: display.a11yDirect(s) };

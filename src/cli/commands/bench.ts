@@ -292,6 +292,36 @@ const BENCHES: RecordBench[] = [
     report: bars,
   },
   {
+    name: 'a11y',
+    description:
+      'accessibility-tree read p50/p99 through the API, reference walk vs fast read: per app with a file open, the 7-app desktop alone and N sessions at once',
+    options: [
+      ['--reads <n>', 'reads of each kind per measurement', '20'],
+      ['--sessions <n>', 'sessions with the 7-app desktop read at once (0: skip)', '10'],
+      [
+        '--apps <list>',
+        'apps of the per-app arm (calc,gimp,thunderbird,chromium,nautilus,gedit,evince; none: skip)',
+        'calc,gimp,thunderbird,chromium,nautilus,gedit,evince',
+      ],
+      ['--no-desktop', 'skip the 7-app desktop alone'],
+      OUT,
+      JSON_OPT,
+    ],
+    daemon: true,
+    progress: 'log',
+    run: async (o, { progress, client }) =>
+      (await import('../../bench/a11y-bench.ts')).runA11yBench({
+        client: client!,
+        reads: num(o.reads),
+        sessions: num(o.sessions),
+        apps: String(o.apps) === 'none' ? [] : String(o.apps).split(','),
+        desktop: o.desktop !== false,
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { results: Record<string, unknown> }) => `${JSON.stringify(record.results, null, 1)}\n`,
+  },
+  {
     name: 'ops',
     description: 'observe/act latency through the API vs exec-spawned tools, and N sessions driven at once',
     options: [

@@ -1,0 +1,114 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { A11yTree, DrumsClient } from '../client/client.ts';
+import { DESKTOP_APPS, openDesktop } from './a11y-desktop.ts';
+import { gitState, hostFacts } from './host-facts.ts';
+import { quantile } from './stats.ts';
+
+/**
+ * `drums bench a11y`: accessibility-tree read latency through the HTTP API (XML, as an agent reads it), the
+ * reference walk (`?reference=true`: every object call by call over the bus) against the fast read (each
+ * application over its own socket, GTK 4's objects from Cache.GetItems), side by side in one run:
+ * - per app: an osworld session with that one app open on its file, `reads` reads of each kind;
+ * - desktop: one session with the 7-app desktop (src/bench/a11y-desktop.ts), alone;
+ * - desktop-N: N such sessions read at once, `reads` rounds.
+ * Each read of a kind alternates with one of the other, so both see the same load.
+ */
+export interface A11yBenchOptions {
+  client: DrumsClient;
+  /** Reads of each kind per measurement. */
+  reads: number;
+  /** Sessions read at once in the concurrent arm (0: skip it). */
+  sessions: number;
+  /** Apps of the per-app arm (names of DESKTOP_APPS; empty: skip it). */
+  apps: string[];
+  /** Measure the 7-app desktop alone. */
+  desktop: boolean;
+  outDir: string;
+  progress: (msg: string) => void;
+}
+
+type Kind = 'walk' | 'fast';
+type Dist = { n: number; p50: number; p99: number; max: number; bytes: number; calls: number };
+
+const dist = (xs: number[], bytes: number, calls: number): Dist => ({
+  n: xs.length,
+  p50: +quantile(xs, 0.5).toFixed(1),
+  p99: +quantile(xs, 0.99).toFixed(1),
+  max: +Math.max(...xs).toFixed(1),
+  bytes,
+  calls,
+});
+
+async function timedRead(c: DrumsClient, id: string, kind: Kind): Promise<{ ms: number; bytes: number }> {
+  const t = performance.now();
+  const xml = String(await c.a11y(id, { format: 'xml', reference: kind === 'walk' }));
+  return { ms: performance.now() - t, bytes: xml.length };
+}
+
+async function calls(c: DrumsClient, id: string, kind: Kind): Promise<number> {
+  return ((await c.a11y(id, { format: 'json', reference: kind === 'walk' })) as A11yTree).stats.calls;
+}
+
+/** `reads` rounds over `ids` (all at once per round), walk and fast alternating: per-read latency of each kind. */
+async function measure(c: DrumsClient, ids: string[], reads: number): Promise<Record<Kind, Dist>> {
+  const ms: Record<Kind, number[]> = { walk: [], fast: [] };
+  const bytes: Record<Kind, number> = { walk: 0, fast: 0 };
+  for (const kind of ['walk', 'fast'] as const) await timedRead(c, ids[0]!, kind); // warm-up: atk-bridge makes its objects, sockets open
+  for (let i = 0; i < reads; i++) {
+    for (const kind of (i % 2 === 0 ? ['walk', 'fast'] : ['fast', 'walk']) as Kind[]) {
+      const got = await Promise.all(ids.map((id) => timedRead(c, id, kind)));
+      for (const g of got) ms[kind].push(g.ms);
+      bytes[kind] = got[0]!.bytes;
+    }
+  }
+  return {
+    walk: dist(ms.walk, bytes.walk, await calls(c, ids[0]!, 'walk')),
+    fast: dist(ms.fast, bytes.fast, await calls(c, ids[0]!, 'fast')),
+  };
+}
+
+async function withSessions<T>(c: DrumsClient, n: number, names: string[], fn: (ids: string[]) => Promise<T>): Promise<T> {
+  const ids: string[] = [];
+  try {
+    for (let i = 0; i < n; i++) ids.push((await c.createSession({ image: 'osworld' } as never)).id);
+    await Promise.all(ids.map((id) => openDesktop(c, id, { names })));
+    return await fn(ids);
+  } finally {
+    await Promise.all(ids.map((id) => c.destroySession(id).catch(() => {})));
+  }
+}
+
+export async function runA11yBench(o: A11yBenchOptions) {
+  const started = new Date().toISOString();
+  const c = o.client;
+  const results: { perApp: Record<string, Record<Kind, Dist>>; desktop?: Record<Kind, Dist>; concurrent?: { sessions: number } & Record<Kind, Dist> } = {
+    perApp: {},
+  };
+  for (const name of o.apps) {
+    o.progress(`per app: ${name}`);
+    results.perApp[name] = await withSessions(c, 1, [name], (ids) => measure(c, ids, o.reads));
+  }
+  const all = DESKTOP_APPS.map((a) => a.name);
+  if (o.desktop) {
+    o.progress('7-app desktop, alone');
+    results.desktop = await withSessions(c, 1, all, (ids) => measure(c, ids, o.reads));
+  }
+  if (o.sessions > 0) {
+    o.progress(`7-app desktop, ${o.sessions} sessions read at once`);
+    results.concurrent = { sessions: o.sessions, ...(await withSessions(c, o.sessions, all, (ids) => measure(c, ids, o.reads))) };
+  }
+  const record = {
+    bench: 'a11y',
+    started,
+    finished: new Date().toISOString(),
+    options: { reads: o.reads, sessions: o.sessions, apps: o.apps, desktop: o.desktop },
+    git: gitState(),
+    host: hostFacts(),
+    results,
+  };
+  mkdirSync(o.outDir, { recursive: true });
+  const file = join(o.outDir, `a11y-${started.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
+  return { record, file };
+}
