@@ -292,10 +292,7 @@ function stubNode(ref: Ref, error: A11yNodeError, role = ''): A11yNode {
   return { role, name: '', states: [], attributes: {}, interfaces: [], children: [], truncated: true, error, stub: true, ref };
 }
 
-/**
- * Whether `Properties.GetAll` is safe on this bus, from its application's `ToolkitName` (one call per bus and
- * walk). The registry answers GetAll (with nothing; buildNode then asks property by property).
- */
+/** The application's `ToolkitName` (one call per bus and walk), '' if it does not say. */
 function toolkitOf(ctx: Ctx, bus: string): Promise<string> {
   let known = ctx.toolkit.get(bus);
   if (!known) {
@@ -307,6 +304,10 @@ function toolkitOf(ctx: Ctx, bus: string): Promise<string> {
   return known;
 }
 
+/**
+ * Whether `Properties.GetAll` is safe on this bus, from its application's toolkit. The registry answers GetAll
+ * (with nothing; buildNode then asks property by property).
+ */
 async function getAllSafe(ctx: Ctx, bus: string): Promise<boolean> {
   if (bus === REGISTRY_BUS_NAME) return true;
   return GETALL_TOOLKITS.has(await toolkitOf(ctx, bus));
