@@ -98,14 +98,16 @@ export interface AssetsOptions {
   mirror?: string;
   fonts?: boolean;
   json?: boolean;
+  force?: boolean;
 }
 
-export async function osworldAssets(action: 'fetch' | 'check', tasks: string[], o: AssetsOptions): Promise<number> {
+export async function osworldAssets(action: 'fetch' | 'check' | 'standins', tasks: string[], o: AssetsOptions): Promise<number> {
   const args = ['-m', 'drums.osworld', 'assets', action, ...tasks];
   if (o.cache) args.push('--cache', o.cache);
   if (o.mirror) args.push('--mirror', o.mirror);
   if (o.fonts) args.push('--fonts');
   if (o.json) args.push('--json');
+  if (o.force) args.push('--force');
   return runPython(args, { noDaemon: true });
 }
 

@@ -719,6 +719,59 @@ def run_main(argv: list[str]) -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t_run = time.monotonic()
     print(f"running {n} task(s), {a.parallel} at a time, observed as {a.observation}", file=sys.stderr, flush=True)
+
+    def write_out(done: list[dict], complete: bool) -> None:
+        """The results so far (after each task, so a long run that is stopped keeps them), then all of them."""
+        if not a.out:
+            return
+        import platform
+        import desktop_env
+
+        results = list(done)
+        wall = round(time.monotonic() - t_run, 1)
+        summary = {
+            "tasks": n,
+            "setup_ok": sum(1 for r in results if r["setup_ok"]),
+            "scored_1": sum(1 for r in results if r["score"] == 1),
+            "scored_0": sum(1 for r in results if r["score"] == 0),
+            "not_started": sum(1 for r in results if r["score"] is None),
+            "live": sum(1 for r in results if r.get("live")),
+            "started_solved": sum(1 for r in results if r.get("started_solved")),
+            "lost_app": sum(1 for r in results if r.get("lost")),
+            "wall_seconds": wall,
+            "complete": complete,
+        }
+        tmp = f"{a.out}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(
+                {
+                    "schemaVersion": 1,
+                    "experiment": "osworld-tasks",
+                    "started": started,
+                    "config": {
+                        "parallel": a.parallel,
+                        "tasks": a.tasks,
+                        "oracle": bool(a.oracle),
+                        "pause": a.pause,
+                        "allow_internet": a.allow_internet,
+                        "cache": asset_cache,
+                        "desktop_env": os.path.dirname(desktop_env.__file__),
+                        "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
+                        "group": a.group,
+                        "observation": a.observation,
+                    },
+                    "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                    "results": {"summary": summary, "tasks": results},
+                    "notes": [
+                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)",
+                        "live: set up, and every app its setup starts had a window after the first observation (observation_type, as OSWorld's run.py --observation_type); started_solved: scored other than 0.0 with no action; lost: apps whose window was there after setup and gone after observing",
+                    ],
+                },
+                f,
+                indent=2,
+            )
+        os.replace(tmp, a.out)
+
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
             futs = {}
@@ -751,6 +804,7 @@ def run_main(argv: list[str]) -> int:
             for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
                 r = fut.result()
                 results.append(r)
+                write_out(results, False)
                 status = "ok " if r["setup_ok"] else "ERR"
                 lost = f"  lost after observing: {', '.join(r['lost'])}" if r.get("lost") else ""
                 print(
@@ -772,54 +826,53 @@ def run_main(argv: list[str]) -> int:
         )
     wall = round(time.monotonic() - t_run, 1)
     print(f"{n} task(s) in {wall} s at --parallel {a.parallel}", file=sys.stderr)
-    if a.out:
-        import platform
-        import desktop_env
-
-        summary = {
-            "tasks": n,
-            "setup_ok": sum(1 for r in results if r["setup_ok"]),
-            "scored_1": sum(1 for r in results if r["score"] == 1),
-            "scored_0": sum(1 for r in results if r["score"] == 0),
-            "not_started": sum(1 for r in results if r["score"] is None),
-            "live": sum(1 for r in results if r.get("live")),
-            "started_solved": sum(1 for r in results if r.get("started_solved")),
-            "lost_app": sum(1 for r in results if r.get("lost")),
-            "wall_seconds": wall,
-        }
-        with open(a.out, "w") as f:
-            json.dump(
-                {
-                    "schemaVersion": 1,
-                    "experiment": "osworld-tasks",
-                    "started": started,
-                    "config": {
-                        "parallel": a.parallel,
-                        "tasks": a.tasks,
-                        "oracle": bool(a.oracle),
-                        "pause": a.pause,
-                        "allow_internet": a.allow_internet,
-                        "cache": asset_cache,
-                        "desktop_env": os.path.dirname(desktop_env.__file__),
-                        "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
-                        "group": a.group,
-                        "observation": a.observation,
-                    },
-                    "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                    "results": {"summary": summary, "tasks": results},
-                    "notes": [
-                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)",
-                        "live: set up, and every app its setup starts had a window after the first observation (observation_type, as OSWorld's run.py --observation_type); started_solved: scored other than 0.0 with no action; lost: apps whose window was there after setup and gone after observing",
-                    ],
-                },
-                f,
-                indent=2,
-            )
+    write_out(results, True)
     return 0
+
+
+def standins_main(argv: list[str]) -> int:
+    """drums osworld assets standins TASKS... --cache DIR [--force] [--json]"""
+    import argparse
+    from . import osworld_standins as standins
+
+    ap = argparse.ArgumentParser(
+        prog="drums osworld assets standins",
+        description="stand-in files for every file the tasks fetch, in a test cache (docs/osworld.md, 'Stand-in files')",
+    )
+    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
+    ap.add_argument("--cache", required=True, help="the test cache to fill (never the shared cache)")
+    ap.add_argument("--force", action="store_true", help="remake files already there")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    a = ap.parse_args(argv)
+    tasks, bad = [], []
+    for src, t in load_tasks(a.tasks):
+        if isinstance(t, Exception):
+            bad.append(f"{src}: {t}")
+        else:
+            tasks.append(t)
+    try:
+        res = standins.make_standins(a.cache, tasks, force=a.force)
+    except standins.StandinError as e:
+        print(f"drums osworld assets standins: {e}", file=sys.stderr)
+        return 2
+    res["failed"] = bad + res["failed"]
+    if a.json:
+        print(json.dumps({"cache": a.cache, **res}, indent=2))
+    else:
+        for f in res["failed"]:
+            print(f"ERR  {f}")
+        print(
+            f"made {res['made']} stand-in file(s) ({res['bytes']} bytes) in {a.cache}, {res['present']} already there, "
+            f"{len(res['failed'])} failed",
+            file=sys.stderr,
+        )
+    return 1 if res["failed"] else 0
 
 
 def assets_main(argv: list[str]) -> int:
     """drums osworld assets fetch|check TASKS... [--cache DIR] [--mirror URL] [--fonts] [--json]"""
+    if argv[:1] == ["standins"]:
+        return standins_main(argv[1:])
     import argparse
     from . import osworld_assets as assets
 
@@ -896,5 +949,5 @@ if __name__ == "__main__":
     cmds = {"run": run_main, "assets": assets_main}
     if len(sys.argv) > 1 and sys.argv[1] in cmds:
         sys.exit(cmds[sys.argv[1]](sys.argv[2:]))
-    print("usage: python -m drums.osworld run TASKS... | assets fetch|check TASKS...", file=sys.stderr)
+    print("usage: python -m drums.osworld run TASKS... | assets fetch|check|standins TASKS...", file=sys.stderr)
     sys.exit(2)

@@ -261,7 +261,7 @@ class FetchError(RuntimeError):
     pass
 
 
-def _record(cache: str, a: Asset, size: int) -> None:
+def _record(cache: str, a: Asset, size: int, standin: Optional[str] = None) -> None:
     mp = _manifest_path(cache, a.rel)
     with open(mp + ".lock", "a") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
@@ -271,6 +271,8 @@ def _record(cache: str, a: Asset, size: int) -> None:
             "size": size,
             "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        if standin:  # made by drums.osworld_standins, not fetched: its role (input | gold)
+            m[os.path.basename(a.rel)]["standin"] = standin
         tmp = mp + f".tmp{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(m, f, indent=1, sort_keys=True)

@@ -43,6 +43,19 @@ export function registerOsworld(program: Command): void {
         process.exitCode = await osworldAssets(action, tasks, o);
       });
   }
+  assets
+    .command('standins')
+    .description(
+      'make a stand-in file of the right type for every file these tasks fetch, in a test cache (never the shared one): runs their real setup without the file store',
+    )
+    .argument('<tasks...>', 'task JSON files or directories of them')
+    .requiredOption('--cache <dir>', 'the test cache to fill (refused if it is the shared cache)')
+    .option('--force', 'remake files already there')
+    .option('--json', 'print JSON')
+    .action(async (tasks: string[], o: import('../../osworld/run.ts').AssetsOptions) => {
+      const { osworldAssets } = await import('../../osworld/run.ts');
+      process.exitCode = await osworldAssets('standins', tasks, o);
+    });
   osworld
     .command('exec')
     .description("run one of OSWorld's own scripts (e.g. scripts/python/run_multienv.py --provider_name drums ...) with the drums provider")
