@@ -236,6 +236,21 @@ def bwrap_argv(file_binds: list[tuple[str, str]], score_fd: int, timeout_s: floa
             d = os.path.dirname(d)
     for d in sorted(parents, key=lambda x: (x.count("/"), x)):
         a += ["--perms", "0755", "--dir", d]
+    # Metrics may write next to their files, as in OSWorld's harness (compare_archive unpacks each archive
+    # into `<archive>_pred` / `_gold` beside it). Each directory that holds the evaluation's files is a
+    # private tmpfs of its own, writable by the sandbox's uid and bounded like /tmp; the files are bound
+    # into it below, and nothing written there reaches the host.
+    writable: list[str] = []
+    for d in sorted({os.path.dirname(dest) for _, dest in file_binds}, key=lambda x: (x.count("/"), x)):
+        # /tmp is one already; the system's and Python's directories stay read-only.
+        if d in ("/", "", "/tmp") or _under(d, ("/usr", "/etc", "/proc", "/dev", *pyroots, *writable)):
+            continue
+        writable.append(d)
+        a += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", d]
+    # The tmpfs hides the folders made above inside it: make them again, writable like their tmpfs.
+    for d in sorted(parents, key=lambda x: (x.count("/"), x)):
+        if any(d != w and _under(d, (w,)) for w in writable):
+            a += ["--perms", "1777", "--dir", d]
     for src, dest in sorted(binds, key=lambda b: (b[1].count("/"), b[1])):
         a += ["--ro-bind", src, dest]
     a += ["--chdir", cwd]

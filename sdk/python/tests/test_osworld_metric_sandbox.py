@@ -180,3 +180,27 @@ def test_the_sandbox_has_no_token_no_daemon_and_no_host_uid(daemon):
     assert seen["token_env"] is False
     assert seen["state_dir"] is False
     assert seen["daemon"] != "reached"
+
+
+def test_a_metric_may_write_next_to_its_files_in_the_sandbox_only(tmp_path):
+    """compare_archive (multi_apps 5df7b33a, chrome's archive tasks) unpacks each archive into a folder next
+    to it (``<pred>_pred``, ``<gold>_gold``), as it may in OSWorld's harness. In the sandbox that folder is in
+    a private tmpfs over the evaluation's directory: the metric scores, and nothing is written on the host."""
+    import zipfile
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for name, text in (("pred.zip", "same\n"), ("gold.zip", "same\n"), ("other.zip", "different\n")):
+        with zipfile.ZipFile(cache / name, "w") as z:
+            z.writestr("book/a.txt", text)
+    before = sorted(os.listdir(cache))
+    with osworld_sandbox.files_from(str(cache)):
+        kw = {"file_path": "book", "file_type": "text"}
+        assert (
+            osworld_sandbox.run_metric("compare_archive", (str(cache / "pred.zip"), str(cache / "gold.zip")), kw) == 1.0
+        )
+        assert (
+            osworld_sandbox.run_metric("compare_archive", (str(cache / "other.zip"), str(cache / "gold.zip")), kw)
+            == 0.0
+        )
+    assert sorted(os.listdir(cache)) == before  # no pred/gold folders on the host
