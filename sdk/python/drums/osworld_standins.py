@@ -651,6 +651,23 @@ def task_standins(task: dict) -> list[tuple[assets.Asset, str, str, str]]:
     return out
 
 
+def _private_dir(path: str) -> str:
+    """Makes ``path`` (if missing) and checks it is a real directory of ours that no one else may write:
+    the command often runs as root, and a link or a file planted by another user in the test cache
+    would otherwise have root write where that user chose."""
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    st = os.lstat(path)
+    import stat as _stat
+
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise StandinError(
+            f"{path} must be a directory owned by uid {os.geteuid()} that only its owner may write "
+            f"(it is {'a link' if _stat.S_ISLNK(st.st_mode) else oct(st.st_mode)} of uid {st.st_uid}); "
+            "give --cache a directory of your own"
+        )
+    return path
+
+
 def make_standins(cache: str, tasks: list[dict], force: bool = False) -> dict:
     """Writes a stand-in for every file the tasks fetch into ``cache`` (a test cache, never the shared one),
     in desktop_env's layout and recorded in each task's manifest. {"made", "present", "failed": [msg]}."""
@@ -660,6 +677,7 @@ def make_standins(cache: str, tasks: list[dict], force: bool = False) -> dict:
             f"{cache} is the shared asset cache; stand-ins go into a test cache of their own (--cache DIR)"
         )
     res: dict = {"made": 0, "present": 0, "failed": [], "bytes": 0}
+    _private_dir(cache)
     for task in tasks:
         for a, expects, role, guest in task_standins(task):
             dst = os.path.join(cache, a.rel)
@@ -676,11 +694,16 @@ def make_standins(cache: str, tasks: list[dict], force: bool = False) -> dict:
                     f"task {task.get('id')}: making a stand-in for {a.url} failed: {type(e).__name__}: {e}"
                 )
                 continue
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            tmp = dst + ".standin-tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, dst)
+            d = _private_dir(os.path.dirname(dst))
+            fd, tmp = tempfile.mkstemp(prefix=".standin-", dir=d)  # O_EXCL: never an existing file or link
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, dst)
+            except BaseException:
+                os.unlink(tmp)
+                raise
             assets._record(cache, a, len(data), standin=role)
             res["made"] += 1
             res["bytes"] += len(data)

@@ -311,3 +311,29 @@ def test_cli_refuses_the_shared_cache_and_reports_unknown(tmp_path):
         text=True,
     )
     assert r.returncode == 1 and "0123abcd-demo" in r.stdout and STORE + "x.qqq" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_cache_another_user_can_write_or_a_linked_task_dir_is_refused(tmp_path):
+    """The command often runs as root: a test cache under a directory others write must not let them
+    choose where it writes (a task folder that is a link, a cache of another uid or writable by all)."""
+    url = STORE + "in.xlsx"
+    task = _task([{"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/in.xlsx"}]}}])
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / task["id"]).symlink_to(target)
+    with pytest.raises(st.StandinError, match="a link"):
+        st.make_standins(str(cache), [task])
+    assert list(target.iterdir()) == []
+    open_cache = tmp_path / "open"
+    open_cache.mkdir()
+    os.chmod(open_cache, 0o777)
+    with pytest.raises(st.StandinError, match="only its owner may write"):
+        st.make_standins(str(open_cache), [task])
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(st.StandinError, match="uid 65534"):
+            st.make_standins(str(theirs), [task])
