@@ -74,6 +74,19 @@ def _rows(s: Spec) -> list[list]:
     return [["Name", "Value", "Note"]] + [[f"Item {i}", base + 7 * i, s.role] for i in range(1, 6)]
 
 
+def _expected_sheets(task: dict) -> list[str]:
+    """Sheet names the evaluator's compare_table rules look for in the expected file ("EN<name>")."""
+    out: list[str] = []
+    opts = (task.get("evaluator") or {}).get("options")
+    for o in opts if isinstance(opts, list) else [opts]:
+        rules = o.get("rules") if isinstance(o, dict) else None
+        for r in rules if isinstance(rules, list) else []:
+            for v in r.values() if isinstance(r, dict) else []:
+                if isinstance(v, str) and v.startswith("EN") and len(v) > 2 and v[2:] not in out:
+                    out.append(v[2:][:31])  # Excel's limit on a sheet name
+    return out
+
+
 def _xlsx(s: Spec) -> bytes:
     import openpyxl
 
@@ -84,7 +97,21 @@ def _xlsx(s: Spec) -> bytes:
         ws.append(r)
     ws["E1"] = s.label
     if s.role == "gold":
-        wb.create_sheet("Gold").append([s.label])
+        # The sheets the evaluator's rules name in the expected file (compare_table's "EN<name>"), each
+        # with a chart: without them, a rule that compares a sheet both files lack (calc 12382c62's
+        # "Sheet2" chart) finds nothing on either side and the task starts solved.
+        from openpyxl.chart import BarChart, Reference
+
+        for name in [*_expected_sheets(s.task), "Gold"]:
+            if name in wb.sheetnames:
+                continue
+            extra = wb.create_sheet(name)
+            for r in _rows(s):
+                extra.append(r)
+            chart = BarChart()
+            chart.title = s.label[:40]
+            chart.add_data(Reference(extra, min_col=2, min_row=1, max_row=6), titles_from_data=True)
+            extra.add_chart(chart, "E2")
     b = io.BytesIO()
     wb.save(b)
     return b.getvalue()

@@ -180,6 +180,19 @@ def test_gold_office_files_differ_where_table_and_shape_metrics_look():
     )
 
 
+def test_gold_sheet_has_the_sheets_and_charts_the_rules_name():
+    import openpyxl
+
+    # libreoffice_calc 12382c62: a chart rule on "Sheet2", which neither stand-in had, scored 1.0 before acting.
+    task = {
+        "id": "t",
+        "evaluator": {"options": {"rules": [{"type": "chart", "sheet_idx0": "RNSheet2", "sheet_idx1": "ENSheet2"}]}},
+    }
+    gold = openpyxl.load_workbook(io.BytesIO(st.make("a_gt.xlsx", "gold", task)))
+    inp = openpyxl.load_workbook(io.BytesIO(st.make("a.xlsx", "input", task)))
+    assert "Sheet2" in gold.sheetnames and gold["Sheet2"]._charts and "Sheet2" not in inp.sheetnames
+
+
 def test_unknown_type_names_the_task_and_url():
     url = STORE + "weird.qqq"
     with pytest.raises(st.StandinError) as e:
