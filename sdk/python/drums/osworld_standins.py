@@ -124,7 +124,8 @@ def _docx(s: Spec) -> bytes:
     d.add_heading(s.label, level=1)
     for i in range(3):
         d.add_paragraph(f"Paragraph {i + 1} of the {s.role} document, number {s.seed % 1000}.")
-    if s.role == "gold":  # metrics that compare only tables (compare_docx_tables) must see a difference too
+    if s.role == "gold":  # metrics that compare only tables or images (compare_docx_tables, _images) differ too
+        d.add_picture(io.BytesIO(_image("PNG")(s)))
         rows = _rows(s)
         t = d.add_table(rows=len(rows), cols=len(rows[0]))
         for r, row in enumerate(rows):

@@ -175,6 +175,9 @@ def test_gold_office_files_differ_where_table_and_shape_metrics_look():
     # compare_docx_tables compares only tables; multi_apps 00fa164e started solved when neither file had one.
     assert len(docx.Document(io.BytesIO(st.make("a.docx", "input"))).tables) == 0
     assert len(docx.Document(io.BytesIO(st.make("a_gt.docx", "gold"))).tables) == 1
+    # compare_docx_images (writer 6ada715d) compares the pictures: the gold has one, the input none.
+    assert len(docx.Document(io.BytesIO(st.make("a_gt.docx", "gold"))).inline_shapes) == 1
+    assert len(docx.Document(io.BytesIO(st.make("a.docx", "input"))).inline_shapes) == 0
     assert len(pptx.Presentation(io.BytesIO(st.make("a.pptx", "input"))).slides) != len(
         pptx.Presentation(io.BytesIO(st.make("a.pptx", "gold"))).slides
     )
