@@ -178,6 +178,9 @@ def test_gold_office_files_differ_where_table_and_shape_metrics_look():
     # compare_docx_images (writer 6ada715d) compares the pictures: the gold has one, the input none.
     assert len(docx.Document(io.BytesIO(st.make("a_gt.docx", "gold"))).inline_shapes) == 1
     assert len(docx.Document(io.BytesIO(st.make("a.docx", "input"))).inline_shapes) == 0
+    # compare_references (multi_apps 2c1ebcd7) scores 1 when neither document has a References section.
+    assert "References" in [p.text for p in docx.Document(io.BytesIO(st.make("a_gt.docx", "gold"))).paragraphs]
+    assert "References" not in [p.text for p in docx.Document(io.BytesIO(st.make("a.docx", "input"))).paragraphs]
     assert len(pptx.Presentation(io.BytesIO(st.make("a.pptx", "input"))).slides) != len(
         pptx.Presentation(io.BytesIO(st.make("a.pptx", "gold"))).slides
     )
