@@ -71,6 +71,13 @@ describe('osworld image: the apps, configured as on the VM', () => {
   }
   const launch = (command: string) => sh(`setsid -f sh -c '${command}' >/dev/null 2>&1 </dev/null`);
 
+  it("serves a fresh session's wallpaper, the file GNOME's schema names, as the VM has its own", async () => {
+    const r = await fetch(`${base}/wallpaper`, { method: 'POST' });
+    assert.equal(r.status, 200, await r.clone().text());
+    const b = Buffer.from(await r.arrayBuffer());
+    assert.ok(b.length > 10_000, `a real image, not ${b.length} bytes`);
+  });
+
   it("has the tools tasks call, a pip that works offline with the setups' packages, and the fonts", async () => {
     assert.equal(await sh('for t in jq unzip zip xz git xsel sar expect vim gio wmctrl; do command -v $t >/dev/null || echo "missing $t"; done'), '');
     assert.match(await sh('pip install pysrt pygame PyMuPDF 2>&1'), /Requirement already satisfied: pysrt/);
