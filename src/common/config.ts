@@ -38,6 +38,7 @@ export interface DaemonConfig {
   osworldUids: number[];
   osworldPeerCheck: boolean;
   osworldOpenTimeoutS: number;
+  osworldRecordingStopS: number;
   osworldMaxBodyBytes: number;
   osworldMaxBufferedBodyBytes: number;
   debugKeepFailed: boolean;
@@ -212,6 +213,12 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     env: 'DRUMS_OSWORLD_OPEN_TIMEOUT_S',
     doc: "OSWorld `open_file`'s longest wait for the window, in seconds",
     default: 1800,
+    parse: int(1),
+  },
+  osworldRecordingStopS: {
+    env: 'DRUMS_OSWORLD_RECORDING_STOP_S',
+    doc: "OSWorld `/end_recording`'s longest wait for ffmpeg to finish the file after SIGINT, in seconds; then ffmpeg is killed inside the session (OSWorld's own server waits 15 s, on a VM of its own)",
+    default: 60,
     parse: int(1),
   },
   osworldMaxBodyBytes: {

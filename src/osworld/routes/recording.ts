@@ -14,7 +14,15 @@ export const routeStartRecording: Handler = async (ctx, s, _req, rec) => {
   const rm = await runGuest(ctx.mgr, s, { argv: ['rm', '-f', RECORDING], timeoutMs: 10_000 });
   if (rm.code !== 0) return json(500, { status: 'error', message: `Failed to remove old recording file: ${rm.stderr.trim()}` });
   const { width, height } = (await ctx.display.connection(s)).screenSize();
+  // Under coreutils `timeout` with no time limit (0): when the SIGINT of /end_recording reaches it (the
+  // runtime forwards it), it passes it on to ffmpeg and, if ffmpeg has not finished the file
+  // DRUMS_OSWORLD_RECORDING_STOP_S later, SIGKILLs it inside the session. A SIGKILL to the runtime's
+  // exec process from here would not be forwarded and would leave ffmpeg running in the session.
   const child = spawnGuest(ctx.mgr, s, [
+    '/usr/bin/timeout',
+    `--kill-after=${ctx.mgr.config.osworldRecordingStopS}`,
+    '--signal=INT',
+    '0',
     'ffmpeg',
     '-y',
     '-f',
@@ -58,11 +66,15 @@ export const routeEndRecording: Handler = async (ctx, s, _req, rec) => {
   }
   rec.child = undefined;
   const closed = new Promise<void>((r) => child.once('close', () => r()));
-  // Our own runtime exec process; runc forwards the signal to ffmpeg, which finalises the file.
+  // Our own runtime exec process; it forwards the signal to `timeout`, which passes it to ffmpeg, which
+  // finalises the file. Sessions share the host's cores, so ffmpeg may be well behind at 1080p and 30 fps
+  // (four sessions recording at once on 2 busy cores took 24-40 s to finish): the in-session `timeout` gives
+  // it DRUMS_OSWORLD_RECORDING_STOP_S, then kills it; the daemon's own limit is a last resort.
   child.kill('SIGINT');
-  const done = await Promise.race([closed.then(() => true), sleep(15_000).then(() => false)]);
-  if (!done) {
-    child.kill('SIGKILL');
+  const graceMs = ctx.mgr.config.osworldRecordingStopS * 1000;
+  const done = await Promise.race([closed.then(() => true), sleep(graceMs + 10_000).then(() => false)]);
+  if (!done || child.exitCode === 137 || child.signalCode !== null) {
+    if (!done) child.kill('SIGKILL');
     return json(500, { status: 'error', message: 'Recording process was unresponsive and had to be killed.' });
   }
   // Streamed like /file: a recording is as large as the session made it (up to DRUMS_OSWORLD_MAX_BODY), and the
