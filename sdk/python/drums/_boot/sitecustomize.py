@@ -17,11 +17,27 @@ import os
 import sys
 
 _TARGET = "desktop_env.desktop_env"
+_WATCHED = ("desktop_env", _TARGET)
+
+
+def _cannot_import(name: str, origin, e: BaseException):
+    """A desktop_env that cannot be imported (a checkout whose requirements are not installed in this
+    Python, say) ends the process with one line that says why, as `drums osworld run` does, instead
+    of a traceback from inside the script's imports."""
+    src = os.environ.get("DRUMS_OSWORLD_SRC")
+    print(
+        f"drums osworld exec: cannot import {name} ({origin}): {type(e).__name__}: {e} "
+        f"(install what it needs into {sys.executable}'s environment, e.g. pip install -r "
+        f"{src or '<checkout>'}/requirements.txt, or set DRUMS_PYTHON to a Python that has it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(2)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        if fullname not in _WATCHED:
             return None
         sys.meta_path.remove(self)
         try:
@@ -32,12 +48,20 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return spec
         real = spec.loader.exec_module
 
-        def exec_module(module, real=real):
-            real(module)
+        def exec_module(module, real=real, name=fullname, origin=spec.origin):
+            try:
+                real(module)
+            except Exception as e:
+                _cannot_import(name, origin, e)
+            if name != _TARGET:
+                return
             sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
-            import drums.osworld
+            try:
+                import drums.osworld
 
-            drums.osworld.register()
+                drums.osworld.register()
+            except Exception as e:
+                _cannot_import("desktop_env's providers for drums", origin, e)
 
         spec.loader.exec_module = exec_module
         return spec
