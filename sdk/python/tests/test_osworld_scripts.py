@@ -28,6 +28,7 @@ import re
 import struct
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -165,6 +166,7 @@ class ModelDouble:
         if turn == 0:
             reply = first
         elif turn <= self.MAX_WAITS and (turn == 1 if kind == "screenshot" else "terminal" not in text.lower()):
+            time.sleep(2)  # run.py's WAIT does not wait (--sleep_after_execution 0): give the terminal time
             reply = "WAIT"
         else:
             reply = final
@@ -290,7 +292,8 @@ def check_results(run: dict, output: str, model: ModelDouble) -> None:
             assert png_size(shot) == (1280, 720), (tid, t["screenshot_file"])
         assert float((d / "result.txt").read_text()) == 1.0, (tid, names, output[-4000:])  # "1.0", or "1" from a conj
         mp4 = (d / "recording.mp4").read_bytes()
-        assert len(mp4) > 1000 and mp4[4:8] == b"ftyp", (tid, len(mp4), mp4[:16])
+        # A finished MP4: ftyp, then the frames and the moov index ffmpeg writes when it ends on SIGINT.
+        assert mp4[4:8] == b"ftyp" and b"moov" in mp4 and len(mp4) > 1000, (tid, len(mp4), mp4[:64])
         image = PROMPTS[obs][1]
         for r in seen:
             assert r["model"] == MODEL and r["auth"] == "Bearer sk-model-double", r
@@ -418,7 +421,6 @@ def test_end_recording_kills_an_unresponsive_ffmpeg_inside_the_session():
     OSWorld's server does, and ffmpeg is gone from the session: it was killed there, not only the runtime's
     exec process on the host (whose SIGKILL is not forwarded, which left ffmpeg recording until the session
     ended)."""
-    import time
 
     import requests
 

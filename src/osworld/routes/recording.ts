@@ -18,8 +18,11 @@ export const routeStartRecording: Handler = async (ctx, s, _req, rec) => {
   // runtime forwards it), it passes it on to ffmpeg and, if ffmpeg has not finished the file
   // DRUMS_OSWORLD_RECORDING_STOP_S later, SIGKILLs it inside the session. A SIGKILL to the runtime's
   // exec process from here would not be forwarded and would leave ffmpeg running in the session.
+  // --foreground: the signal goes to ffmpeg alone. Without it `timeout` also signals its process group,
+  // and ffmpeg takes a second SIGINT as "abort the output now": the file ended without its trailer.
   const child = spawnGuest(ctx.mgr, s, [
     '/usr/bin/timeout',
+    '--foreground',
     `--kill-after=${ctx.mgr.config.osworldRecordingStopS}`,
     '--signal=INT',
     '0',
