@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostUsedMiB } from './host-facts.ts';
@@ -77,8 +77,14 @@ export function pssByKind(instance: string, sessionId: string): { byKind: Record
 /** Size of the session's writable layer (du of its overlay upper dir), MiB. */
 export function upperMiB(stateDir: string, sessionId: string): number {
   const dir = join(stateDir, 'sessions', sessionId, 'disk', 'upper');
-  const out = execFileSync('du', ['-sk', dir], { encoding: 'utf8' });
-  return Number(out.split('\t')[0]) / 1024;
+  // The session runs on while du walks its layer: a file it deletes meanwhile (Chromium's journals) makes du exit 1
+  // with the total still printed, which is the size at that moment.
+  const r = spawnSync('du', ['-sk', dir], { encoding: 'utf8' });
+  const kib = /^(\d+)\t/.exec(r.stdout ?? '')?.[1];
+  if (kib === undefined || (r.status !== 0 && !/No such file or directory/.test(r.stderr ?? ''))) {
+    throw new Error(`du -sk ${dir} failed (exit ${r.status}): ${(r.stderr ?? '').slice(0, 500)}`);
+  }
+  return Number(kib) / 1024;
 }
 
 /** CPU time (ns) a session's cgroup has used so far. */
