@@ -1,5 +1,5 @@
 // `drums osworld run|assets|exec`: hands over to Python. `run` and `assets` are the driver in
-// sdk/python/drums/osworld.py (the real desktop_env package on Drums sessions); `exec` runs one of
+// sdk/python/drums/osworld_cli.py (the real desktop_env package on Drums sessions, provider in osworld.py); `exec` runs one of
 // OSWorld's own scripts with the drums provider registered (sdk/python/drums/_boot/sitecustomize.py).
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -85,7 +85,7 @@ export async function osworldRun(tasks: string[], o: RunOptions): Promise<number
     process.stderr.write(`drums: --observation: ${bad}\n`);
     return 2;
   }
-  const args = ['-m', 'drums.osworld', 'run', ...tasks, '--parallel', o.parallel, '--observation', observation];
+  const args = ['-m', 'drums.osworld_cli', 'run', ...tasks, '--parallel', o.parallel, '--observation', observation];
   if (o.oracle) args.push('--oracle', o.oracle);
   if (o.out) args.push('--out', o.out);
   if (o.cache) args.push('--cache', o.cache);
@@ -105,7 +105,7 @@ export interface AssetsOptions {
 }
 
 export async function osworldAssets(action: 'fetch' | 'check' | 'standins', tasks: string[], o: AssetsOptions): Promise<number> {
-  const args = ['-m', 'drums.osworld', 'assets', action, ...tasks];
+  const args = ['-m', 'drums.osworld_cli', 'assets', action, ...tasks];
   if (o.cache) args.push('--cache', o.cache);
   if (o.mirror) args.push('--mirror', o.mirror);
   if (o.fonts) args.push('--fonts');

@@ -94,3 +94,16 @@ def install_finder(roots) -> "OptionalFinder":
     f = OptionalFinder(roots)
     sys.meta_path.insert(0, f)
     return f
+
+
+def cannot_import_desktop_env(e: BaseException) -> str:
+    """The one line ``drums osworld run|assets`` prints when desktop_env does not import (a checkout
+    given with --osworld-src whose requirements are not installed, say), instead of a traceback."""
+    import os
+
+    src = os.environ.get("DRUMS_OSWORLD_SRC")
+    return (
+        f"drums osworld: cannot import desktop_env{f' from --osworld-src {src}' if src else ''}: "
+        f"{type(e).__name__}: {e} (install what it needs into {sys.executable}'s environment, "
+        f"e.g. pip install -r {src or '<checkout>'}/requirements.txt)"
+    )

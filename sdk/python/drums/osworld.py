@@ -42,66 +42,14 @@ import threading
 import time
 from typing import Any, Optional
 
-import requests
+import httpx
 
 from ._optional import OPTIONAL_HEAVY
 from ._optional import OptionalFinder as _OptionalFinder
 from ._optional import install_finder as _install_finder
+from .client import Client, Session
 
-__all__ = ["register", "DrumsAPI", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
-
-
-# --------------------------------------------------------------------- Drums HTTP API (minimal)
-
-
-class DrumsAPI:
-    """Just what the provider needs from the Drums daemon's HTTP API."""
-
-    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, timeout: float = 300):
-        state = os.environ.get("DRUMS_STATE_DIR", "/var/lib/drums")
-        if url is None:
-            url = os.environ.get("DRUMS_URL")
-            if not url:
-                with open(os.path.join(state, "daemon.json")) as f:
-                    url = json.load(f)["url"]
-        if token is None:
-            token = os.environ.get("DRUMS_TOKEN")
-            if not token:
-                with open(os.path.join(state, "token")) as f:
-                    token = f.read().strip()
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self.s = requests.Session()
-        self.s.headers["Authorization"] = f"Bearer {token}"
-
-    def _call(self, method: str, path: str, **kw) -> Any:
-        r = self.s.request(method, self.url + path, timeout=self.timeout, **kw)
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                msg = f"{err['code']}: {err['message']}"
-            except Exception:
-                msg = r.text[:500]
-            raise RuntimeError(f"Drums {method} {path} failed ({r.status_code}): {msg}")
-        return r.json() if r.content else None
-
-    def create(self, spec: dict) -> dict:
-        return self._call("POST", "/v1/sessions", json=spec)
-
-    def get(self, sid: str) -> dict:
-        return self._call("GET", f"/v1/sessions/{sid}")
-
-    def reset(self, sid: str) -> dict:
-        return self._call("POST", f"/v1/sessions/{sid}/reset")
-
-    def destroy(self, sid: str) -> None:
-        self._call("DELETE", f"/v1/sessions/{sid}")
-
-    def fork(self, sid: str, count: int, mode: str = "disk") -> dict:
-        return self._call("POST", f"/v1/sessions/{sid}/fork", json={"count": count, "mode": mode})
-
-    def set_outcome(self, sid: str, generation: int, body: dict) -> dict:
-        return self._call("POST", f"/v1/sessions/{sid}/episodes/{int(generation)}/outcome", json=body)
+__all__ = ["register", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
 
 
 #: A session the next DrumsProvider started on this thread adopts instead of creating one
@@ -164,13 +112,18 @@ def _make_classes():
             return f"drums:{image}:{int(screen_size[0])}x{int(screen_size[1])}"
 
     class DrumsProvider(Provider):
-        """start = create a session (or wait for the current one), revert = reset, stop = destroy."""
+        """start = create a session (or wait for the current one), revert = reset, stop = destroy.
+
+        Talks to the daemon through ``client``, a ``drums.Client`` (by default found as ``Client()``
+        finds it: DRUMS_URL/DRUMS_TOKEN or the state dir), so its failures are the typed
+        ``drums.errors``. ``session`` is the session's view (a dict), as ``adopt_next`` hands it
+        on; ``handle()`` is a ``drums.Session`` on it, pinned to the generation last read."""
 
         ready_timeout = float(os.environ.get("DRUMS_OSWORLD_READY_TIMEOUT", "300"))
 
-        def __init__(self, region=None, api: Optional[DrumsAPI] = None):
+        def __init__(self, region=None, client: Optional[Client] = None):
             super().__init__(region)
-            self.api = api or DrumsAPI()
+            self.client = client or Client()
             self.session: Optional[dict] = None
             self.labels = {"drums.osworld": "1"}
 
@@ -189,8 +142,13 @@ def _make_classes():
                     spec["record"] = json.loads(os.environ["DRUMS_OSWORLD_RECORD"])
                 if screen:
                     spec["screen"] = screen
-                self.session = self.api.create(spec)
+                self.session = dict(self.client.sessions.create(**spec).info)
             self._wait_ready()
+
+        def handle(self) -> Session:
+            """This provider's session as a ``drums.Session`` (its calls carry the generation last read)."""
+            assert self.session is not None, "start_emulator first"
+            return Session(self.client, self.session)  # type: ignore[arg-type]
 
         def _wait_ready(self):
             # Like the docker provider: poll GET /screenshot until it answers 200.
@@ -198,16 +156,16 @@ def _make_classes():
             deadline = time.monotonic() + self.ready_timeout
             last = None
             while time.monotonic() < deadline:
-                s = self.api.get(self.session["id"])
-                self.session = s
+                s = self.session = dict(self.client.sessions.get(self.session["id"]).info)
                 if s["state"] == "ready" and s.get("osworld"):
+                    # The session's guest contract (OSWorld's server), not the Drums API.
                     url = f"http://127.0.0.1:{s['osworld']['serverPort']}/screenshot"
                     try:
-                        r = requests.get(url, timeout=(10, 10))
+                        r = httpx.get(url, timeout=10)
                         if r.status_code == 200:
                             return
                         last = f"/screenshot {r.status_code}"
-                    except requests.RequestException as e:
+                    except httpx.HTTPError as e:
                         last = str(e)
                 elif s["state"] == "broken":
                     raise RuntimeError(f"Drums session {s['id']} is broken: {s.get('brokenReason')}")
@@ -220,8 +178,7 @@ def _make_classes():
 
         def fork(self, count: int, mode: str = "disk") -> list[dict]:
             """``count`` copies of this provider's session (e.g. after a task's setup), for ``adopt_next``."""
-            assert self.session is not None, "start_emulator first"
-            return self.api.fork(self.session["id"], count, mode)["copies"]
+            return [dict(c.info) for c in self.handle().fork(count, mode=mode)]
 
         def get_ip_address(self, path_to_vm: str) -> str:
             assert self.session is not None, "start_emulator first"
@@ -233,18 +190,15 @@ def _make_classes():
         def revert_to_snapshot(self, path_to_vm: str, snapshot_name: str):
             if self.session is None:
                 return None
-            self.session = self.api.reset(self.session["id"])
+            # Pinned: a reset another client made since this provider last read the session is a
+            # StaleGeneration (409), not a second reset.
+            self.session = dict(self.handle().reset().info)
             return None
 
         def stop_emulator(self, path_to_vm: str, *args, **kwargs):
             if self.session is not None:
-                sid = self.session["id"]
-                self.session = None
-                try:
-                    self.api.destroy(sid)
-                except RuntimeError as e:
-                    if "session_not_found" not in str(e):
-                        raise
+                s, self.session = self.handle(), None
+                s.destroy()  # a session already gone (not found, expired) is fine
 
     return DrumsVMManager, DrumsProvider
 
@@ -309,21 +263,10 @@ def register() -> None:
     _registered = True
 
 
-try:
+if __name__ != "__main__":
+    # Importing drums.osworld registers the provider. Run as `python -m drums.osworld`, the CLI imports
+    # drums.osworld itself (and says in one line why when desktop_env does not import).
     register()
-except Exception as e:
-    if __name__ != "__main__":
-        raise
-    # `drums osworld run|assets`: a desktop_env that cannot be imported (a checkout given with --osworld-src
-    # whose requirements are not installed, say) is one line that says why, not a traceback.
-    _src = os.environ.get("DRUMS_OSWORLD_SRC")
-    print(
-        f"drums osworld: cannot import desktop_env{f' from --osworld-src {_src}' if _src else ''}: "
-        f"{type(e).__name__}: {e} (install what it needs into {sys.executable}'s environment, "
-        f"e.g. pip install -r {_src or '<checkout>'}/requirements.txt)",
-        file=sys.stderr,
-    )
-    sys.exit(2)
 
 
 # --------------------------------------------------------------------- task runner (drums osworld run)
@@ -482,7 +425,7 @@ def _image_has(env) -> Any:
     """A probe of the session's image: which of these commands exist on the desktop user's PATH."""
 
     def have(cmds: list[str]) -> set:
-        r = requests.post(
+        r = httpx.post(
             env.controller.http_server + "/execute",
             timeout=60,
             json={
@@ -657,339 +600,25 @@ def attach_score(env: Any, score: Optional[float], task_id: Any) -> Optional[dic
     or ``{error}`` when the daemon refused (the run goes on); None when not recording."""
     if not os.environ.get("DRUMS_OSWORLD_RECORD") or score is None or env is None or not env.provider.session:
         return None
+    client = env.provider.client
     sid = env.provider.session["id"]
     try:
-        gen = env.provider.api.get(sid)["generation"]
-        body = {
-            "reward": float(score),
-            "outcome": "success" if score > 0 else "failure",
-            "details": {"task": str(task_id)},
-        }
-        env.provider.api.set_outcome(sid, gen, body)
+        gen = client.sessions.get(sid).info["generation"]
+        client.episodes.set_outcome(
+            sid,
+            gen,
+            reward=float(score),
+            outcome="success" if score > 0 else "failure",
+            details={"task": str(task_id)},
+        )
         return {"session": sid, "generation": gen}
     except Exception as e:  # the score stands; only its copy on the episode is missing
         return {"session": sid, "error": f"{type(e).__name__}: {e}"}
 
 
-def check_osworld_src() -> Optional[str]:
-    """With DRUMS_OSWORLD_SRC set (drums osworld run --osworld-src): an error unless desktop_env came from there."""
-    src = os.environ.get("DRUMS_OSWORLD_SRC")
-    if not src:
-        return None
-    import desktop_env
-
-    where = os.path.realpath(os.path.dirname(desktop_env.__file__))
-    want = os.path.realpath(os.path.join(src, "desktop_env"))
-    if where != want:
-        return f"--osworld-src {src}: desktop_env was imported from {where}, not from the checkout"
-    return None
-
-
-def run_main(argv: list[str]) -> int:
-    import argparse
-    import concurrent.futures
-    import logging
-    import shutil
-    import tempfile
-
-    ap = argparse.ArgumentParser(
-        prog="drums osworld run", description="Run OSWorld task JSONs on Drums sessions with the real desktop_env."
-    )
-    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
-    ap.add_argument("--parallel", type=int, default=1)
-    ap.add_argument(
-        "--oracle", help="JSON {task_id: [pyautogui code | 'FAIL' | 'DONE' | 'WAIT', ...]} applied through env.step"
-    )
-    ap.add_argument("--out", help="write the results as JSON here")
-    ap.add_argument("--pause", type=float, default=0.5, help="seconds env.step sleeps after each action")
-    ap.add_argument("--allow-internet", action="store_true", help="start tasks that need the internet")
-    ap.add_argument(
-        "--group",
-        type=int,
-        default=0,
-        help="GRPO groups: set each task up once, fork N-1 copies, score all N (drums.osworld_group)",
-    )
-    ap.add_argument(
-        "--cache",
-        help="the shared asset cache (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache); never written by a run",
-    )
-    ap.add_argument(
-        "--observation",
-        choices=OBSERVATIONS,
-        default=DEFAULT_OBSERVATION,
-        help=f"what each task is observed with, as an agent of OSWorld's run.py --observation_type would be (default {DEFAULT_OBSERVATION}, run.py's)",
-    )
-    ap.add_argument(
-        "--record",
-        nargs="?",
-        const=2.0,
-        type=float,
-        metavar="FPS",
-        help="record every attempt as an episode (frames at FPS, default 2; trees kept) and attach each task's score to it (docs/episodes.md)",
-    )
-    ap.add_argument("--verbose", action="store_true")
-    a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
-    err = check_osworld_src()
-    if err:
-        print(err, file=sys.stderr)
-        return 2
-    oracles: dict = {}
-    if a.oracle:
-        with open(a.oracle) as f:
-            oracles = json.load(f)
-    tasks = load_tasks(a.tasks)
-    if not tasks:
-        print("no task files found", file=sys.stderr)
-        return 2
-    from .osworld_assets import default_cache_dir
-
-    asset_cache = a.cache or default_cache_dir()
-    if a.allow_internet:
-        # Without egress a web task's pages never load in the session, and one that checks something is
-        # gone (chrome 7b6c7e24: no amazon.com cookies) scores 1.0 before acting.
-        os.environ["DRUMS_OSWORLD_EGRESS"] = "1"
-    if a.record is not None:
-        if not 0 <= a.record <= 30:
-            print("--record FPS must be within 0..30", file=sys.stderr)
-            return 2
-        os.environ["DRUMS_OSWORLD_RECORD"] = json.dumps({"frames": a.record, "a11y": True})
-    cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
-    results: list[dict] = []
-    n = len(tasks)
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    t_run = time.monotonic()
-    print(f"running {n} task(s), {a.parallel} at a time, observed as {a.observation}", file=sys.stderr, flush=True)
-
-    def write_out(done: list[dict], complete: bool) -> None:
-        """The results so far (after each task, so a long run that is stopped keeps them), then all of them."""
-        if not a.out:
-            return
-        import platform
-        import desktop_env
-
-        results = list(done)
-        wall = round(time.monotonic() - t_run, 1)
-        summary = {
-            "tasks": n,
-            "setup_ok": sum(1 for r in results if r["setup_ok"]),
-            "scored_1": sum(1 for r in results if r["score"] == 1),
-            "scored_0": sum(1 for r in results if r["score"] == 0),
-            "not_started": sum(1 for r in results if r["score"] is None),
-            "live": sum(1 for r in results if r.get("live")),
-            "started_solved": sum(1 for r in results if r.get("started_solved")),
-            "lost_app": sum(1 for r in results if r.get("lost")),
-            "wall_seconds": wall,
-            "complete": complete,
-        }
-        tmp = f"{a.out}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(
-                {
-                    "schemaVersion": 1,
-                    "experiment": "osworld-tasks",
-                    "started": started,
-                    "config": {
-                        "parallel": a.parallel,
-                        "tasks": a.tasks,
-                        "oracle": bool(a.oracle),
-                        "pause": a.pause,
-                        "allow_internet": a.allow_internet,
-                        "cache": asset_cache,
-                        "desktop_env": os.path.dirname(desktop_env.__file__),
-                        "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
-                        "group": a.group,
-                        "observation": a.observation,
-                        "record": a.record,
-                    },
-                    "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                    "results": {"summary": summary, "tasks": results},
-                    "notes": [
-                        "wall_seconds: from the first task's start to the last task's end, tasks run through desktop_env.DesktopEnv on Drums sessions (provider drums)",
-                        "live: set up, and every app its setup starts had a window after the first observation (observation_type, as OSWorld's run.py --observation_type); started_solved: scored other than 0.0 with no action; lost: apps whose window was there after setup and gone after observing",
-                    ],
-                },
-                f,
-                indent=2,
-            )
-        os.replace(tmp, a.out)
-
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.parallel)) as ex:
-            futs = {}
-            for src, t in tasks:
-                tid = t.get("id") if isinstance(t, dict) else None
-                orc = oracles.get(tid) if (a.oracle and tid) else None
-                if a.group > 0:
-                    from .osworld_group import run_group
-
-                    futs[
-                        ex.submit(
-                            run_group,
-                            src,
-                            t,
-                            orc,
-                            a.pause,
-                            a.allow_internet,
-                            cache_root,
-                            a.group,
-                            asset_cache=asset_cache,
-                            observation=a.observation,
-                        )
-                    ] = src
-                else:
-                    futs[
-                        ex.submit(
-                            run_task, src, t, orc, a.pause, a.allow_internet, cache_root, asset_cache, a.observation
-                        )
-                    ] = src
-            for i, fut in enumerate(concurrent.futures.as_completed(futs), 1):
-                r = fut.result()
-                results.append(r)
-                write_out(results, False)
-                status = "ok " if r["setup_ok"] else "ERR"
-                lost = f"  lost after observing: {', '.join(r['lost'])}" if r.get("lost") else ""
-                print(
-                    f"[{i}/{n}] {status} {r['task'][:36]:36} score={r['score']} {r['seconds']}s"
-                    + (f"  {r['error'][:300]}" if r["error"] else "")
-                    + lost,
-                    file=sys.stderr,
-                    flush=True,
-                )
-    finally:
-        shutil.rmtree(cache_root, ignore_errors=True)
-    order = {src: i for i, (src, _) in enumerate(tasks)}
-    results.sort(key=lambda r: order.get(r["file"], 0))
-    print(f"{'task':38} {'setup':5} {'score':>5} {'time':>7}  error")
-    for r in results:
-        sc = "-" if r["score"] is None else f"{r['score']:.1f}"
-        print(
-            f"{r['task'][:38]:38} {('ok' if r['setup_ok'] else 'no'):5} {sc:>5} {r['seconds']:>6}s  {(r['error'] or '')[:100]}"
-        )
-    wall = round(time.monotonic() - t_run, 1)
-    print(f"{n} task(s) in {wall} s at --parallel {a.parallel}", file=sys.stderr)
-    write_out(results, True)
-    return 0
-
-
-def standins_main(argv: list[str]) -> int:
-    """drums osworld assets standins TASKS... --cache DIR [--force] [--json]"""
-    import argparse
-    from . import osworld_standins as standins
-
-    ap = argparse.ArgumentParser(
-        prog="drums osworld assets standins",
-        description="stand-in files for every file the tasks fetch, in a test cache (docs/osworld.md, 'Stand-in files')",
-    )
-    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
-    ap.add_argument("--cache", required=True, help="the test cache to fill (never the shared cache)")
-    ap.add_argument("--force", action="store_true", help="remake files already there")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    a = ap.parse_args(argv)
-    tasks, bad = [], []
-    for src, t in load_tasks(a.tasks):
-        if isinstance(t, Exception):
-            bad.append(f"{src}: {t}")
-        else:
-            tasks.append(t)
-    try:
-        res = standins.make_standins(a.cache, tasks, force=a.force)
-    except standins.StandinError as e:
-        print(f"drums osworld assets standins: {e}", file=sys.stderr)
-        return 2
-    res["failed"] = bad + res["failed"]
-    if a.json:
-        print(json.dumps({"cache": a.cache, **res}, indent=2))
-    else:
-        for f in res["failed"]:
-            print(f"ERR  {f}")
-        print(
-            f"made {res['made']} stand-in file(s) ({res['bytes']} bytes) in {a.cache}, {res['present']} already there, "
-            f"{len(res['failed'])} failed",
-            file=sys.stderr,
-        )
-    return 1 if res["failed"] else 0
-
-
-def assets_main(argv: list[str]) -> int:
-    """drums osworld assets fetch|check TASKS... [--cache DIR] [--mirror URL] [--fonts] [--json]"""
-    if argv[:1] == ["standins"]:
-        return standins_main(argv[1:])
-    import argparse
-    from . import osworld_assets as assets
-
-    ap = argparse.ArgumentParser(prog="drums osworld assets", description="OSWorld's asset cache (docs/osworld.md)")
-    ap.add_argument("action", choices=["fetch", "check"])
-    ap.add_argument("tasks", nargs="+", help="task JSON files or directories of them")
-    ap.add_argument("--cache", help="cache directory (default $DRUMS_OSWORLD_CACHE or $DRUMS_STATE_DIR/osworld-cache)")
-    ap.add_argument(
-        "--mirror",
-        default=os.environ.get("DRUMS_OSWORLD_MIRROR"),
-        help=f"fetch from this base URL instead of {assets.STORE}",
-    )
-    ap.add_argument("--fonts", action="store_true", help="include OSWorld's font pack even if no Impress task is named")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    a = ap.parse_args(argv)
-    cache = a.cache or assets.default_cache_dir()
-    per_task: list[dict] = []
-    todo: list = []
-    for src, t in load_tasks(a.tasks):
-        if isinstance(t, Exception):
-            per_task.append({"file": src, "task": None, "error": str(t)})
-            continue
-        files = assets.task_assets(t)
-        todo += files
-        per_task.append({"file": src, "task": t["id"], "files": files})
-    if a.fonts:
-        todo.append(assets.Asset(assets.FONTS_URL, assets.FONTS_REL, "fonts"))
-    fetched = None
-    if a.action == "fetch":
-        os.makedirs(cache, exist_ok=True)
-        fetched = assets.fetch_assets(cache, todo, a.mirror)
-    report = []
-    bad_any = False
-    for e in per_task:
-        if e.get("error"):
-            report.append({"file": e["file"], "task": None, "error": e["error"]})
-            bad_any = True
-            continue
-        missing, bad, ok = [], [], 0
-        for f in e["files"]:
-            st, detail = assets.status(cache, f)
-            if st == "ok":
-                ok += 1
-            elif st == "missing":
-                missing.append({"url": f.url, "path": os.path.join(cache, f.rel), "detail": detail})
-            else:
-                bad.append({"url": f.url, "path": os.path.join(cache, f.rel), "detail": detail})
-        bad_any = bad_any or bool(missing or bad)
-        report.append(
-            {"file": e["file"], "task": e["task"], "files": len(e["files"]), "ok": ok, "missing": missing, "bad": bad}
-        )
-    if a.json:
-        print(json.dumps({"cache": cache, "tasks": report, "fetch": fetched}, indent=2))
-    else:
-        for r in report:
-            if r.get("error"):
-                print(f"ERR  {r['file']}: {r['error']}")
-                continue
-            mark = "ok  " if not (r["missing"] or r["bad"]) else "MISS"
-            print(f"{mark} {r['task']}  {r['ok']}/{r['files']} file(s) cached")
-            for m in r["missing"]:
-                print(f"       missing {m['url']}")
-            for b in r["bad"]:
-                print(f"       bad     {b['detail']}")
-        if fetched is not None:
-            print(
-                f"fetched {fetched['fetched']} file(s) ({fetched['bytes']} bytes), {fetched['present']} already cached, {len(fetched['failed'])} failed",
-                file=sys.stderr,
-            )
-    return 1 if bad_any else 0
-
-
 if __name__ == "__main__":
-    cmds = {"run": run_main, "assets": assets_main}
-    if len(sys.argv) > 1 and sys.argv[1] in cmds:
-        sys.exit(cmds[sys.argv[1]](sys.argv[2:]))
-    print("usage: python -m drums.osworld run TASKS... | assets fetch|check|standins TASKS...", file=sys.stderr)
-    sys.exit(2)
+    # `python -m drums.osworld run|assets ...`, the older spelling of the CLI (drums.osworld_cli). This copy of
+    # the module, run as __main__, did not register (below); the CLI imports drums.osworld, which does, once.
+    from drums.osworld_cli import main
+
+    sys.exit(main(sys.argv[1:]))

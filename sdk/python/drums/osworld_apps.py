@@ -105,12 +105,12 @@ def _matches(app: str, w: dict) -> bool:
     return re.search(APP_WINDOWS[app], text, re.IGNORECASE) is not None
 
 
-def wait_for_app_windows(api: Any, sid: str, apps: list[str], timeout: float) -> tuple[list[dict], list[str]]:
-    """Polls the session's windows until every app has one or `timeout` passes.
+def wait_for_app_windows(session: Any, apps: list[str], timeout: float) -> tuple[list[dict], list[str]]:
+    """Polls the windows of ``session`` (a ``drums.Session``) until every app has one or ``timeout`` passes.
     Returns (windows as {title, className, instance}, apps still without a window)."""
     deadline = time.monotonic() + timeout
     while True:
-        view = api._call("GET", f"/v1/sessions/{sid}/windows")
+        view = session.windows()
         wins = [{"title": w["title"], "className": w["className"], "instance": w["instance"]} for w in view["windows"]]
         missing = [a for a in apps if not any(_matches(a, w) for w in wins)]
         if not missing or time.monotonic() >= deadline:
@@ -126,7 +126,7 @@ def record_windows(env: Any, task: dict, res: dict, timeout: Optional[float] = N
     if timeout is None:
         timeout = float(os.environ.get("DRUMS_OSWORLD_WINDOW_WAIT", "60"))
     apps = expected_apps(task)
-    wins, missing = wait_for_app_windows(provider.api, provider.session["id"], apps, timeout if apps else 0)
+    wins, missing = wait_for_app_windows(provider.handle(), apps, timeout if apps else 0)
     res["apps"] = apps
     res["windows"] = wins
     res["missing_windows"] = missing
@@ -180,6 +180,6 @@ def observe_first(env: Any, observation: str, res: dict, settle: Optional[float]
     if not had or provider is None or not getattr(provider, "session", None):
         return
     time.sleep(settle)
-    wins, lost = wait_for_app_windows(provider.api, provider.session["id"], had, 0)
+    wins, lost = wait_for_app_windows(provider.handle(), had, 0)
     res["windows_after_observing"] = wins
     res["lost"] = lost

@@ -1,6 +1,6 @@
 """GRPO groups of OSWorld tasks: set a task up once, fork the set-up session, score every copy.
 
-``drums osworld run TASKS --group N`` (or ``python -m drums.osworld run ... --group N``) runs,
+``drums osworld run TASKS --group N`` (or ``python -m drums.osworld_cli run ... --group N``) runs,
 per task:
 
 1. one ``DesktopEnv`` (provider ``drums``) whose ``reset(task_config=task)`` runs the task's
@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from .client import Session
 from .osworld import DEFAULT_OBSERVATION, adopt_next, attach_score, cache_preflight, check_observation, needs_internet
 
 #: Setup steps that start or arrange apps (replayed in a disk-forked copy).
@@ -186,7 +187,8 @@ def run_group(
                 res["error"] = (res["error"] or "") + f" (close: {e})"
         for c in copies:  # forked but never handed to a member
             try:
-                env.provider.api.destroy(c["id"]) if env is not None else None
+                if env is not None:
+                    Session(env.provider.client, c).destroy()
             except Exception:
                 pass
         res["seconds"] = round(time.monotonic() - t0, 2)

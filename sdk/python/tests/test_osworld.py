@@ -7,6 +7,7 @@ import json
 import pytest
 
 import drums.osworld as osw
+from drums import Client, errors
 from _data import not_here
 
 
@@ -16,6 +17,8 @@ def test_registers_into_desktop_env(daemon):  # the provider finds the daemon th
 
     manager, provider = providers.create_vm_manager_and_provider("drums", None)
     assert type(provider).__name__ == "DrumsProvider"
+    # The provider talks through drums.Client (typed errors), not a client of its own.
+    assert isinstance(provider.client, Client) and not hasattr(osw, "DrumsAPI")
     assert manager.get_vm_path(screen_size=(1920, 1080)).endswith(":1920x1080")
     assert de.create_vm_manager_and_provider is providers.create_vm_manager_and_provider
     with pytest.raises(NotImplementedError):
@@ -87,19 +90,28 @@ def test_desktop_env_reset_step_evaluate(daemon):
         env.reset(task_config=task)
         assert env.provider.session["id"] == sid
         assert env.evaluate() == 0
+        # The provider's reset is pinned to the generation it last read: after a reset by another client
+        # it is a typed StaleGeneration, not a second reset of a session someone else is using.
+        gen = env.provider.session["generation"]
+        with Client() as other:
+            assert other.sessions.get(sid).reset().generation == gen + 1
+        with pytest.raises(errors.StaleGeneration):
+            env.provider.revert_to_snapshot(env.path_to_vm, "init_state")
+        with Client() as other:
+            assert other.sessions.get(sid).generation == gen + 1
     finally:
         env.close()
 
 
 def test_an_unknown_observation_type_is_a_clear_error(tmp_path):
-    # `python -m drums.osworld run --observation X` (what `drums osworld run` calls) refuses anything
+    # `python -m drums.osworld_cli run --observation X` (what `drums osworld run` calls) refuses anything
     # but run.py's four types before starting anything, and so does run_task called directly.
     import subprocess
     import sys
 
     (tmp_path / "t.json").write_text(json.dumps({"id": "t", "instruction": "i", "evaluator": {"func": "infeasible"}}))
     p = subprocess.run(
-        [sys.executable, "-m", "drums.osworld", "run", "--observation", "a11y", str(tmp_path / "t.json")],
+        [sys.executable, "-m", "drums.osworld_cli", "run", "--observation", "a11y", str(tmp_path / "t.json")],
         capture_output=True,
         text=True,
         timeout=120,

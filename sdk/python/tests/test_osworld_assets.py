@@ -202,15 +202,27 @@ def test_materialize_copies_not_links(tmp_path, store):
 
 
 def test_cli_check_and_fetch(tmp_path, store):
-    """`python -m drums.osworld assets ...` (what `drums osworld assets` runs): exit 1 and the URLs while missing."""
+    """`python -m drums.osworld_cli assets ...` (what `drums osworld assets` runs): exit 1 and the URLs while
+    missing. The first check runs the older spelling, `python -m drums.osworld assets`: the same CLI."""
     cache = str(tmp_path / "cache")
     tf = tmp_path / "t1.json"
     tf.write_text(json.dumps(task()))
     (tmp_path / "bad.json").write_text("{")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(osw.__file__))}
-    cmd = [sys.executable, "-m", "drums.osworld", "assets"]
+    cmd = [sys.executable, "-m", "drums.osworld_cli", "assets"]
     r = subprocess.run(
-        cmd + ["check", str(tf), str(tmp_path / "bad.json"), "--cache", cache, "--json"],
+        [
+            sys.executable,
+            "-m",
+            "drums.osworld",
+            "assets",
+            "check",
+            str(tf),
+            str(tmp_path / "bad.json"),
+            "--cache",
+            cache,
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env=env,
