@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from drums import osworld_assets as assets
+from drums import osworld_standins as standins
 
 from _data import missing, missing_tasks, need, osworld_tasks
 from osworld_store import Store
@@ -227,10 +228,8 @@ def _lecture_pdf() -> bytes:
     return b.getvalue()
 
 
-# --- thunderbird: profiles as Thunderbird itself lays them out -------------------------------------
-# The install hash is the one Debian's Thunderbird (/usr/lib/thunderbird) gives itself; without its
-# [Install...] entry Thunderbird would make a fresh profile of its own instead of using this one.
-TB_INSTALL = "FDC34C9F024745EB"
+# --- thunderbird: the tasks' profile is the stand-in generator's (drums.osworld_standins, whose tests
+# open it with Thunderbird); the blank profile of the infeasible task is made here.
 
 
 def _tar(files: dict[str, str]) -> bytes:
@@ -242,49 +241,6 @@ def _tar(files: dict[str, str]) -> bytes:
             info.size, info.mode = len(data), 0o644
             t.addfile(info, io.BytesIO(data))
     return b.getvalue()
-
-
-def _thunderbird_profile() -> bytes:
-    """The tasks' profile (t5q2a5hp.default-release): an IMAP account anonym-x2024@outlook.com
-    (identity id1; never reached: the session has no network) and Local Folders."""
-    d = "t5q2a5hp.default-release"
-    prefs = {
-        "mail.shell.checkDefaultClient": False,
-        "mailnews.start_page.enabled": False,
-        "mail.accountmanager.accounts": "account1,account2",
-        "mail.accountmanager.defaultaccount": "account1",
-        "mail.accountmanager.localfoldersserver": "server2",
-        "mail.account.account1.identities": "id1",
-        "mail.account.account1.server": "server1",
-        "mail.account.account2.server": "server2",
-        "mail.identity.id1.fullName": "Anonym",
-        "mail.identity.id1.useremail": "anonym-x2024@outlook.com",
-        "mail.identity.id1.valid": True,
-        "mail.server.server1.hostname": "outlook.office365.com",
-        "mail.server.server1.name": "anonym-x2024@outlook.com",
-        "mail.server.server1.type": "imap",
-        "mail.server.server1.userName": "anonym-x2024@outlook.com",
-        "mail.server.server1.port": 993,
-        "mail.server.server1.socketType": 3,
-        "mail.server.server1.login_at_startup": False,
-        "mail.server.server1.check_new_mail": False,
-        "mail.server.server1.directory-rel": "[ProfD]ImapMail/outlook.office365.com",
-        "mail.server.server2.hostname": "Local Folders",
-        "mail.server.server2.name": "Local Folders",
-        "mail.server.server2.type": "none",
-        "mail.server.server2.userName": "nobody",
-        "mail.server.server2.directory-rel": "[ProfD]Mail/Local Folders",
-    }
-    return _tar(
-        {
-            ".thunderbird/profiles.ini": f"[Profile0]\nName=default-release\nIsRelative=1\nPath={d}\nDefault=1\n\n"
-            f"[General]\nStartWithLastProfile=1\nVersion=2\n\n[Install{TB_INSTALL}]\nDefault={d}\nLocked=1\n",
-            ".thunderbird/installs.ini": f"[{TB_INSTALL}]\nDefault={d}\nLocked=1\n",
-            f".thunderbird/{d}/prefs.js": "".join(
-                f"user_pref({json.dumps(k)}, {json.dumps(v)});\n" for k, v in prefs.items()
-            ),
-        }
-    )
 
 
 # --- multi_apps: the inputs of the tasks with oracles (python-docx via _docx above, openpyxl, odfpy, zipfile, csv) ---
@@ -423,20 +379,15 @@ def make_file(path: str) -> bytes:
         d.save(b)
         return b.getvalue()
     if name.endswith("_thunderbird-profile.tar.gz"):
-        return _thunderbird_profile()
+        return standins.make(name, "input")  # t5q2a5hp.default-release, as the tasks' own tar lays it out
     if path.endswith("thunderbird-profile-blank.tar.gz"):
-        b = io.BytesIO()
-        with tarfile.open(fileobj=b, mode="w:gz") as t:
-            for name, text in {
+        return _tar(
+            {
                 ".thunderbird/profiles.ini": "[Profile0]\nName=default\nIsRelative=1\nPath=drums.default\nDefault=1\n\n"
                 "[General]\nStartWithLastProfile=1\nVersion=2\n",
                 ".thunderbird/drums.default/prefs.js": 'user_pref("mail.shell.checkDefaultClient", false);\n',
-            }.items():
-                data = text.encode()
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = len(data), 0o644
-                t.addfile(info, io.BytesIO(data))
-        return b.getvalue()
+            }
+        )
     raise AssertionError(f"no maker for the cache file {path}")
 
 
