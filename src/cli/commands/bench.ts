@@ -292,6 +292,81 @@ const BENCHES: RecordBench[] = [
     report: bars,
   },
   {
+    name: 'a11y-osworld',
+    description:
+      "OSWorld's observations per app through a checkout's desktop_env at 1920x1080, each app opened by a task's setup on stand-in files: the first observation after reset (screenshot + tree) p50/p99, the tree's size and read time alone and with N sessions at once",
+    options: [
+      ['--checkout <dir>', 'an OSWorld checkout (default: $DRUMS_OSWORLD_CHECKOUT, else ../shared/osworld-src next to the repository)'],
+      ['--apps <list>', 'apps (chrome,vlc,calc,writer,impress,gimp,thunderbird,os)', 'chrome,vlc,calc,writer,impress,gimp,thunderbird,os'],
+      ['--rounds <n>', 'resets per app (first observation p50/p99)', '20'],
+      ['--reads <n>', 'tree reads in a row alone, and rounds of reads at once', '20'],
+      ['--sessions <n>', 'sessions of each app read at once (0: skip)', '10'],
+      ['--screen <WxH>', 'screen size', '1920x1080'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) => {
+      const { runA11yOsworldBench } = await import('../../bench/a11y-osworld-bench.ts');
+      const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
+      if (o.checkout === undefined) {
+        const why = missingOsworldCheckout();
+        if (why) throw new Error(why);
+      }
+      return runA11yOsworldBench({
+        checkout: o.checkout === undefined ? osworldCheckoutDir() : String(o.checkout),
+        apps: String(o.apps).split(','),
+        rounds: num(o.rounds),
+        reads: num(o.reads),
+        sessions: num(o.sessions),
+        screen: String(o.screen),
+        outDir: String(o.out),
+        progress,
+      });
+    },
+    report: (record: { complete: boolean; results: { apps: Record<string, unknown> } | null }) =>
+      `${JSON.stringify(record.results?.apps ?? {}, (k, v) => (k === 'resets' ? undefined : v), 1)}\n${record.complete ? 'complete' : 'INCOMPLETE'}\n`,
+  },
+  {
+    name: 'osworld-scripts',
+    description:
+      "OSWorld's run.py and run_multienv.py --num_envs 4 from a checkout, unchanged, over a few os tasks under each observation type, with a loopback model double: what each run left (traj.jsonl, screenshots, result.txt, recording.mp4) and its wall time",
+    options: [
+      ['--checkout <dir>', 'an OSWorld checkout (default: $DRUMS_OSWORLD_CHECKOUT, else ../shared/osworld-src next to the repository)'],
+      ['--observations <list>', 'observation types, a run of each script each', 'screenshot,a11y_tree,screenshot_a11y_tree,som'],
+      ['--scripts <list>', 'run (run.py), multienv (scripts/python/run_multienv.py --num_envs 4)', 'run,multienv'],
+      ['--tasks <list>', 'os task ids the model double has a script for (default: three that it solves)'],
+      ['--screen <WxH>', "the scripts' --screen_width/--screen_height", '1920x1080'],
+      ['--at-once <n>', "runs at a time (2: an observation type's run.py and run_multienv.py together)", '2'],
+      ['--timeout-minutes <n>', 'stop the runs after this long (runs not started are recorded as such)', '60'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) => {
+      const { runOsworldScriptsBench } = await import('../../bench/osworld-scripts-bench.ts');
+      const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
+      if (o.checkout === undefined) {
+        const why = missingOsworldCheckout();
+        if (why) throw new Error(why);
+      }
+      return runOsworldScriptsBench({
+        checkout: o.checkout === undefined ? osworldCheckoutDir() : String(o.checkout),
+        observations: String(o.observations).split(','),
+        scripts: String(o.scripts).split(','),
+        tasks: o.tasks ? String(o.tasks).split(',') : undefined,
+        screen: String(o.screen),
+        timeoutMinutes: num(o.timeoutMinutes),
+        atOnce: num(o.atOnce),
+        outDir: String(o.out),
+        progress,
+      });
+    },
+    report: (record: {
+      complete: boolean;
+      results: { runs: { run: string; wall_seconds: number; finished: boolean; tasks_with_all_files: number }[] } | null;
+    }) =>
+      `${(record.results?.runs ?? []).map((r) => `${r.run}: ${r.finished ? 'finished' : 'NOT finished'}, ${r.tasks_with_all_files} task(s) left every file, ${r.wall_seconds} s`).join('\n')}\n${record.complete ? 'complete' : 'INCOMPLETE'}\n`,
+  },
+  {
     name: 'a11y',
     description:
       'accessibility-tree read p50/p99 through the API, reference walk vs fast read: per app with a file open, the 7-app desktop alone and N sessions at once',

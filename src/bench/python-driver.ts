@@ -1,0 +1,49 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startPrivateDaemon } from '../client/private-daemon.ts';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const PYTHON = join(REPO, '.runtime', 'venv', 'bin', 'python');
+
+/**
+ * Runs a Python bench driver (`python -m <module> ... --out FILE`) against a private daemon of its own: the SDK on
+ * PYTHONPATH and, with `checkout`, that OSWorld checkout's desktop_env first (as `drums osworld run --osworld-src`
+ * does). Each stdout line is progress. Resolves with the driver's JSON (null when it wrote none) and why not.
+ */
+export async function runPythonDriver(
+  module: string,
+  args: string[],
+  o: { checkout?: string; progress: (m: string) => void },
+): Promise<{ result: Record<string, unknown> | null; failure: string | null }> {
+  const tmp = mkdtempSync('/var/tmp/drums-bench-driver-');
+  const out = join(tmp, 'out.json');
+  const d = await startPrivateDaemon();
+  try {
+    const path = [...(o.checkout ? [o.checkout] : []), join(REPO, 'sdk', 'python')];
+    const child = spawn(PYTHON, ['-m', module, ...args, '--out', out], {
+      env: {
+        ...process.env,
+        DRUMS_URL: d.url,
+        DRUMS_TOKEN: d.token,
+        PYTHONPATH: path.join(':'),
+        ...(o.checkout ? { DRUMS_OSWORLD_SRC: o.checkout } : {}),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let tail = '';
+    child.stdout!.on('data', (b: Buffer) => {
+      for (const line of b.toString().split('\n')) if (line.trim()) o.progress(line);
+    });
+    child.stderr!.on('data', (b: Buffer) => {
+      tail = (tail + b.toString()).slice(-3000);
+    });
+    const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
+    const result = existsSync(out) ? (JSON.parse(readFileSync(out, 'utf8')) as Record<string, unknown>) : null;
+    return { result, failure: result ? null : `the driver exited ${code} without a result: ${tail.trim().slice(-1500)}` };
+  } finally {
+    await d.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
