@@ -11,8 +11,8 @@ src/bench/a11y-osworld-bench.ts, runs this against a private daemon):
   row (alone), then the same in ``sessions`` sessions of that app at once (a DesktopEnv each, all reading each
   round together).
 
-Each app's task is the first of its domain (sorted by id) that needs no web and no account, whose setup starts the
-app, and whose files (from OSWorld's file store) get stand-ins (drums.osworld_standins) in a test cache of the
+Each app's task is the first of its domain (by file name, those starting the app alone first) that needs no web and
+no account, whose setup starts the app, and whose files (from OSWorld's file store) get stand-ins (drums.osworld_standins) in a test cache of the
 run's own. ``os`` has no task that starts an app: its task gets one more setup step that launches gnome-terminal
 (the record says so). VS Code is absent from the image and not measured."""
 
@@ -74,9 +74,10 @@ def pick_task(checkout: str, app: str, cache: str) -> tuple[Optional[dict], str]
     if not os.path.isdir(folder):
         return None, f"no {folder}"
     tried = 0
-    for _src, task in sorted(ow.load_tasks([folder]), key=lambda x: x[0]):
-        if isinstance(task, Exception):
-            continue
+    tasks = [t for _src, t in sorted(ow.load_tasks([folder]), key=lambda x: x[0]) if not isinstance(t, Exception)]
+    # The app alone first (a vlc task that also opens a PDF in evince measures both).
+    tasks.sort(key=lambda t: expected_apps(t) != [app_name])
+    for task in tasks:
         needs = ow.task_needs(task)
         if needs["web"] or needs["account"] or needs["vs_code"]:
             continue
