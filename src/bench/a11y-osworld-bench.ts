@@ -52,7 +52,7 @@ export async function runA11yOsworldBench(o: A11yOsworldBenchOptions) {
     config: { checkout, apps: o.apps, rounds: o.rounds, reads: o.reads, sessions: o.sessions, screen: o.screen },
     results: result,
     notes: [
-      "first_observation: the observation DesktopEnv.reset() ends with (controller.get_screenshot, then get_accessibility_tree), timed call by call; it is taken as soon as the task's setup returns, so the app may not be in it yet (app_in_first_tree counts the resets where it was). lib_run_single sleeps 60 s before the agent's first step; window_s / in_tree_s are the times after reset() until the app's window is up and until its application is in the tree",
+      "first_observation: the observation DesktopEnv.reset() ends with (controller.get_screenshot, then get_accessibility_tree), timed call by call; it is taken as soon as the task's setup returns, so the app may not be in it yet (app_in_first_tree counts the resets where it was). lib_run_single sleeps 60 s before the agent's first step; window_s = from reset()'s return until the app's window is up; in_tree_s = from then until a tree read that holds the app's application returns (so it includes that read)",
       'alone / concurrent: reads of /accessibility (the guest contract, as desktop_env reads it) once the app is in the tree; concurrent = that many sessions of the app, each read at the same moment, per round',
       'os has no task that starts an app: its task gets a step that launches gnome-terminal (added_terminal); VS Code is not in the image',
       'seconds throughout; chars = the XML tree desktop_env returns',

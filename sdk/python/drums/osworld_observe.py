@@ -169,7 +169,8 @@ class Env:
         return time.monotonic() - t, tree_facts(tree)
 
     def wait_up(self, app: str, timeout: float) -> dict:
-        """Seconds until the app's window is up, then until its application is in the tree (None: not by timeout)."""
+        """Seconds until the app's window is up, then from there until a tree read holding its application returns
+        (None: not by timeout)."""
         from .osworld_apps import wait_for_app_windows
 
         t0 = time.monotonic()
