@@ -687,8 +687,10 @@ export class SessionManager {
     s.state = 'ready';
     s.adopted = false;
     this._openEpisode(s);
+    // After the answer is on its way: the teardown and the next standby's create start with
+    // synchronous work (and spawn runc, ip, umount) that would otherwise delay it.
     this._recycle(s, husk);
-    this._fillStandbys(s);
+    setImmediate(() => this._fillStandbys(s));
     log('info', 'session reset by standby', { id: s.id, generation, slot: s.slot, recycled: husk.id });
     return s;
   }
@@ -718,9 +720,11 @@ export class SessionManager {
   /** Tears the old generation's objects down in the background, as a destroy does. */
   private _recycle(s: Session, husk: Session): void {
     this._husks.add(husk);
+    // Tracked now (a destroy right after the reset waits for it), started once the answer is out.
     this._track(
       s,
-      this._teardown(husk)
+      new Promise((r) => setImmediate(r))
+        .then(() => this._teardown(husk))
         .then((errors) => {
           if (errors.length) log('warn', 'recycling an old generation left errors', { id: s.id, slot: husk.id, errors });
         })
@@ -733,7 +737,22 @@ export class SessionManager {
     const want = s.spec.standbys ?? 0;
     if (!want || s.standbyOf || s.state === 'destroying' || this.drainingSince) return;
     const st = (s._standby ??= { ready: [], making: 0, failures: 0, pending: new Set() });
-    while (st.ready.length + st.making < want && !st.retryTimer && this._sessions.size < this._opts.maxSessions) {
+    const retry = (why: string) => {
+      st.failures++;
+      st.lastError = why;
+      const wait = STANDBY_BACKOFF_MS[Math.min(st.failures - 1, STANDBY_BACKOFF_MS.length - 1)]!;
+      log('warn', 'standby could not be made', { id: s.id, error: why, retryInMs: wait });
+      st.retryTimer = setTimeout(() => {
+        st.retryTimer = undefined;
+        this._fillStandbys(s);
+      }, wait);
+      st.retryTimer.unref();
+    };
+    while (st.ready.length + st.making < want && !st.retryTimer) {
+      if (this._sessions.size >= this._opts.maxSessions) {
+        retry(`this daemon holds at most ${this._opts.maxSessions} sessions, standbys included (DRUMS_MAX_SESSIONS)`);
+        return;
+      }
       st.making++;
       const job = this.create(undefined, { standbyOf: s }).then(
         async (sb) => {
@@ -749,16 +768,8 @@ export class SessionManager {
         },
         (e: unknown) => {
           st.making--;
-          st.failures++;
-          st.lastError = errorMessage(e);
           if (this._sessions.get(s.id) !== s || s.state === 'destroying') return;
-          const wait = STANDBY_BACKOFF_MS[Math.min(st.failures - 1, STANDBY_BACKOFF_MS.length - 1)]!;
-          log('warn', 'standby could not be made', { id: s.id, error: st.lastError, retryInMs: wait });
-          st.retryTimer = setTimeout(() => {
-            st.retryTimer = undefined;
-            this._fillStandbys(s);
-          }, wait);
-          st.retryTimer.unref();
+          retry(errorMessage(e));
         },
       );
       this._track(s, job);
