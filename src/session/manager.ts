@@ -776,6 +776,11 @@ export class SessionManager {
     }
   }
 
+  /** Makes the standbys every session lacks (after a drain is cancelled: a draining host makes none). */
+  resumeStandbys(): void {
+    for (const s of this._sessions.values()) this._fillStandbys(s);
+  }
+
   /** Ends a session's standbys and waits for the work done on its behalf (standby makes, recycles). */
   private async _endStandbys(s: Session): Promise<void> {
     const st = s._standby;
