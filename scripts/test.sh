@@ -94,7 +94,9 @@ run_tier() {
   local name=$1 t0=$SECONDS rc=0
   shift
   echo "==> $name tier: $*" >&2
-  "$@" || rc=$?
+  # Its output also goes to $logs/tier-NAME.out, for the recap of failures at the end.
+  "$@" > >(tee -a "$logs/tier-$name.out") 2>&1 || rc=$?
+  wait $! 2>/dev/null || true # tee has written all
   echo "$rc $((SECONDS - t0))" >"$logs/$name.result"
   echo "==> $name tier: exit $rc in $((SECONDS - t0)) s" >&2
 }
@@ -212,7 +214,8 @@ touch "$logs/images.ready"
 
 if [[ -n $beside ]]; then
   run_tier main tier_main
-  want python && python_worker
+  want python && python_worker > >(tee -a "$logs/python-foreground.out") 2>&1
+  wait $! 2>/dev/null || true
   wait "$bg" || true
   bg=
   want python && python_result
@@ -225,7 +228,8 @@ if [[ -n $beside ]]; then
 else
   want vm && run_tier vm tier_vm
   if want python; then
-    tier_python
+    tier_python > >(tee -a "$logs/python-foreground.out") 2>&1
+    wait $! 2>/dev/null || true
     python_result
     echo "==> python tier: exit $(cut -d' ' -f1 "$logs/python.result") in $(cut -d' ' -f2 "$logs/python.result") s" >&2
   fi
@@ -234,6 +238,24 @@ want files && run_tier files tier_files
 # Alone, with nothing else of this run beside them.
 want quiet && run_tier quiet tier_quiet
 want slow && run_tier slow tier_slow
+
+# The failures again, last, so that the tail of the output (all a CI page may show) says what failed
+# and why: node's "failing tests" section and pytest's failures, from every log of this run.
+recap() {
+  local f
+  for f in "$logs"/*.out "$logs"/python-background.log; do
+    [[ -f $f ]] || continue
+    if grep -q '^✖ failing tests:' "$f"; then
+      echo "==> failures in $(basename "$f"):"
+      sed -n '/^✖ failing tests:/,$p' "$f" | head -150
+    fi
+    if grep -qE '^(FAILED|ERROR) ' "$f"; then
+      echo "==> pytest failures in $(basename "$f"):"
+      grep -E '^(FAILED|ERROR) |^E  ' "$f" | head -80
+    fi
+  done
+}
+recap >&2
 
 summary=() ok=1
 for t in fast main quiet vm python slow files; do

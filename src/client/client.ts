@@ -272,6 +272,17 @@ export class DrumsClient {
   setEpisodeOutcome(id: string, generation: number, outcome: Outcome): Promise<EpisodeSummary> {
     return this.json('POST', `/v1/sessions/${encodeURIComponent(id)}/episodes/${generation}/outcome`, outcome);
   }
+  /** Every episode of the instance, newest first; `outcome` filters (failure, success, unscored, or a word). */
+  listAllEpisodes(o: { outcome?: string; limit?: number } = {}): Promise<{ episodes: EpisodeSummary[]; bytes: number; maxBytes: number }> {
+    const q = new URLSearchParams();
+    if (o.outcome) q.set('outcome', o.outcome);
+    if (o.limit !== undefined) q.set('limit', String(o.limit));
+    return this.json('GET', `/v1/episodes${q.size ? `?${q}` : ''}`);
+  }
+  /** Deletes a closed episode (409 episode_open while it records). */
+  async deleteEpisode(id: string, generation: number): Promise<void> {
+    await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}/episodes/${generation}`);
+  }
   async destroySession(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
   }

@@ -56,6 +56,8 @@ export interface DaemonConfig {
   diskReadMbps: number;
   episodeSessionMb: number;
   episodeMaxMb: number;
+  episodeKeepDays: number;
+  episodeKeep: number;
   testFailStep: string | undefined;
   testHooks: boolean;
   browserZygote: boolean;
@@ -326,6 +328,18 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     doc: 'MiB every recorded episode of this instance may hold together (`<state>/episodes`); past it recordings stop (`recording.stopped: host_quota`) until episodes are deleted',
     default: 4096,
     parse: int(1),
+  },
+  episodeKeepDays: {
+    env: 'DRUMS_EPISODE_KEEP_DAYS',
+    doc: 'retention: closed episodes are deleted this many days after they closed (checked at start and every 5 minutes; 0: kept until deleted by hand); open ones never are (docs/episodes.md)',
+    default: 30,
+    parse: number(0),
+  },
+  episodeKeep: {
+    env: 'DRUMS_EPISODE_KEEP',
+    doc: 'retention: at most this many closed episodes on the instance, the oldest deleted first (0: no count limit)',
+    default: 0,
+    parse: int(0),
   },
   browserZygote: {
     env: 'DRUMS_BROWSER_ZYGOTE',

@@ -69,6 +69,8 @@ export interface RunOptions {
   oracle?: string;
   out?: string;
   allowInternet?: boolean;
+  /** `--record [fps]`: true (2 fps) or the rate. */
+  record?: boolean | string;
   verbose?: boolean;
   cache?: string;
   osworldSrc?: string;
@@ -90,6 +92,7 @@ export async function osworldRun(tasks: string[], o: RunOptions): Promise<number
   if (o.allowInternet) args.push('--allow-internet');
   if (o.verbose) args.push('--verbose');
   if (o.group) args.push('--group', o.group);
+  if (o.record !== undefined && o.record !== false) args.push(...(o.record === true ? ['--record'] : ['--record', o.record]));
   return runPython(args, { osworldSrc: o.osworldSrc });
 }
 

@@ -18,7 +18,7 @@
  * (`recording.stopped`), and the session goes on.
  */
 import { createHash } from 'node:crypto';
-import { constants, closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { constants, closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
@@ -55,6 +55,10 @@ export interface EpisodeLimits {
   sessionBytes: number;
   /** Every episode of the instance together. */
   hostBytes: number;
+  /** Retention: closed episodes older than this (since they closed) are deleted; 0 keeps them. */
+  keepMs?: number;
+  /** Retention: at most this many closed episodes on the host, the oldest deleted first; 0: no count limit. */
+  keepCount?: number;
 }
 
 /** An image served to a client, as the hooks see it. */
@@ -85,6 +89,15 @@ export interface EpisodeStep {
   results: unknown;
   frame: string | null;
   tree: string | null;
+}
+
+/** A kept image in time order (the replay's scrubber, the export's recording.mp4); `step` is the last step before it (0: none yet). */
+export interface TimelineFrame {
+  at: number;
+  file: string;
+  step: number;
+  width?: number;
+  height?: number;
 }
 
 const ID_RE = /^s[0-9a-f]{10}$/;
@@ -166,9 +179,16 @@ export function parseEvents(buf: Buffer): { events: EpisodeEvent[]; end: Episode
  * The steps of an episode: each action batch (API) or OSWorld action call is a step; its frame is the batch's own
  * screenshot, else the first one served after it and before the next step; its tree likewise.
  */
-export function stepsOf(events: EpisodeEvent[]): { steps: EpisodeStep[]; initialFrame: string | null } {
+export function stepsOf(events: EpisodeEvent[]): { steps: EpisodeStep[]; initialFrame: string | null; timeline: TimelineFrame[] } {
   const steps: EpisodeStep[] = [];
   let initialFrame: string | null = null;
+  const timeline: TimelineFrame[] = [];
+  const seen = (at: number, file: unknown, ev: EpisodeEvent) => {
+    if (typeof file !== 'string' || !/\.(png|jpeg|webp)$/.test(file) || timeline.at(-1)?.file === file) return;
+    const w = ev.width ?? (ev.shot as { width?: unknown } | undefined)?.width;
+    const h = ev.height ?? (ev.shot as { height?: unknown } | undefined)?.height;
+    timeline.push({ at, file, step: steps.length, ...(typeof w === 'number' && w > 0 && typeof h === 'number' ? { width: w, height: h } : {}) });
+  };
   for (const e of events) {
     const cur = steps[steps.length - 1];
     if (e.t === 'actions') {
@@ -203,8 +223,10 @@ export function stepsOf(events: EpisodeEvent[]): { steps: EpisodeStep[]; initial
       if (file && !cur.frame) cur.frame = file;
       if (tree && !cur.tree) cur.tree = tree;
     }
+    if (e.t === 'actions') seen(e.at + (typeof e.ms === 'number' ? e.ms : 0), (e.shot as { file?: unknown } | undefined)?.file, e);
+    else if (e.t === 'frame' || e.t === 'screenshot' || (e.t === 'guest' && e.path === '/screenshot')) seen(e.at, e.file, e);
   }
-  return { steps, initialFrame };
+  return { steps, initialFrame, timeline };
 }
 
 /** The recorder of one live episode: the hooks call it; it never throws into a request. */
@@ -488,6 +510,8 @@ export class EpisodeStore {
   /** Bytes on disk, by session and in all. */
   private readonly _bySession = new Map<string, number>();
   private _total = 0;
+  /** A write was refused for the host quota (and nothing deleted since): hostFull. */
+  private _hostRefused = false;
 
   constructor(stateDir: string, limits: EpisodeLimits) {
     this.dir = join(stateDir, 'episodes');
@@ -527,8 +551,11 @@ export class EpisodeStore {
   reserve(id: string, n: number, room = 0, force = false): StopReason | undefined {
     const mine = this._bySession.get(id) ?? 0;
     if (!force) {
+      const hostOver = this._total + n > this.limits.hostBytes + room;
+      // The store counts as full from the first write it refused until an episode is deleted.
+      if (hostOver) this._hostRefused = true;
       if (mine + n > this.limits.sessionBytes + room) return 'session_quota';
-      if (this._total + n > this.limits.hostBytes + room) return 'host_quota';
+      if (hostOver) return 'host_quota';
     }
     this._bySession.set(id, mine + n);
     this._total += n;
@@ -633,6 +660,77 @@ export class EpisodeStore {
         } catch {}
       }
     }
+  }
+
+  /** Whether the instance's store is (all but) full: a new recording would stop at once. */
+  hostFull(): boolean {
+    return this._hostRefused || this._total + 1024 > this.limits.hostBytes;
+  }
+
+  /**
+   * Every episode of the instance (newest first), or those of one outcome: `unscored`, `failure` (a reward of 0 or
+   * an outcome other than success), `success` (a reward above 0 or the outcome success), or an outcome word.
+   */
+  listAll(filter: { outcome?: string; limit?: number } = {}): EpisodeSummary[] {
+    const out: EpisodeSummary[] = [];
+    for (const id of safeReaddir(this.dir)) if (ID_RE.test(id)) for (const s of this.list(id)) if (outcomeMatches(s, filter.outcome)) out.push(s);
+    out.sort((a, b) => (b.closedAt ?? b.openedAt).localeCompare(a.closedAt ?? a.openedAt) || b.generation - a.generation);
+    return filter.limit ? out.slice(0, filter.limit) : out;
+  }
+
+  /** Deletes a closed episode (its events, summary and files); a live one is refused. */
+  remove(id: string, generation: number): void {
+    if (this.live(id, generation)) {
+      throw new DrumsError('episode_open', `episode ${id}/${generation} is still recording; reset or destroy the session first, then delete it`, {
+        details: { session: id, generation },
+      });
+    }
+    this.summary(id, generation); // 404 for an episode that is not there
+    const p = this._paths(id, generation);
+    let n = 0;
+    for (const f of [p.events, p.summary]) {
+      n += fileSize(f);
+      try {
+        unlinkSync(f);
+      } catch {}
+    }
+    // The files directory is the daemon's own (0700, root's): rmSync removes links, never follows them.
+    for (const f of safeReaddir(p.files)) n += fileSize(join(p.files, f));
+    rmSync(p.files, { recursive: true, force: true });
+    const mine = Math.max(0, (this._bySession.get(id) ?? 0) - n);
+    if (safeReaddir(p.dir).length === 0) {
+      rmSync(p.dir, { recursive: true, force: true });
+      this._bySession.delete(id);
+    } else this._bySession.set(id, mine);
+    this._total = Math.max(0, this._total - n);
+    this._hostRefused = false;
+  }
+
+  /**
+   * The retention policy (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP): deletes closed episodes past the age, then
+   * the oldest closed ones past the count. Open episodes are never deleted. Returns how many went.
+   */
+  retain(now = Date.now()): number {
+    const { keepMs = 0, keepCount = 0 } = this.limits;
+    if (!keepMs && !keepCount) return 0;
+    const closed = this.listAll()
+      .filter((s) => s.closedAt && !this.live(s.session, s.generation))
+      .sort((a, b) => Date.parse(a.closedAt!) - Date.parse(b.closedAt!));
+    const drop = new Set<EpisodeSummary>();
+    if (keepMs) for (const s of closed) if (now - Date.parse(s.closedAt!) > keepMs) drop.add(s);
+    if (keepCount) {
+      const left = closed.filter((s) => !drop.has(s));
+      for (const s of left.slice(0, Math.max(0, left.length - keepCount))) drop.add(s);
+    }
+    for (const s of drop) {
+      try {
+        this.remove(s.session, s.generation);
+      } catch (e) {
+        log('warn', 'episode retention: delete failed', { id: s.session, generation: s.generation, error: errorMessage(e) });
+      }
+    }
+    if (drop.size) log('info', 'episode retention: deleted closed episodes', { count: drop.size, keepDays: keepMs / 86_400_000, keep: keepCount });
+    return drop.size;
   }
 
   saveSummary(s: EpisodeSummary): void {
@@ -744,6 +842,18 @@ function notFound(id: string, generation: number): DrumsError {
   );
 }
 
+/** Whether an episode has the outcome a filter asks for (listAll). */
+export function outcomeMatches(s: EpisodeSummary, want: string | undefined): boolean {
+  if (!want) return true;
+  const o = s.outcome;
+  if (want === 'unscored') return !o;
+  if (!o) return false;
+  const success = o.outcome !== undefined ? o.outcome === 'success' : (o.reward ?? 0) > 0;
+  if (want === 'success') return success;
+  if (want === 'failure') return !success;
+  return o.outcome === want;
+}
+
 function countsOf(events: EpisodeEvent[]): Pick<EpisodeSummary, 'steps' | 'observations' | 'guestCalls' | 'frames'> {
   let observations = 0;
   let guestCalls = 0;
@@ -788,4 +898,14 @@ function duBytes(dir: string): number {
     } catch {}
   }
   return n;
+}
+
+/** The refusal of a recorded session when the instance's episode store is full (DRUMS_EPISODE_MAX_MB). */
+export function episodeStoreFull(store: EpisodeStore): DrumsError {
+  const mb = (n: number) => Math.round(n / 1024 ** 2);
+  return new DrumsError(
+    'episode_store_full',
+    `the episode store holds ${mb(store.totalBytes)} of its ${mb(store.limits.hostBytes)} MiB (DRUMS_EPISODE_MAX_MB): delete episodes (drums episodes rm, DELETE /v1/sessions/{id}/episodes/{generation}), let retention delete closed ones (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP), or create the session without record`,
+    { details: { bytes: store.totalBytes, maxBytes: store.limits.hostBytes } },
+  );
 }

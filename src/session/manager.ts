@@ -101,6 +101,7 @@ export class SessionManager {
   readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
   private readonly _queue: (() => void)[] = [];
   private _poller?: NodeJS.Timeout;
+  private _retention?: NodeJS.Timeout;
 
   constructor(inst: Instance, opts: ManagerOptions = {}) {
     this.inst = inst;
@@ -109,7 +110,12 @@ export class SessionManager {
     this.pool = parsePool(config.subnetPool);
     this.admission = new Admission(inst.stateDir, admissionConfig(config));
     this.defaultCpus = defaultSessionCpus(config.defaultCpus);
-    this.episodes = new EpisodeStore(inst.stateDir, { sessionBytes: config.episodeSessionMb * 1024 ** 2, hostBytes: config.episodeMaxMb * 1024 ** 2 });
+    this.episodes = new EpisodeStore(inst.stateDir, {
+      sessionBytes: config.episodeSessionMb * 1024 ** 2,
+      hostBytes: config.episodeMaxMb * 1024 ** 2,
+      keepMs: config.episodeKeepDays * 86_400_000,
+      keepCount: config.episodeKeep,
+    });
     this._opts = {
       maxSessions: opts.maxSessions ?? config.maxSessions,
       startConcurrency: opts.startConcurrency ?? config.startConcurrency,
@@ -142,6 +148,10 @@ export class SessionManager {
     for (const rec of plan.adopt) await this._adopt(rec);
     // Episodes whose session did not survive the restart are closed (reason `swept`); adopted ones recorded on.
     this.episodes.closeOrphans(new Set(plan.adopt.map((r) => r.id)));
+    // Retention (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP): now, then every 5 minutes.
+    this.episodes.retain();
+    this._retention = setInterval(() => this.episodes.retain(), 5 * 60_000);
+    this._retention.unref();
     const adopted = new Set(plan.adopt.map((r) => r.id));
     for (const { id, why, standby } of plan.swept) {
       // A standby, or the old generation of an adopted session a reset by standby was recycling: no session ended.
@@ -865,6 +875,7 @@ export class SessionManager {
   /** Lets go of every session without touching it (the daemon stops and keeps them for the next one). */
   detach(): void {
     clearInterval(this._poller);
+    clearInterval(this._retention);
     for (const s of this._sessions.values()) {
       clearTimeout(s._ttlTimer);
       clearTimeout(s._standby?.retryTimer);
@@ -874,6 +885,7 @@ export class SessionManager {
 
   async shutdown(): Promise<void> {
     clearInterval(this._poller);
+    clearInterval(this._retention);
     // Owners first: each destroy takes its standbys with it.
     for (const s of this.list().sort((a, b) => Number(!!a.standbyOf) - Number(!!b.standbyOf))) {
       if (this._sessions.has(s.id)) await this.destroy(s.id, 'daemon shutdown').catch(() => {});

@@ -33,6 +33,8 @@ type CheckoutRec = {
       task: string;
       domain: string;
       outcome: string;
+      error: string | null;
+      observation?: { ok: boolean; error: string | null; seconds: number } | null;
       live: boolean;
       startedSolved: boolean | null;
       apps: string[];
@@ -140,7 +142,9 @@ describe('DrumsBench osworld-run --checkout', { skip: skipUnlessCI(missingOsworl
           const t = by.get(dom)!;
           if (APPS[dom] && !t.apps.includes(APPS[dom])) problems.push(`${dom}/${t.task}: apps ${t.apps}, not ${APPS[dom]}`);
           if (!t.live || t.startedSolved !== false || t.lost.length)
-            problems.push(`${l.observation} ${dom}/${t.task}: ${t.outcome} live=${t.live} startedSolved=${t.startedSolved} lost=${t.lost}`);
+            problems.push(
+              `${l.observation} ${dom}/${t.task}: ${t.outcome} live=${t.live} startedSolved=${t.startedSolved} lost=${t.lost} error=${t.error} observation=${JSON.stringify(t.observation)}`,
+            );
         }
         for (const dom of ['libreoffice_calc', 'libreoffice_impress']) {
           assert.equal(by.get(dom)!.outcome, 'refused');

@@ -26,7 +26,8 @@ describe('episodes', () => {
   before(async () => {
     // A small session quota, so the quota is reached in a few batches.
     d = await startDaemon({ DRUMS_EPISODE_SESSION_MB: '1' });
-    env = { DRUMS_EPISODE_SESSION_MB: '1', DRUMS_STATE_DIR: d.stateDir, DRUMS_INSTANCE: d.instance, DRUMS_TOKEN: d.token };
+    // After the restart the instance's store is 1 MiB too: the session's quota fills it, and a new recorded session is refused.
+    env = { DRUMS_EPISODE_SESSION_MB: '1', DRUMS_EPISODE_MAX_MB: '1', DRUMS_STATE_DIR: d.stateDir, DRUMS_INSTANCE: d.instance, DRUMS_TOKEN: d.token };
     [s, plain] = await Promise.all([
       d.client.createSession({ image: 'minimal', labels: { 'drums.osworld': '1' }, record: { frames: 30, a11y: true } }),
       d.client.createSession({ image: 'minimal' }),
@@ -131,6 +132,15 @@ describe('episodes', () => {
     assert.ok(existsSync(join(dir, steps[0].tree)));
     assert.ok(readdirSync(dir).some((f) => f.startsWith('initial_state.')));
     assert.equal(JSON.parse(readFileSync(join(dir, 'episode.json'), 'utf8')).end.closed, true);
+    // recording.mp4: H.264 by ffmpeg from the kept frames.
+    assert.equal(readFileSync(join(dir, 'recording.mp4')).subarray(4, 8).toString(), 'ftyp');
+    const [res] = JSON.parse(r.stdout) as { videoBytes: number }[];
+    assert.ok(res!.videoBytes > 1000, r.stdout);
+    // An unknown episode: 404 with its code, nothing written.
+    const miss = d.cli(['episodes', 'export', s.id, '--generation', '9', '--out', join(out, 'g9')]);
+    assert.notEqual(miss.status, 0);
+    assert.match(miss.stderr, /episode_not_found/);
+    assert.equal(existsSync(join(out, 'g9')), false);
   });
 
   it('the session cannot reach its episodes', async () => {
@@ -168,10 +178,31 @@ describe('episodes', () => {
     assert.ok(ep.episode.bytes < 1.1 * 1024 ** 2, `bytes ${ep.episode.bytes}`);
     // The other session is not affected.
     assert.deepEqual(await d.client.listEpisodes(plain.id), []);
+    // The store is full: a new recorded session is refused, saying what to do; a live episode is not deleted.
+    const full = await apiError(d.client.createSession({ image: 'minimal', record: true }));
+    assert.equal(full.code, 'episode_store_full');
+    assert.match(full.message, /DRUMS_EPISODE_MAX_MB.*drums episodes rm.*DRUMS_EPISODE_KEEP_DAYS/);
+    assert.equal((await apiError(d.client.deleteEpisode(s.id, 2))).code, 'episode_open');
+    // An export of the open episode says where it ends.
+    const open = d.cli(['episodes', 'export', s.id, '--generation', '2', '--out', join(out, 'open')]);
+    assert.equal(open.status, 0, open.stderr);
+    assert.match(open.stdout, /events open, ending at step \d+ \(still recording, or its daemon was killed mid-write\)/);
     // Destroy closes the episode; it is still served after.
     await d.client.destroySession(s.id);
     const gone = await d.client.listEpisodes(s.id);
     assert.equal(gone.at(-1)!.closeReason, 'destroy');
+    // Deleted (drums episodes rm): the store has room again, and the episode is 404 to an export.
+    const rm = d.cli(['episodes', 'rm', s.id, '2']);
+    assert.equal(rm.status, 0, rm.stderr);
+    const all = await d.client.listAllEpisodes();
+    assert.ok(all.bytes < all.maxBytes / 2, `${all.bytes} of ${all.maxBytes}`);
+    assert.deepEqual(
+      all.episodes.filter((e) => e.session === s.id).map((e) => e.generation),
+      [1],
+    );
+    const deleted = d.cli(['episodes', 'export', s.id, '--generation', '2', '--out', join(out, 'deleted')]);
+    assert.notEqual(deleted.status, 0);
+    assert.match(deleted.stderr, /episode_not_found/);
     await d.client.destroySession(plain.id);
   });
 });

@@ -203,6 +203,108 @@ describe('dashboard in Chromium (minimal image)', () => {
     await typer;
   });
 
+  it('lists episodes, filters them by outcome, and replays one: frames, actions drawn and captioned, tree', async () => {
+    // A recorded session: three steps (a click, a drag, keys and text), a tree read after the first; a reset, then
+    // one more step. Generation 1 failed, generation 2 succeeded.
+    const r = await d.client.createSession({ image: 'minimal', screen: '800x600', labels: { role: 'recorded' }, record: { frames: 2, a11y: true } });
+    sessions.push(r);
+    await d.client.act(r.id, { actions: [{ type: 'click', x: 100, y: 120 }], screenshot: true });
+    await d.client.a11y(r.id);
+    await d.client.act(r.id, {
+      actions: [
+        {
+          type: 'drag',
+          path: [
+            { x: 200, y: 200 },
+            { x: 300, y: 250 },
+          ],
+        },
+      ],
+      screenshot: true,
+    });
+    await d.client.act(r.id, {
+      actions: [
+        { type: 'type', text: 'hello' },
+        { type: 'key', keys: ['ctrl', 'a'] },
+      ],
+      screenshot: true,
+    });
+    await d.client.resetSession(r.id);
+    await d.client.act(r.id, { actions: [{ type: 'click', x: 10, y: 10 }], screenshot: true });
+    await d.client.setEpisodeOutcome(r.id, 1, { reward: 0, outcome: 'failure' });
+    await d.client.setEpisodeOutcome(r.id, 2, { reward: 1, outcome: 'success' });
+    const api1 = await d.client.getEpisode(r.id, 1, { steps: true });
+
+    const p = await browser!.newPage();
+    const errors: string[] = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto((await login()).url);
+    // The session's own list, from its detail view: both attempts, newest first.
+    await p.locator(`.card[data-id="${r.id}"]`).click();
+    await p.locator('#sessep').click();
+    const rows = p.locator('#eplist tr.ep');
+    await until("the session's episodes", async () => (await rows.count()) === 2);
+    assert.deepEqual(await rows.evaluateAll((trs) => trs.map((t) => (t as HTMLElement).dataset.key)), [`${r.id}/2`, `${r.id}/1`]);
+    // Every episode, failures only, then successes only.
+    await p.locator('#epback').click();
+    await p.locator('#allep').click();
+    await p.locator('#outcome').selectOption('failure');
+    await until('the failures', async () => {
+      const keys = await rows.evaluateAll((trs) => trs.map((t) => `${(t as HTMLElement).dataset.key} ${(t as HTMLElement).dataset.outcome}`));
+      return keys.length === 1 && keys[0] === `${r.id}/1 failure`;
+    });
+    await p.locator('#outcome').selectOption('success');
+    await until('the successes', async () => (await rows.evaluateAll((trs) => trs.map((t) => (t as HTMLElement).dataset.key))).join() === `${r.id}/2`);
+    await p.locator('#outcome').selectOption('failure');
+    await until('the failures again', async () => (await rows.count()) === 1 && (await rows.first().getAttribute('data-key')) === `${r.id}/1`);
+    await rows.first().click();
+
+    // The replay of generation 1: its generation and outcome, then step by step.
+    await until('the replay', async () => (await p.locator('#rpgen').innerText()) === '1');
+    assert.match(await p.locator('#rpoutcome').innerText(), /failure reward 0/);
+    const frame = p.locator('#frame');
+    /** Whether the canvas is the marks' red at a screen point (the frame is drawn 1:1, 800x600). */
+    const red = async (x: number, y: number) => {
+      const [r0, g, b] = await frame.evaluate((c: HTMLCanvasElement, [px, py]) => Array.from(c.getContext('2d')!.getImageData(px!, py!, 1, 1).data), [x, y]);
+      return r0! > 200 && g! < 60 && b! < 60;
+    };
+    /** Presses ▶ until the scrubber shows the step's first position (the frame drawn). */
+    const toStep = async (n: number) => {
+      await until(`step ${n} on the scrubber`, async () => {
+        if (Number(await frame.getAttribute('data-step')) >= n) return true;
+        await p.locator('#next').click();
+        return false;
+      });
+      assert.equal(Number(await frame.getAttribute('data-step')), n);
+    };
+    await toStep(1);
+    const files1 = new Set([api1.steps![0]!.frame, ...api1.timeline!.filter((f) => f.step === 1).map((f) => f.file)]);
+    assert.ok(files1.has(await frame.getAttribute('data-file')), 'a frame of step 1');
+    assert.equal(await frame.getAttribute('data-marks'), 'click@100,120');
+    assert.ok(await red(100, 120), 'the click drawn where it happened');
+    assert.match(await p.locator('#caption').innerText(), /step 1 \(api\)\nclick 100,120/);
+    await until('the tree read after step 1', async () => /<|accessib/i.test(await p.locator('#tree').innerText()));
+    assert.equal(await p.locator('#tree').isVisible(), true);
+    await toStep(2);
+    assert.equal(await frame.getAttribute('data-marks'), 'drag@300,250');
+    assert.ok(await red(300, 250), "the drag's end drawn");
+    assert.ok(await red(250, 225), "the drag's path drawn");
+    assert.match(await p.locator('#caption').innerText(), /drag 200,200 → 300,250/);
+    await toStep(3);
+    const cap = await p.locator('#caption').innerText();
+    assert.match(cap, /type "hello"/);
+    assert.match(cap, /key ctrl\+a/);
+    assert.equal(await frame.getAttribute('data-marks'), '');
+    // And back with the scrubber itself.
+    await p.locator('#scrub').evaluate((el: HTMLInputElement) => {
+      el.value = '0';
+      el.dispatchEvent(new Event('input'));
+    });
+    await until('the start', async () => (await frame.getAttribute('data-step')) === '0' || (await frame.getAttribute('data-step')) === '1');
+    assert.deepEqual(errors, []);
+    await p.close();
+  });
+
   it('an unused code has expired after 60 s', async () => {
     const wait = Date.parse(stale.expiresAt) - Date.now() + 500;
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));

@@ -4,12 +4,12 @@ import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { EpisodeStore, parseEvents, stepsOf } from '../../src/session/episodes.ts';
+import { type EpisodeLimits, EpisodeStore, parseEvents, stepsOf } from '../../src/session/episodes.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'drums-episodes-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 let n = 0;
-function store(limits = { sessionBytes: 1024 ** 2, hostBytes: 8 * 1024 ** 2 }) {
+function store(limits: EpisodeLimits = { sessionBytes: 1024 ** 2, hostBytes: 8 * 1024 ** 2 }) {
   const dir = join(root, `state${n++}`);
   mkdirSync(dir);
   const st = new EpisodeStore(dir, limits);
@@ -182,6 +182,78 @@ describe('episode store', () => {
     await st.close(ID, 1, 'destroy');
     assert.equal(readFileSync(target, 'utf8'), 'host file\n');
     assert.equal(rec.stopped, 'write_error');
+  });
+
+  it('retention: closed episodes past the age, then the oldest past the count, are deleted; open ones never', async () => {
+    const tick = () => new Promise((r) => setTimeout(r, 3));
+    const ages = store({ sessionBytes: 1024 ** 2, hostBytes: 8 * 1024 ** 2, keepMs: 86_400_000, keepCount: 0 });
+    for (const [id, g] of [
+      [ID, 1],
+      [ID2, 1],
+    ] as const) {
+      ages.open(id, g, { frames: 0, a11y: false });
+      await ages.close(id, g, 'reset');
+    }
+    ages.open(ID, 2, { frames: 0, a11y: false });
+    assert.equal(ages.retain(), 0, 'nothing is a day old yet');
+    assert.equal(ages.retain(Date.now() + 2 * 86_400_000), 2);
+    assert.deepEqual(
+      ages.listAll().map((e) => `${e.session}/${e.generation}`),
+      [`${ID}/2`],
+    );
+    assert.deepEqual(readdirSync(ages.dir), [ID], "the emptied session's directory went too");
+    await assert.rejects(ages.read(ID2, 1), { code: 'episode_not_found' });
+
+    const count = store({ sessionBytes: 1024 ** 2, hostBytes: 8 * 1024 ** 2, keepMs: 0, keepCount: 2 });
+    for (const g of [1, 2, 3, 4]) {
+      count.open(ID, g, { frames: 0, a11y: false });
+      await count.close(ID, g, 'reset');
+      await tick();
+    }
+    count.open(ID, 5, { frames: 0, a11y: false });
+    const before = count.totalBytes;
+    assert.equal(count.retain(), 2);
+    assert.deepEqual(
+      count.list(ID).map((e) => e.generation),
+      [3, 4, 5],
+    );
+    assert.ok(count.totalBytes < before, 'the bytes are counted off');
+    // By hand: a live episode is refused, a closed one goes.
+    assert.throws(() => count.remove(ID, 5), { code: 'episode_open' });
+    count.remove(ID, 3);
+    assert.throws(() => count.remove(ID, 3), { code: 'episode_not_found' });
+  });
+
+  it('listAll filters by outcome; the store is full from a refused write until an episode is deleted', async () => {
+    const st = store({ sessionBytes: 1024 ** 2, hostBytes: 64 * 1024 });
+    for (const [g, o] of [
+      [1, { reward: 0 }],
+      [2, { reward: 1, outcome: 'success' }],
+      [3, { reward: 1, outcome: 'timeout' }],
+      [4, null],
+    ] as const) {
+      st.open(ID, g, { frames: 0, a11y: false });
+      await st.close(ID, g, 'reset');
+      if (o) st.setOutcome(ID, g, o);
+    }
+    const gens = (outcome?: string) =>
+      st
+        .listAll(outcome ? { outcome } : {})
+        .map((e) => e.generation)
+        .sort();
+    assert.deepEqual(gens('failure'), [1, 3]);
+    assert.deepEqual(gens('success'), [2]);
+    assert.deepEqual(gens('unscored'), [4]);
+    assert.deepEqual(gens('timeout'), [3]);
+    assert.deepEqual(gens(), [1, 2, 3, 4]);
+    assert.equal(st.hostFull(), false);
+    const rec = st.open(ID2, 1, { frames: 0, a11y: false });
+    rec.actions({ at: 1, ms: 1, actions: ['x'.repeat(80 * 1024)], steps: [], results: [] });
+    assert.equal(rec.stopped, 'host_quota');
+    assert.equal(st.hostFull(), true);
+    await st.close(ID2, 1, 'destroy');
+    st.remove(ID, 1);
+    assert.equal(st.hostFull(), false);
   });
 
   it('parseEvents: empty file, no newline at all', () => {

@@ -24,6 +24,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "pool_not_found": (404, "No warm pool with this name; see GET /v1/pools."),
     "image_not_found": (404, "No recipe with this image name."),
     "file_not_found": (404, "No such file in the session."),
+    "episode_open": (409, "The episode is still recording; reset or destroy its session first."),
+    "episode_store_full": (507, "The instance's episode store is full (DRUMS_EPISODE_MAX_MB): delete episodes or let retention (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP) delete closed ones, or create the session without record."),
     "episode_not_found": (404, "No recorded episode (or episode file) with this session id and generation; see GET /v1/sessions/{id}/episodes."),
     "method_not_allowed": (405, "The path exists but not with this method."),
     "session_busy": (409, "The session is being created, reset or destroyed."),

@@ -27,6 +27,8 @@ __all__ = [
     "PoolNotFound",
     "ImageNotFound",
     "FileNotFound",
+    "EpisodeOpen",
+    "EpisodeStoreFull",
     "EpisodeNotFound",
     "MethodNotAllowedError",
     "SessionBusy",
@@ -232,6 +234,20 @@ class FileNotFound(NotFound):
 
     code = "file_not_found"
     status = 404
+
+
+class EpisodeOpen(Conflict):
+    """409: The episode is still recording; reset or destroy its session first."""
+
+    code = "episode_open"
+    status = 409
+
+
+class EpisodeStoreFull(ServerError):
+    """507: The instance's episode store is full (DRUMS_EPISODE_MAX_MB): delete episodes or let retention (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP) delete closed ones, or create the session without record."""
+
+    code = "episode_store_full"
+    status = 507
 
 
 class EpisodeNotFound(NotFound):
@@ -608,6 +624,8 @@ ERRORS: dict[str, type[DrumsError]] = {
     "pool_not_found": PoolNotFound,
     "image_not_found": ImageNotFound,
     "file_not_found": FileNotFound,
+    "episode_open": EpisodeOpen,
+    "episode_store_full": EpisodeStoreFull,
     "episode_not_found": EpisodeNotFound,
     "method_not_allowed": MethodNotAllowedError,
     "session_busy": SessionBusy,

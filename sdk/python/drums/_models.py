@@ -86,6 +86,7 @@ __all__ = [
     "TakeoverView",
     "TerminalText",
     "Termination",
+    "TimelineFrame",
     "Window",
     "WindowOpResult",
     "WindowsView",
@@ -203,6 +204,17 @@ class EpisodeStep(_EpisodeStepRequired, total=False):
     results: dict[str, Any]  # The batch's results, or the guest call's status.
 
 
+class _TimelineFrameRequired(TypedDict):
+    at: float  # Epoch milliseconds it was captured or served.
+    file: str  # The image file.
+    step: int  # The last step before it (0: before the first).
+
+
+class TimelineFrame(_TimelineFrameRequired, total=False):
+    width: int
+    height: int
+
+
 class EpisodeEnd(TypedDict):
     """Where the event file ends: a daemon killed mid-write leaves a last line without its newline (`partialBytes`), which is skipped."""
     closed: bool  # The file has its close event.
@@ -221,6 +233,7 @@ class _EpisodeRequired(TypedDict):
 class Episode(_EpisodeRequired, total=False):
     initialFrame: str | None  # The first frame served before the first step.
     steps: list[EpisodeStep]  # Every step (with `steps=1`).
+    timeline: list[TimelineFrame]  # Every kept image in time order (with `steps=1`): the replay and recording.mp4.
 
 
 class _PoolClaimRequired(TypedDict):

@@ -1,8 +1,10 @@
 """Recorded episodes (docs/episodes.md): ``client.episodes`` and its async twin.
 
 A session created with ``record={...}`` has one episode per generation. ``export`` writes OSWorld's result layout
-(``traj.jsonl``, ``step_N_TS.png``, ``initial_state.png``, ``result.txt`` when a reward is known) and the dataset
-(``steps.jsonl``, ``trees/``), the same files as ``drums episodes export``.
+(``traj.jsonl``, ``step_N_TS.png``, ``initial_state.png``, ``recording.mp4`` when frames were kept and ffmpeg is
+installed, ``result.txt`` when a reward is known) and the dataset (``steps.jsonl``, ``trees/``), the same files as
+``drums episodes export``. The export is written once, as a generator that asks for what it needs (``_export``);
+the sync and async classes only answer its requests.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import TYPE_CHECKING, Any
+import shutil
+import subprocess
+import tempfile
+from typing import TYPE_CHECKING, Any, Generator
 
 from . import _models as m
 
@@ -21,6 +26,10 @@ if TYPE_CHECKING:
 def _path(session_id: str, generation: int | None = None, sub: str = "") -> str:
     base = f"/v1/sessions/{session_id}/episodes"
     return base if generation is None else f"{base}/{int(generation)}{sub}"
+
+
+def _all_params(outcome: str | None, limit: int | None) -> dict[str, Any]:
+    return {k: v for k, v in (("outcome", outcome), ("limit", limit)) if v is not None}
 
 
 def _outcome(reward: float | None, outcome: str | None, details: dict[str, Any] | None) -> dict[str, Any]:
@@ -119,6 +128,67 @@ def _write(out_dir: str, texts: dict[str, str], blobs: dict[str, bytes]) -> None
             f.write(data)
 
 
+#: The longest one frame is shown in recording.mp4 (an idle screen is not minutes of the same picture).
+_MAX_FRAME_S = 5.0
+
+
+def _ffconcat(timeline: list[dict[str, Any]], names: dict[str, str]) -> str:
+    """ffmpeg's concat list: each kept image shown until the next one (the episode's own time, capped)."""
+    lines = ["ffconcat version 1.0"]
+    for i, f in enumerate(timeline):
+        nxt = timeline[i + 1] if i + 1 < len(timeline) else None
+        dur = min(_MAX_FRAME_S, max(0.001, (nxt["at"] - f["at"]) / 1000)) if nxt else 1.0
+        lines += [f"file {names[f['file']]}", f"duration {dur:.3f}"]
+    lines.append(f"file {names[timeline[-1]['file']]}")  # the last duration counts only with the file named again
+    return "\n".join(lines) + "\n"
+
+
+def _encode(timeline: list[dict[str, Any]], blobs: dict[str, bytes], out: str) -> bool:
+    """recording.mp4 from the kept images by ffmpeg (H.264), as ``drums episodes export``; False without ffmpeg."""
+    ffmpeg = shutil.which("ffmpeg")
+    if not timeline or not ffmpeg:
+        return False
+    with tempfile.TemporaryDirectory(prefix="drums-mp4-") as work:
+        names: dict[str, str] = {}
+        for f in timeline:
+            if f["file"] not in names:
+                names[f["file"]] = f"f{len(names)}.{f['file'].rsplit('.', 1)[1]}"
+                with open(os.path.join(work, names[f["file"]]), "wb") as fh:
+                    fh.write(blobs[f["file"]])
+        with open(os.path.join(work, "list.ffconcat"), "w") as fh:
+            fh.write(_ffconcat(timeline, names))
+        first = next((f for f in timeline if f.get("width") and f.get("height")), None)
+        if first:
+            w, h = max(2, first["width"] // 2 * 2), max(2, first["height"] // 2 * 2)
+            vf = f"scale={w}:{h}:force_original_aspect_ratio=decrease,pad={w}:{h}:(ow-iw)/2:(oh-ih)/2"
+        else:
+            vf = "scale=trunc(iw/2)*2:trunc(ih/2)*2"
+        subprocess.run(
+            [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-f", "concat", "-i", os.path.join(work, "list.ffconcat"),
+             "-vf", vf + ",format=yuv420p", "-fps_mode", "vfr", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28",
+             "-movflags", "+faststart", out],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+    return True
+
+
+#: What the export generator asks its driver for: ("get", params) -> the episode; ("file", name) -> its bytes;
+#: ("run", fn, args) -> fn(*args) (the sync driver calls it, the async one in a thread: file writes, ffmpeg).
+_Request = tuple
+
+
+def _export(out_dir: str) -> Generator[_Request, Any, m.EpisodeEnd]:
+    ep = yield ("get", {"steps": True, "limit": 1})
+    texts, fetch = _plan(ep)
+    timeline = ep.get("timeline") or []
+    blobs: dict[str, bytes] = {}
+    for name in sorted(set(fetch.values()) | {f["file"] for f in timeline}):
+        blobs[name] = yield ("file", name)
+    yield ("run", _write, (out_dir, texts, {k: blobs[v] for k, v in fetch.items()}))
+    yield ("run", _encode, (timeline, blobs, os.path.join(out_dir, "recording.mp4")))
+    return ep["end"]
+
+
 class Episodes:
     """``client.episodes``: a session's recorded episodes, also after the session was destroyed."""
 
@@ -127,6 +197,14 @@ class Episodes:
 
     def list(self, session_id: str) -> list[m.EpisodeSummary]:
         return self._c.request("GET", _path(session_id)).json()["episodes"]
+
+    def list_all(self, outcome: str | None = None, limit: int | None = None) -> list[m.EpisodeSummary]:
+        """Every episode of the daemon, newest first; ``outcome``: failure, success, unscored, or a word."""
+        return self._c.request("GET", "/v1/episodes", params=_all_params(outcome, limit)).json()["episodes"]
+
+    def delete(self, session_id: str, generation: int) -> None:
+        """Deletes a closed episode (409 ``episode_open`` while it records)."""
+        self._c.request("DELETE", _path(session_id, generation))
 
     def get(
         self, session_id: str, generation: int, *, steps: bool = False, start: int = 0, limit: int | None = None
@@ -154,12 +232,21 @@ class Episodes:
         return self._c.request("POST", _path(session_id, generation, "/outcome"), json=body).json()
 
     def export(self, session_id: str, generation: int, out_dir: str) -> m.EpisodeEnd:
-        """Writes the episode's OSWorld result layout and dataset into ``out_dir``; returns where its events end."""
-        ep = self.get(session_id, generation, steps=True, limit=1)
-        texts, fetch = _plan(ep)
-        cache = {v: self.file(session_id, generation, v) for v in set(fetch.values())}
-        _write(out_dir, texts, {k: cache[v] for k, v in fetch.items()})
-        return ep["end"]
+        """Writes the episode's OSWorld result layout (with recording.mp4) and dataset into ``out_dir``; returns
+        where its events end (``closed``, ``lines``, ``partialBytes``: a half-written episode ends there)."""
+        gen = _export(out_dir)
+        req = next(gen)
+        while True:
+            if req[0] == "get":
+                got: Any = self.get(session_id, generation, **req[1])
+            elif req[0] == "file":
+                got = self.file(session_id, generation, req[1])
+            else:
+                got = req[1](*req[2])
+            try:
+                req = gen.send(got)
+            except StopIteration as done:
+                return done.value
 
 
 class AsyncEpisodes:
@@ -170,6 +257,12 @@ class AsyncEpisodes:
 
     async def list(self, session_id: str) -> list[m.EpisodeSummary]:
         return (await self._c.request("GET", _path(session_id))).json()["episodes"]
+
+    async def list_all(self, outcome: str | None = None, limit: int | None = None) -> list[m.EpisodeSummary]:
+        return (await self._c.request("GET", "/v1/episodes", params=_all_params(outcome, limit))).json()["episodes"]
+
+    async def delete(self, session_id: str, generation: int) -> None:
+        await self._c.request("DELETE", _path(session_id, generation))
 
     async def get(
         self, session_id: str, generation: int, *, steps: bool = False, start: int = 0, limit: int | None = None
@@ -197,10 +290,19 @@ class AsyncEpisodes:
         return (await self._c.request("POST", _path(session_id, generation, "/outcome"), json=body)).json()
 
     async def export(self, session_id: str, generation: int, out_dir: str) -> m.EpisodeEnd:
-        ep = await self.get(session_id, generation, steps=True, limit=1)
-        texts, fetch = _plan(ep)
-        cache: dict[str, bytes] = {}
-        for v in set(fetch.values()):
-            cache[v] = await self.file(session_id, generation, v)
-        _write(out_dir, texts, {k: cache[v] for k, v in fetch.items()})
-        return ep["end"]
+        """As :meth:`Episodes.export`; files and ffmpeg run in a worker thread, off the event loop."""
+        import asyncio
+
+        gen = _export(out_dir)
+        req = next(gen)
+        while True:
+            if req[0] == "get":
+                got: Any = await self.get(session_id, generation, **req[1])
+            elif req[0] == "file":
+                got = await self.file(session_id, generation, req[1])
+            else:
+                got = await asyncio.to_thread(req[1], *req[2])
+            try:
+                req = gen.send(got)
+            except StopIteration as done:
+                return done.value

@@ -100,6 +100,9 @@ class DrumsAPI:
     def fork(self, sid: str, count: int, mode: str = "disk") -> dict:
         return self._call("POST", f"/v1/sessions/{sid}/fork", json={"count": count, "mode": mode})
 
+    def set_outcome(self, sid: str, generation: int, body: dict) -> dict:
+        return self._call("POST", f"/v1/sessions/{sid}/episodes/{int(generation)}/outcome", json=body)
+
 
 #: A session the next DrumsProvider started on this thread adopts instead of creating one
 #: (a forked copy of a set-up task; see drums.osworld_group and DrumsProvider.fork).
@@ -185,6 +188,9 @@ def _make_classes():
                 standbys = int(os.environ.get("DRUMS_OSWORLD_STANDBYS", "0") or 0)
                 if standbys:
                     spec["standbys"] = standbys
+                # `drums osworld run --record`: the daemon records every attempt (docs/episodes.md).
+                if os.environ.get("DRUMS_OSWORLD_RECORD"):
+                    spec["record"] = json.loads(os.environ["DRUMS_OSWORLD_RECORD"])
                 if screen:
                     spec["screen"] = screen
                 self.session = self.api.create(spec)
@@ -571,6 +577,7 @@ def run_task(
         "file": src,
         "setup_ok": False,
         "score": None,
+        "episode": None,
         "oracle": oracle is not None,
         "error": None,
         "warnings": [],
@@ -630,6 +637,7 @@ def run_task(
         for i, a in enumerate(oracle or []):
             _step_noting_errors(env, a, pause, i, res["warnings"])
         res["score"] = float(env.evaluate())
+        res["episode"] = attach_score(env, res["score"], res["task"])
         if oracle is None:
             res["started_solved"] = res["score"] != 0
     except Exception as e:
@@ -645,6 +653,26 @@ def run_task(
         obs = res["observation"] or {}
         res["live"] = bool(res["setup_ok"] and obs.get("ok") and not res.get("missing_windows") and not res["lost"])
     return res
+
+
+def attach_score(env: Any, score: Optional[float], task_id: Any) -> Optional[dict]:
+    """With ``--record``: the task's score on the episode of the attempt just scored (the session's current
+    generation), as ``reward`` and ``outcome`` success (above 0) or failure. Returns ``{session, generation}``,
+    or ``{error}`` when the daemon refused (the run goes on); None when not recording."""
+    if not os.environ.get("DRUMS_OSWORLD_RECORD") or score is None or env is None or not env.provider.session:
+        return None
+    sid = env.provider.session["id"]
+    try:
+        gen = env.provider.api.get(sid)["generation"]
+        body = {
+            "reward": float(score),
+            "outcome": "success" if score > 0 else "failure",
+            "details": {"task": str(task_id)},
+        }
+        env.provider.api.set_outcome(sid, gen, body)
+        return {"session": sid, "generation": gen}
+    except Exception as e:  # the score stands; only its copy on the episode is missing
+        return {"session": sid, "error": f"{type(e).__name__}: {e}"}
 
 
 def check_osworld_src() -> Optional[str]:
@@ -695,6 +723,14 @@ def run_main(argv: list[str]) -> int:
         default=DEFAULT_OBSERVATION,
         help=f"what each task is observed with, as an agent of OSWorld's run.py --observation_type would be (default {DEFAULT_OBSERVATION}, run.py's)",
     )
+    ap.add_argument(
+        "--record",
+        nargs="?",
+        const=2.0,
+        type=float,
+        metavar="FPS",
+        help="record every attempt as an episode (frames at FPS, default 2; trees kept) and attach each task's score to it (docs/episodes.md)",
+    )
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.ERROR)
@@ -717,6 +753,11 @@ def run_main(argv: list[str]) -> int:
         # Without egress a web task's pages never load in the session, and one that checks something is
         # gone (chrome 7b6c7e24: no amazon.com cookies) scores 1.0 before acting.
         os.environ["DRUMS_OSWORLD_EGRESS"] = "1"
+    if a.record is not None:
+        if not 0 <= a.record <= 30:
+            print("--record FPS must be within 0..30", file=sys.stderr)
+            return 2
+        os.environ["DRUMS_OSWORLD_RECORD"] = json.dumps({"frames": a.record, "a11y": True})
     cache_root = tempfile.mkdtemp(prefix="drums-osworld-")
     results: list[dict] = []
     n = len(tasks)
@@ -763,6 +804,7 @@ def run_main(argv: list[str]) -> int:
                         "osworld_src": os.environ.get("DRUMS_OSWORLD_SRC"),
                         "group": a.group,
                         "observation": a.observation,
+                        "record": a.record,
                     },
                     "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
                     "results": {"summary": summary, "tasks": results},

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from .osworld import DEFAULT_OBSERVATION, adopt_next, cache_preflight, check_observation, needs_internet
+from .osworld import DEFAULT_OBSERVATION, adopt_next, attach_score, cache_preflight, check_observation, needs_internet
 
 #: Setup steps that start or arrange apps (replayed in a disk-forked copy).
 REPLAY_IN_COPY = {"launch", "open", "activate_window", "sleep", "chrome_open_tabs", "close_window"}
@@ -67,6 +67,7 @@ def _member(
         m["replayed"] = [s["type"] for s in replay]
         m["ready_s"] = round(time.monotonic() - t0, 2)
         m["score"] = _score(env, oracle, pause)
+        m["episode"] = attach_score(env, m["score"], task.get("id"))
     except Exception as e:
         m["error"] = f"{type(e).__name__}: {e}"
     finally:
@@ -164,6 +165,7 @@ def run_group(
             ]
             try:
                 members[0]["score"] = _score(env, oracle, pause)
+                members[0]["episode"] = attach_score(env, members[0]["score"], task.get("id"))
             except Exception as e:
                 members[0]["error"] = f"{type(e).__name__}: {e}"
             members += [f.result() for f in futs]

@@ -39,6 +39,17 @@ def test_episodes_list_get_outcome_export(client, tmp_path):
                 await ac.episodes.export(s.id, 1, str(tmp_path / "async"))
 
         asyncio.run(run())
+        # Every episode of the daemon, by outcome; a live episode is not deleted, a closed one is, and is then 404.
+        assert (s.id, 1) in [(e["session"], e["generation"]) for e in client.episodes.list_all(outcome="failure")]
+        assert (s.id, 1) not in [(e["session"], e["generation"]) for e in client.episodes.list_all(outcome="success")]
+        with pytest.raises(errors.DrumsError) as live:
+            client.episodes.delete(s.id, 2)
+        assert live.value.code == "episode_open"
+        client.episodes.delete(s.id, 1)
+        with pytest.raises(errors.DrumsError) as gone:
+            client.episodes.export(s.id, 1, str(tmp_path / "gone"))
+        assert gone.value.code == "episode_not_found" and gone.value.status == 404
+        assert [e["generation"] for e in client.episodes.list(s.id)] == [2]
     for d in ("sync", "async"):
         out = tmp_path / d
         traj = [json.loads(line) for line in (out / "traj.jsonl").read_text().splitlines()]
@@ -47,4 +58,6 @@ def test_episodes_list_get_outcome_export(client, tmp_path):
         assert (out / "result.txt").read_text() == "0.5\n"
         steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
         assert steps[0]["action"][0]["type"] == "click" and steps[0]["outcome"] == "failure"
+        # recording.mp4, by ffmpeg from the kept frames (setup installs ffmpeg).
+        assert (out / "recording.mp4").read_bytes()[4:8] == b"ftyp"
     assert (tmp_path / "sync" / "traj.jsonl").read_text() == (tmp_path / "async" / "traj.jsonl").read_text()

@@ -222,13 +222,24 @@ def test_cache_tasks_score_0_before_and_1_after_acting_and_bad_input_is_per_task
             str(orc),
             "--out",
             str(out),
+            "--record",
         ],
         daemon,
         shared,
     )
     assert r.returncode == 0, r.stderr
-    for x in json.loads(out.read_text())["results"]["tasks"]:
-        assert x["score"] == 1.0, x
+    # --record: each attempt recorded, its score attached to its episode (the session is gone; the episode stays).
+    from drums import Client
+
+    with Client(daemon.url, daemon.token) as c:
+        for x in json.loads(out.read_text())["results"]["tasks"]:
+            assert x["score"] == 1.0, x
+            ep = x["episode"]
+            assert ep and "error" not in ep, x
+            summary = c.episodes.get(ep["session"], ep["generation"], limit=1)["episode"]
+            assert summary["outcome"]["reward"] == 1.0 and summary["outcome"]["outcome"] == "success", summary
+            assert summary["outcome"]["details"] == {"task": x["task"]}
+            assert summary["steps"] >= 1 and summary["record"] == {"frames": 2, "a11y": True}, summary
     # No run wrote into the shared cache (vm_file outputs and desktop_env's writes went to per-task copies).
     assert digest(shared) == before
 

@@ -78,6 +78,20 @@ export function episodeRoutes(ctx: RouteContext) {
 
   app.get('/v1/sessions/:id/episodes', (c) => c.json({ episodes: store.list(idOf(c)) }));
 
+  // Every episode of the instance, newest first, of one outcome when asked (the dashboard's "show me the failures").
+  app.get('/v1/episodes', (c) => {
+    const outcome = c.req.query('outcome');
+    if (outcome !== undefined && !OUTCOME_RE.test(outcome)) throw new ValidationError('outcome', 'must be success, failure, unscored or an outcome word');
+    const limit = intQuery(c, 'limit', 1, MAX_PAGE) ?? 1000;
+    return c.json({ episodes: store.listAll({ ...(outcome ? { outcome } : {}), limit }), bytes: store.totalBytes, maxBytes: store.limits.hostBytes });
+  });
+
+  app.delete('/v1/sessions/:id/episodes/:generation', (c) => {
+    const id = idOf(c);
+    store.remove(id, generationOf(c));
+    return c.body(null, 204);
+  });
+
   app.get('/v1/sessions/:id/episodes/:generation', async (c) => {
     const id = idOf(c);
     const generation = generationOf(c);
@@ -89,7 +103,7 @@ export function episodeRoutes(ctx: RouteContext) {
     const derived = withSteps ? stepsOf(events) : undefined;
     return c.json({
       episode: summary,
-      ...(derived ? { steps: derived.steps, initialFrame: derived.initialFrame } : {}),
+      ...(derived ? { steps: derived.steps, initialFrame: derived.initialFrame, timeline: derived.timeline } : {}),
       events: page,
       next: from + page.length < events.length ? from + page.length : null,
       end,

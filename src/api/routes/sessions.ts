@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
 import { parseSpec } from '../../session/spec.ts';
+import { episodeStoreFull } from '../../session/episodes.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../request.ts';
 import { checkBody } from '../spec-validate.ts';
@@ -72,6 +73,8 @@ export function sessionRoutes(ctx: RouteContext) {
     // (a JSON null is no body: the default session). create() parses the spec again.
     const spec = parseSpec(body, mgr.defaultCpus);
     checkBody('createSession', body ?? {});
+    // Asked to record, with the episode store full: a clear refusal now rather than a recording stopped at once.
+    if (spec.record && mgr.episodes.hostFull()) throw episodeStoreFull(mgr.episodes);
     // A spec equal to a pool's template (TTL aside) is served from that pool.
     const pool = pools.match(spec);
     if (pool) {

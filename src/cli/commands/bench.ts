@@ -423,6 +423,33 @@ const BENCHES: RecordBench[] = [
     report: (record: { summary: string }) => `${record.summary}\n`,
   },
   {
+    name: 'episodes',
+    description:
+      "the cost of recording (docs/episodes.md): at each N, sessions not recorded, recorded (actions only), and with frames at 2 and 10 fps, stepped in the same run: steps/s, p99, the daemon's CPU and disk bytes per session-minute; then the export time and size of one episode",
+    options: [
+      ['--ns <list>', 'session counts', '40,100'],
+      ['--seconds <n>', 'seconds each arm steps at each N', '60'],
+      ['--trials <n>', 'trials per N (the arms turn round each)', '3'],
+      ['--export-steps <n>', 'steps of the exported episode', '100'],
+      IMAGE('minimal'),
+      OUT,
+      JSON_OPT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/episodes-bench.ts')).runEpisodesBench({
+        ns: list(o.ns),
+        seconds: seconds(o.seconds, '--seconds'),
+        trials: num(o.trials),
+        exportSteps: num(o.exportSteps),
+        image: String(o.image),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: { summary: unknown; export: unknown; bars: unknown }) =>
+      `${JSON.stringify(record.summary, null, 1)}\nexport: ${JSON.stringify(record.export)}\nbars: ${JSON.stringify(record.bars)}\n`,
+  },
+  {
     name: 'density',
     description: 'how many Chromium sessions the host holds at once (bar: 50)',
     options: [['--sessions <n>', 'sessions to hold', '50'], ['--concurrency <n>', 'creates in flight', '4'], IMAGE('default'), OUT],

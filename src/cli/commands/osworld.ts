@@ -19,6 +19,7 @@ export function registerOsworld(program: Command): void {
       "observe each task as an agent with this observation type would (OSWorld run.py's --observation_type): screenshot, a11y_tree, screenshot_a11y_tree or som",
       'a11y_tree',
     )
+    .option('--record [fps]', "record every attempt as an episode (frames at fps, default 2; trees kept) and attach each task's score to it (docs/episodes.md)")
     .option('--verbose', 'desktop_env logging')
     .action(async (tasks: string[], o: import('../../osworld/run.ts').RunOptions) => {
       const { osworldRun } = await import('../../osworld/run.ts');

@@ -45,6 +45,10 @@ export class PoolNotFoundError extends DrumsApiError {}
 export class ImageNotFoundError extends DrumsApiError {}
 /** 404: No such file in the session. */
 export class FileNotFoundError extends DrumsApiError {}
+/** 409: The episode is still recording; reset or destroy its session first. */
+export class EpisodeOpenError extends DrumsApiError {}
+/** 507: The instance's episode store is full (DRUMS_EPISODE_MAX_MB): delete episodes or let retention (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP) delete closed ones, or create the session without record. */
+export class EpisodeStoreFullError extends DrumsApiError {}
 /** 404: No recorded episode (or episode file) with this session id and generation; see GET /v1/sessions/{id}/episodes. */
 export class EpisodeNotFoundError extends DrumsApiError {}
 /** 405: The path exists but not with this method. */
@@ -170,6 +174,8 @@ export const ERROR_CLASSES = {
   pool_not_found: PoolNotFoundError,
   image_not_found: ImageNotFoundError,
   file_not_found: FileNotFoundError,
+  episode_open: EpisodeOpenError,
+  episode_store_full: EpisodeStoreFullError,
   episode_not_found: EpisodeNotFoundError,
   method_not_allowed: MethodNotAllowedError,
   session_busy: SessionBusyError,

@@ -22,6 +22,8 @@ export const ERROR_CODES = {
   pool_not_found: { status: 404, description: "No warm pool with this name; see GET /v1/pools." },
   image_not_found: { status: 404, description: "No recipe with this image name." },
   file_not_found: { status: 404, description: "No such file in the session." },
+  episode_open: { status: 409, description: "The episode is still recording; reset or destroy its session first." },
+  episode_store_full: { status: 507, description: "The instance's episode store is full (DRUMS_EPISODE_MAX_MB): delete episodes or let retention (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP) delete closed ones, or create the session without record." },
   episode_not_found: { status: 404, description: "No recorded episode (or episode file) with this session id and generation; see GET /v1/sessions/{id}/episodes." },
   method_not_allowed: { status: 405, description: "The path exists but not with this method." },
   session_busy: { status: 409, description: "The session is being created, reset or destroyed." },
