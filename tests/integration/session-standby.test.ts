@@ -73,7 +73,12 @@ describe('reset by standby', () => {
 
   let id = '';
   it('swaps a standby in: same id and endpoint, generation + 1, nothing of the earlier attempt, the standby made again', async () => {
-    const created = (await d.client.createSession({ image: 'default', standbys: 1, labels: { 'drums.osworld': '1' } } as never)) as unknown as View;
+    const created = (await d.client.createSession({
+      image: 'default',
+      standbys: 1,
+      record: true,
+      labels: { 'drums.osworld': '1' },
+    } as never)) as unknown as View;
     id = created.id;
     assert.ok(created.osworld, 'the session has an OSWorld endpoint');
     assert.deepEqual(created.standbys?.target, 1);
@@ -111,6 +116,16 @@ describe('reset by standby', () => {
     assert.equal(env.output.trim(), `DRUMS_SESSION_ID=${id}`);
     // The screenshot route of the API follows too (the display service reconnects per generation).
     assert.ok((await d.client.screenshot(id)).length > 1000);
+    // The episode of the earlier attempt closed at the reset; the new one records the new generation's calls.
+    const eps = await until(
+      'the episodes',
+      () => d.client.listEpisodes(id),
+      (e) => (e.find((x) => x.generation === r.generation)?.steps ?? 0) >= 2,
+      60_000 * TIME_SCALE,
+    );
+    const old = eps.find((x) => x.generation === created.generation);
+    assert.equal(old?.closeReason, 'reset');
+    assert.equal(eps.find((x) => x.generation === r.generation)?.closedAt, null);
     // The standby is made again, and the old generation's objects go: again one session and one standby.
     await until(
       'a new standby is ready',
