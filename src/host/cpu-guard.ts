@@ -487,6 +487,11 @@ export class CpuGuard {
   }
 
   /** A session's tasks (pids.current), 0 where that can't be read. */
+  /** Whether a cgroup carries a demotion (its weight at the low value, or cpu.idle set). */
+  private _looksDemoted(cgroup: string): boolean {
+    return read(this._file('weight', cgroup))?.trim() === String((this.opts.v2 ? V2 : V1).low) || read(this._file('idle', cgroup))?.trim() === '1';
+  }
+
   private _taskCount(cgroup: string): number {
     return Number(read(this._file('pidsCurrent', cgroup))?.trim()) || 0;
   }
@@ -666,13 +671,18 @@ export class CpuGuard {
       if (!t) {
         this._tracks.set(id, (t = { cgroup: s.cgroup, cpus: s.cpus, samples: [], demoted: false, since: now, born: now, demotions: 0 }));
         // Demoted by a daemon that died: demoted from now on, so the rule below restores it.
-        t.demoted = read(this._file('weight', s.cgroup))?.trim() === String((this.opts.v2 ? V2 : V1).low) || read(this._file('idle', s.cgroup))?.trim() === '1';
+        t.demoted = this._looksDemoted(s.cgroup);
       }
+      // A reset served by a standby moves the session to the standby's cgroup (another path, whose
+      // counter need not be lower): the same fresh start as below, and a demotion the standby got
+      // as a session of its own ends too.
+      const moved = t.cgroup !== s.cgroup;
+      if (moved) t.demoted ||= this._looksDemoted(s.cgroup);
       t.cgroup = s.cgroup;
       t.cpus = s.cpus;
       // A reset makes a new cgroup: its counter starts again from 0. The new desktop starts
       // clean (its own quota, the default weight) and gets its grace time; the demotion ends.
-      if (t.samples.length && sample.ns < t.samples.at(-1)!.ns) {
+      if (moved || (t.samples.length && sample.ns < t.samples.at(-1)!.ns)) {
         t.samples = [];
         t.born = now;
         if (t.demoted) this._restore(id, t, now);

@@ -33,6 +33,10 @@ export interface SessionRecord {
   /** The session's host uid range, when it has a user namespace of its own (its claim stays with it). */
   uids?: UidRange;
   names: ReturnType<typeof objectNames>;
+  /** The key its objects and its directory are named with, when not its id: a reset by standby took over the standby's (src/session/standby.ts). */
+  slot?: string;
+  /** Set on a standby: the session it stands by for. A standby is never adopted (its owner makes a new one). */
+  standbyOf?: string;
   mounts: string[];
   spec: SessionSpec;
   generation: number;
@@ -56,11 +60,13 @@ export interface ReadRecords {
   corrupt: { id: string; why: string }[];
 }
 
-function validRecord(r: unknown, id: string, instance: string): r is SessionRecord {
+function validRecord(r: unknown, dirName: string, instance: string): r is SessionRecord {
   if (!r || typeof r !== 'object') return false;
   const x = r as Partial<SessionRecord>;
   return (
-    x.id === id &&
+    typeof x.id === 'string' &&
+    (x.slot === undefined || (typeof x.slot === 'string' && x.slot.startsWith(`${x.id}-`))) &&
+    (x.slot ?? x.id) === dirName &&
     x.instance === instance &&
     typeof x.phase === 'string' &&
     typeof x.generation === 'number' &&
@@ -157,7 +163,8 @@ export async function whyNotAdoptable(
 
 export interface AdoptionPlan {
   adopt: SessionRecord[];
-  swept: { id: string; why: string }[];
+  /** `standby`: the objects of a standby, not of a client's session. */
+  swept: { id: string; why: string; standby?: boolean }[];
 }
 
 /** Reads the instance's records and judges each session: adopt it, or sweep it (and say why). */
@@ -165,13 +172,27 @@ export async function planAdoption(inst: Instance, runtime: OciRuntime): Promise
   const { records, corrupt } = readRecords(inst.sessionsDir, inst.name);
   const plan: AdoptionPlan = { adopt: [], swept: [...corrupt] };
   for (const rec of records) {
+    if (rec.standbyOf) {
+      plan.swept.push({ id: rec.id, why: 'a standby is made anew, never adopted', standby: true });
+      continue;
+    }
+    const slot = rec.slot ?? rec.id;
     const why = await whyNotAdoptable(rec, runtime, {
-      x11Socket: join(inst.rtDir, rec.id, 'x11', 'X0'),
-      rtDir: join(inst.rtDir, rec.id),
-      sessionDir: join(inst.sessionsDir, rec.id),
+      x11Socket: join(inst.rtDir, slot, 'x11', 'X0'),
+      rtDir: join(inst.rtDir, slot),
+      sessionDir: join(inst.sessionsDir, slot),
     });
     if (why) plan.swept.push({ id: rec.id, why });
     else plan.adopt.push(rec);
   }
+  // Two ready records of one session cannot both be adopted (the daemon writes the old one 'resetting'
+  // before the new one 'ready'); should it happen, the newest generation wins and the other is swept.
+  const byId = new Map<string, SessionRecord>();
+  for (const rec of plan.adopt) {
+    const other = byId.get(rec.id);
+    if (!other || other.generation < rec.generation) byId.set(rec.id, rec);
+  }
+  for (const rec of plan.adopt) if (byId.get(rec.id) !== rec) plan.swept.push({ id: rec.id, why: 'an older generation of an adopted session' });
+  plan.adopt = [...byId.values()];
   return plan;
 }

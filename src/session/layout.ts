@@ -12,7 +12,7 @@ import { cgroupMode } from '../host/oci-runtime.ts';
 import { buildSpec } from '../host/oci-spec.ts';
 import { swapLimitSupported } from '../host/resources.ts';
 import { DESKTOP_ENV, DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
-import type { Session } from './session.ts';
+import { identityOf, slotOf, type Session } from './session.ts';
 import { diskRates } from './spec.ts';
 import { chownToSessionRoot, hostIds, usernsPaths } from './userns.ts';
 
@@ -30,13 +30,13 @@ import { chownToSessionRoot, hostIds, usernsPaths } from './userns.ts';
 export function prepareDirs(inst: Instance, s: Session): void {
   const upper = join(s.dir, 'disk', 'upper');
   const ids = hostIds(s.uids);
-  const rt = join(inst.rtDir, s.id);
+  const rt = join(inst.rtDir, slotOf(s));
   mkdirSync(join(upper, 'etc'), { recursive: true });
   mkdirSync(join(s.dir, 'disk', 'work'), { recursive: true });
   mkdirSync(join(s.dir, 'bundle', 'rootfs'), { recursive: true });
   // Per-session identity: D-Bus and friends key on the machine id.
   writeFileSync(join(upper, 'etc', 'machine-id'), randomBytes(16).toString('hex') + '\n', { mode: 0o444 });
-  writeFileSync(join(upper, 'etc', 'hostname'), `${s.id}\n`);
+  writeFileSync(join(upper, 'etc', 'hostname'), `${identityOf(s)}\n`);
   // /run/drums (sockets and status) belongs to the desktop user; /tmp/.X11-unix is sticky, like /tmp.
   mkdirSync(join(s.runDir, 'xdg'), { recursive: true });
   writeFileSync(join(s.runDir, 'status'), '');
@@ -67,7 +67,8 @@ export function prepareDirs(inst: Instance, s: Session): void {
 export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): void {
   const { width, height, depth } = s.spec.screen;
   const spec = buildSpec({
-    hostname: s.id,
+    // A standby's processes already see its owner's id (src/session/standby.ts).
+    hostname: identityOf(s),
     uid: DESKTOP_UID,
     gid: DESKTOP_GID,
     home: DESKTOP_HOME,
@@ -75,7 +76,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
     env: {
       ...DESKTOP_ENV,
       DRUMS_SCREEN: `${width}x${height}x${depth}`,
-      DRUMS_SESSION_ID: s.id,
+      DRUMS_SESSION_ID: identityOf(s),
       ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
       ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
       ...(config.browserZygote ? { DRUMS_BROWSER_ZYGOTE: '1' } : {}),
@@ -85,7 +86,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
     ...(s.uids ? { userns: { path: usernsPaths(s.dir).pin, base: s.uids.base, size: s.uids.size } } : {}),
     cgroupsPath: s.names.cgroup,
     runDir: s.runDir,
-    x11Dir: join(inst.rtDir, s.id, 'x11'),
+    x11Dir: join(inst.rtDir, slotOf(s), 'x11'),
     initPath: join(inst.rtDir, 'session-init'),
     allowMemoryMerge: benchEnv(s.spec.labels, config.benchHooks).DRUMS_KSM === '1',
     memoryBytes: s.spec.memoryBytes,

@@ -45,11 +45,12 @@ import { defaultSessionCpus, oomKills } from '../host/resources.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';
-import { diskRates, parseScreen, parseSpec, POOL_LABEL } from './spec.ts';
+import { diskRates, parseScreen, parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
 import { DESKTOP_ENV } from './desktop-user.ts';
 import { StatusWatcher } from './status-watcher.ts';
 import { runSteps, type Stage, type Step } from './steps.ts';
-import type { RestoreSeed, Session } from './session.ts';
+import { slotOf, type RestoreSeed, type Session } from './session.ts';
+import { standbyId, standbySpec, swapIdentity } from './standby.ts';
 import { prepareDirs, writeBundle } from './layout.ts';
 import { armXCookie, writeXauthority } from './x-auth.ts';
 
@@ -69,6 +70,8 @@ const SESSION_RT_BYTES = 16 * 1024 ** 2;
 /** How often each session's init is checked for life. */
 const LIVENESS_POLL_MS = 500;
 const sessionLog = (s: { dir: string }) => join(s.dir, 'disk', 'session.log');
+/** How long a session waits before it tries again to make a standby that could not be made. */
+const STANDBY_BACKOFF_MS = [1000, 2000, 5000, 15_000, 60_000];
 
 export interface ManagerOptions {
   maxSessions?: number;
@@ -126,7 +129,7 @@ export class SessionManager {
     else this._warnHostIds('DRUMS_USERNS=0');
     // Adopt the live sessions a previous daemon of this instance left; sweep everything else of it.
     const plan = await planAdoption(this.inst, this.runtime);
-    await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.id, names: r.names, egress: r.spec.egress })) });
+    await sweepInstance(this.inst, { keep: plan.adopt.map((r) => ({ id: r.slot ?? r.id, names: r.names, egress: r.spec.egress })) });
     mkdirSync(this.inst.sessionsDir, { recursive: true, mode: 0o700 });
     // Search-only for all: a memory fork's CRIU, as the copy's root in its user namespace, reaches the
     // rootfs runc mounts for it in the container's state directory (runc makes those 0711 too).
@@ -149,11 +152,19 @@ export class SessionManager {
     this.episodes.retain();
     this._retention = setInterval(() => this.episodes.retain(), 5 * 60_000);
     this._retention.unref();
-    for (const { id, why } of plan.swept) {
+    const adopted = new Set(plan.adopt.map((r) => r.id));
+    for (const { id, why, standby } of plan.swept) {
+      // A standby, or the old generation of an adopted session a reset by standby was recycling: no session ended.
+      if (standby || adopted.has(id)) {
+        log('info', 'host objects swept at daemon start', { id, why });
+        continue;
+      }
       log('warn', 'session swept at daemon start', { id, why });
       this._recordTermination(id, `swept at daemon start: ${why}`);
     }
     if (plan.adopt.length) log('info', 'sessions adopted', { ids: plan.adopt.map((r) => r.id) });
+    // Standbys are not adopted (src/session/standby.ts): the adopted sessions that keep some make new ones.
+    for (const s of this._sessions.values()) this._fillStandbys(s);
     // Liveness of every session: its init's PID and start time (the init is the PID namespace's
     // init: when it is gone, so is every process of the session).
     this._poller = setInterval(() => {
@@ -190,6 +201,7 @@ export class SessionManager {
   }
 
   private async _adopt(rec: SessionRecord): Promise<void> {
+    const slot = rec.slot ?? rec.id;
     const s: Session = {
       id: rec.id,
       state: 'ready',
@@ -200,11 +212,12 @@ export class SessionManager {
       subnet: rec.subnet,
       ...(rec.uids ? { uids: rec.uids } : {}),
       names: rec.names,
-      dir: join(this.inst.sessionsDir, rec.id),
-      runDir: join(this.inst.rtDir, rec.id, 'run'),
-      x11Socket: join(this.inst.rtDir, rec.id, 'x11', 'X0'),
+      ...(rec.slot ? { slot: rec.slot } : {}),
+      dir: join(this.inst.sessionsDir, slot),
+      runDir: join(this.inst.rtDir, slot, 'run'),
+      x11Socket: join(this.inst.rtDir, slot, 'x11', 'X0'),
       ...(rec.xCookie ? { xCookie: rec.xCookie } : {}),
-      busSocket: join(this.inst.rtDir, rec.id, 'run', 'bus'),
+      busSocket: join(this.inst.rtDir, slot, 'run', 'bus'),
       imageDir: rec.imageDir,
       initPid: rec.init!.pid,
       init: rec.init,
@@ -240,8 +253,11 @@ export class SessionManager {
   }
 
   private _admissionView() {
-    return this.list().map((s) => ({ state: s.state, spec: s.spec, diskImage: diskImagePath(s.dir) }));
+    return [...this.list(), ...this._husks].map((s) => ({ state: s.state, spec: s.spec, diskImage: diskImagePath(s.dir) }));
   }
+
+  /** Old generations a reset by standby swapped out, being torn down (they hold memory and disk until gone). */
+  private readonly _husks = new Set<Session>();
 
   list(): Session[] {
     return [...this._sessions.values()];
@@ -267,6 +283,7 @@ export class SessionManager {
    * visible like any other.
    */
   visible(s: Session): boolean {
+    if (s.standbyOf) return false;
     return !this.heldBack.has(s.id) && !(s.state === 'creating' && POOL_LABEL in s.spec.labels);
   }
 
@@ -308,9 +325,13 @@ export class SessionManager {
    * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
    * stops the create between steps and in the readiness wait, and undoes what was done.
    */
-  async create(body: unknown, opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal } = {}): Promise<Session> {
-    const { signal } = opts;
-    const spec = parseSpec(body, this.defaultCpus);
+  async create(
+    body: unknown,
+    opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal; standbyOf?: Session } = {},
+  ): Promise<Session> {
+    const { signal, standbyOf } = opts;
+    // A standby's spec is its owner's, already parsed (src/session/standby.ts).
+    const spec: SessionSpec = standbyOf ? standbySpec(standbyOf) : parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
     // The daemon's disk bandwidth limits, unless the spec asks for less (admission refuses more); kept in the record.
     if (spec.diskReadMbps === undefined && this.config.diskReadMbps > 0) spec.diskReadMbps = this.config.diskReadMbps;
@@ -329,7 +350,9 @@ export class SessionManager {
       throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
     }
     this.admission.check(spec, this._admissionView());
-    const id = 's' + randomBytes(5).toString('hex');
+    const id = standbyOf
+      ? standbyId(standbyOf, (x) => this._sessions.has(x) || existsSync(join(this.inst.sessionsDir, x)))
+      : 's' + randomBytes(5).toString('hex');
     const subnet = claimSubnet(this.inst, this.pool, id);
     let uids: UidRange | undefined;
     try {
@@ -359,6 +382,7 @@ export class SessionManager {
       _seedUpper: opts.seedUpper,
       _seedBase: opts.seedBase,
       _restore: opts.restore,
+      ...(standbyOf ? { standbyOf: standbyOf.id } : {}),
     };
     this._sessions.set(id, s);
     const t0 = performance.now();
@@ -423,8 +447,11 @@ export class SessionManager {
     s.timings.createMs = performance.now() - t0;
     s.state = 'ready';
     this._record(s, 'ready');
+    // A standby is nobody's session yet: no episode, TTL, endpoints (the ready hooks) or standbys of its own.
+    if (standbyOf) return s;
     this._openEpisode(s);
     this.armTtl(s, spec.ttlSeconds);
+    this._fillStandbys(s);
     for (const h of this.hooks.ready) await h(s).catch((e) => log('warn', 'session ready hook failed', { id, error: errorMessage(e) }));
     return s;
   }
@@ -446,9 +473,9 @@ export class SessionManager {
           // The writable layer lives on the session's own filesystem (its disk quota), and
           // /run/drums and /tmp/.X11-unix on its own small tmpfs: a fresh one of each per generation.
           s._disk = await makeSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'), s.spec.diskBytes, diskRates(s.spec, this.config).writeBytesPerSecond);
-          await unmountOverlay(join(this.inst.rtDir, s.id));
-          mkdirSync(join(this.inst.rtDir, s.id), { recursive: true, mode: 0o711 });
-          await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, s.id), SESSION_RT_BYTES);
+          await unmountOverlay(join(this.inst.rtDir, slotOf(s)));
+          mkdirSync(join(this.inst.rtDir, slotOf(s)), { recursive: true, mode: 0o711 });
+          await mountSessionTmpfs(`drums-${this.inst.name}-rt`, join(this.inst.rtDir, slotOf(s)), SESSION_RT_BYTES);
           await prepareLower(s.uids, s.dir, s.imageDir);
           prepareDirs(this.inst, s);
           armXCookie(s);
@@ -467,7 +494,7 @@ export class SessionManager {
         },
         undo: async () => {
           await unmountOverlay(rootfs);
-          await unmountOverlay(join(this.inst.rtDir, s.id));
+          await unmountOverlay(join(this.inst.rtDir, slotOf(s)));
           await unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk'));
         },
       },
@@ -538,10 +565,12 @@ export class SessionManager {
       createdAt: s.createdAt,
       subnet: s.subnet,
       names: s.names,
+      ...(s.slot ? { slot: s.slot } : {}),
+      ...(s.standbyOf ? { standbyOf: s.standbyOf } : {}),
       mounts: [
         join(s.dir, 'bundle', 'rootfs'),
         join(s.dir, 'disk'),
-        join(this.inst.rtDir, s.id),
+        join(this.inst.rtDir, slotOf(s)),
         ...(s.uids ? [usernsPaths(s.dir).pin, usernsPaths(s.dir).lower] : []),
       ],
       ...(s.uids ? { uids: s.uids } : {}),
@@ -614,6 +643,8 @@ export class SessionManager {
     await this._closeEpisode(s, 'reset');
     s.generation += 1;
     s.attempt = { generation: s.generation, token: randomUUID() };
+    const sb = this._takeStandby(s);
+    if (sb) return this._resetByStandby(s, sb);
     // Test hook (DRUMS_TEST_HOOKS=1): label drums.test.killAtResetStep kills the daemon right after that step.
     const killAt = this.config.testHooks ? s.spec.labels['drums.test.killAtResetStep'] : undefined;
     const t0 = performance.now();
@@ -636,11 +667,145 @@ export class SessionManager {
       });
     }
     s.timings.resetMs = performance.now() - t0;
+    delete s.timings['reset.standbyMs'];
     s.state = 'ready';
     s.adopted = false;
     this._record(s, 'ready');
     this._openEpisode(s);
+    this._fillStandbys(s);
     return s;
+  }
+
+  /**
+   * A reset served by a standby (src/session/standby.ts): the standby's host objects become the
+   * session's new generation, the old ones a husk torn down behind the answer.
+   */
+  private async _resetByStandby(s: Session, sb: Session): Promise<Session> {
+    const t0 = performance.now();
+    // A daemon killed from here on finds the old generation's record 'resetting' (swept) and, once the
+    // next line but one has run, the session's record in the standby's directory (adopted).
+    this._record(s, 'resetting');
+    this._sessions.delete(sb.id);
+    const husk = swapIdentity(s, sb);
+    // The status file's complaints now concern this session's new generation.
+    const generation = s.generation;
+    s._watcher?.removeAllListeners('fail');
+    s._watcher?.on('fail', (why: string) => this.markBroken(s, generation, why));
+    this._record(s, 'ready');
+    for (const k of Object.keys(s.timings)) if (k.startsWith('reset.')) delete s.timings[k];
+    s.timings['reset.standbyMs'] = s.timings.resetMs = performance.now() - t0;
+    s.state = 'ready';
+    s.adopted = false;
+    this._openEpisode(s);
+    // After the answer is on its way: the teardown and the next standby's create start with
+    // synchronous work (and spawn runc, ip, umount) that would otherwise delay it.
+    this._recycle(s, husk);
+    setImmediate(() => this._fillStandbys(s));
+    log('info', 'session reset by standby', { id: s.id, generation, slot: s.slot, recycled: husk.id });
+    return s;
+  }
+
+  /** A ready standby of `s` (its init alive), out of its list; a dead one found on the way is destroyed. */
+  private _takeStandby(s: Session): Session | undefined {
+    const st = s._standby;
+    while (st?.ready.length) {
+      const sb = this._sessions.get(st.ready.shift()!);
+      if (!sb) continue;
+      if (sb.state === 'ready' && sb.init && isAlive(sb.init)) return sb;
+      this._track(
+        s,
+        this.destroy(sb.id, 'standby_broken').catch(() => {}),
+      );
+    }
+    return undefined;
+  }
+
+  /** Work on a session's behalf (a standby's make, a husk's teardown) its destroy waits for. */
+  private _track(s: Session, p: Promise<unknown>): void {
+    const st = (s._standby ??= { ready: [], making: 0, failures: 0, pending: new Set() });
+    st.pending.add(p);
+    void p.finally(() => st.pending.delete(p));
+  }
+
+  /** Tears the old generation's objects down in the background, as a destroy does. */
+  private _recycle(s: Session, husk: Session): void {
+    this._husks.add(husk);
+    // Tracked now (a destroy right after the reset waits for it), started once the answer is out.
+    this._track(
+      s,
+      new Promise((r) => setImmediate(r))
+        .then(() => this._teardown(husk))
+        .then((errors) => {
+          if (errors.length) log('warn', 'recycling an old generation left errors', { id: s.id, slot: husk.id, errors });
+        })
+        .finally(() => this._husks.delete(husk)),
+    );
+  }
+
+  /** Makes standbys until `s` has its spec's number (ready or being made); a failure retries with backoff. */
+  private _fillStandbys(s: Session): void {
+    const want = s.spec.standbys ?? 0;
+    if (!want || s.standbyOf || s.state === 'destroying' || this.drainingSince) return;
+    const st = (s._standby ??= { ready: [], making: 0, failures: 0, pending: new Set() });
+    const retry = (why: string) => {
+      st.failures++;
+      st.lastError = why;
+      const wait = STANDBY_BACKOFF_MS[Math.min(st.failures - 1, STANDBY_BACKOFF_MS.length - 1)]!;
+      log('warn', 'standby could not be made', { id: s.id, error: why, retryInMs: wait });
+      st.retryTimer = setTimeout(() => {
+        st.retryTimer = undefined;
+        this._fillStandbys(s);
+      }, wait);
+      st.retryTimer.unref();
+    };
+    while (st.ready.length + st.making < want && !st.retryTimer) {
+      if (this._sessions.size >= this._opts.maxSessions) {
+        retry(`this daemon holds at most ${this._opts.maxSessions} sessions, standbys included (DRUMS_MAX_SESSIONS)`);
+        return;
+      }
+      st.making++;
+      const job = this.create(undefined, { standbyOf: s }).then(
+        async (sb) => {
+          st.making--;
+          if (this._sessions.get(s.id) !== s || s.state === 'destroying') {
+            await this.destroy(sb.id, 'standby_unneeded').catch(() => {});
+            return;
+          }
+          st.ready.push(sb.id);
+          st.failures = 0;
+          st.lastError = undefined;
+          this._fillStandbys(s);
+        },
+        (e: unknown) => {
+          st.making--;
+          if (this._sessions.get(s.id) !== s || s.state === 'destroying') return;
+          retry(errorMessage(e));
+        },
+      );
+      this._track(s, job);
+    }
+  }
+
+  /** Makes the standbys every session lacks (after a drain is cancelled: a draining host makes none). */
+  resumeStandbys(): void {
+    for (const s of this._sessions.values()) this._fillStandbys(s);
+  }
+
+  /** Ends a session's standbys and waits for the work done on its behalf (standby makes, recycles). */
+  private async _endStandbys(s: Session): Promise<void> {
+    const st = s._standby;
+    if (!st) return;
+    clearTimeout(st.retryTimer);
+    st.retryTimer = undefined;
+    // Makes under way destroy their standby when they see the session destroying.
+    while (st.ready.length || st.pending.size) {
+      for (const id of st.ready.splice(0))
+        this._track(
+          s,
+          this.destroy(id, 'standby_unneeded').catch(() => {}),
+        );
+      await Promise.allSettled([...st.pending]);
+    }
   }
 
   async destroy(id: string, reason = 'requested'): Promise<void> {
@@ -650,6 +815,21 @@ export class SessionManager {
     clearTimeout(s._ttlTimer);
     await this._closeEpisode(s, 'destroy');
     const t0 = performance.now();
+    await this._endStandbys(s);
+    const errors = await this._teardown(s);
+    this._sessions.delete(id);
+    for (const h of this.hooks.destroyed) {
+      try {
+        h(id);
+      } catch {}
+    }
+    if (!s.standbyOf) this._recordTermination(id, reason);
+    log('info', 'session destroyed', { id, reason, ms: Math.round(performance.now() - t0) });
+    if (errors.length) throw new DrumsError('session_destroy_incomplete', `destroy left errors: ${errors.join('; ')}; run 'drums sweep'`);
+  }
+
+  /** Removes every host object a session (or a reset's recycled old generation) holds, and releases its claims; returns what failed. */
+  private async _teardown(s: Session): Promise<string[]> {
     const errors: string[] = [];
     const attempt = async (what: string, fn: () => Promise<void> | void) => {
       try {
@@ -672,23 +852,15 @@ export class SessionManager {
     if (s.uids) await attempt('userns', () => removeSessionUserns(s.dir, s.names.netns));
     await attempt('cgroup', () => removeCgroup(s.names.cgroup));
     await attempt('disk', () => unmountSessionDisk(diskImagePath(s.dir), join(s.dir, 'disk')));
-    await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, s.id)));
+    await attempt('runtime dir', () => unmountOverlay(join(this.inst.rtDir, slotOf(s))));
     // In a child process that follows no link and crosses no mount left behind (src/host/safe-fs.ts).
     await attempt('files', async () => {
       await removeTree(s.dir);
-      await removeTree(join(this.inst.rtDir, s.id));
+      await removeTree(join(this.inst.rtDir, slotOf(s)));
     });
     releaseSubnet(this.inst, s.subnet);
     if (s.uids) releaseUidRange(this.inst, s.uids);
-    this._sessions.delete(id);
-    for (const h of this.hooks.destroyed) {
-      try {
-        h(id);
-      } catch {}
-    }
-    this._recordTermination(id, reason);
-    log('info', 'session destroyed', { id, reason, ms: Math.round(performance.now() - t0) });
-    if (errors.length) throw new DrumsError('session_destroy_incomplete', `destroy left errors: ${errors.join('; ')}; run 'drums sweep'`);
+    return errors;
   }
 
   /** Sessions destroyed in the last TERMINATION_MEMORY_MS (newest last, at most 256), with why. */
@@ -706,6 +878,7 @@ export class SessionManager {
     clearInterval(this._retention);
     for (const s of this._sessions.values()) {
       clearTimeout(s._ttlTimer);
+      clearTimeout(s._standby?.retryTimer);
       this._closeGeneration(s);
     }
   }
@@ -713,7 +886,10 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     clearInterval(this._poller);
     clearInterval(this._retention);
-    for (const s of this.list()) await this.destroy(s.id, 'daemon shutdown').catch(() => {});
+    // Owners first: each destroy takes its standbys with it.
+    for (const s of this.list().sort((a, b) => Number(!!a.standbyOf) - Number(!!b.standbyOf))) {
+      if (this._sessions.has(s.id)) await this.destroy(s.id, 'daemon shutdown').catch(() => {});
+    }
   }
 
   /** Enables IPv4 forwarding for egress sessions, recording the old value for the sweep. */

@@ -12,6 +12,7 @@ import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { RestoreSeed, Session, SessionManager } from './manager.ts';
+import { slotOf } from './session.ts';
 import { STATUS_MAX_BYTES } from './status-watcher.ts';
 import { hostIds, usernsPaths } from './userns.ts';
 
@@ -197,7 +198,7 @@ async function freezeAndDump(mgr: SessionManager, src: Session, criu: Criu, dir:
     // runtime tmpfs); the event loop runs on.
     await copyTree(join(src.dir, 'disk', 'upper'), join(dir, 'upper'), { reflink: true });
     await copyTree(src.runDir, join(dir, 'run'));
-    await copyTree(join(mgr.inst.rtDir, src.id, 'x11'), join(dir, 'x11'));
+    await copyTree(join(mgr.inst.rtDir, slotOf(src), 'x11'), join(dir, 'x11'));
     checkStatusCopy(join(dir, 'run'));
     // Test hook (DRUMS_TEST_HOOKS=1): the label drums.test.dumpFailOnce makes the first dump of the session fail.
     if (mgr.config.testHooks && src.spec.labels['drums.test.dumpFailOnce'] && !dumpFailed.has(src.id)) {

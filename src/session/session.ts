@@ -30,6 +30,16 @@ export interface Session {
   /** The session's host uid range (its own user namespace), or undefined: host ids (src/session/userns.ts). */
   uids?: UidRange;
   names: ReturnType<typeof objectNames>;
+  /**
+   * The key of the session's host objects (its directory, runtime dir, container, netns, cgroup and
+   * claims are named with it); undefined: its id. A reset served by a standby takes over the standby's
+   * objects, so it is then the standby's slot (`<id>-<hex>`: still named with the session's id).
+   */
+  slot?: string;
+  /** Set on a standby: the id of the session it stands by for (its host name and DRUMS_SESSION_ID); hidden from clients. */
+  standbyOf?: string;
+  /** On a session with `spec.standbys`: its standbys' upkeep (src/session/standby.ts). */
+  _standby?: StandbyState;
   dir: string;
   runDir: string;
   x11Socket: string;
@@ -57,6 +67,27 @@ export interface Session {
   _episode?: EpisodeRecorder;
   /** Private: a checkpoint to restore the first generation from instead of booting it (a memory fork, src/session/memfork.ts). */
   _restore?: RestoreSeed;
+}
+
+/** A session's standbys (src/session/standby.ts): ready ones by id, and the work under way (makes, recycles). */
+export interface StandbyState {
+  ready: string[];
+  making: number;
+  failures: number;
+  lastError?: string;
+  retryTimer?: NodeJS.Timeout;
+  /** Standby makes and old containers being recycled: a destroy waits for them, so nothing of the session outlives it. */
+  pending: Set<Promise<unknown>>;
+}
+
+/** The key of a session's host objects (see Session.slot). */
+export function slotOf(s: Pick<Session, 'id' | 'slot'>): string {
+  return s.slot ?? s.id;
+}
+
+/** The id a session's processes see (host name, DRUMS_SESSION_ID, X authority): a standby's is its owner's. */
+export function identityOf(s: Pick<Session, 'id' | 'standbyOf'>): string {
+  return s.standbyOf ?? s.id;
 }
 
 /** How a memory-forked copy's first generation comes from a checkpoint (src/session/memfork.ts). */

@@ -25,6 +25,11 @@ export interface SessionSpec {
   userns?: boolean;
   /** Record every attempt as an episode (src/session/episodes.ts); undefined: not recorded. */
   record?: RecordSpec;
+  /**
+   * How many standbys the session keeps: fresh sessions of its own spec, booted ahead of time, that
+   * a reset swaps in instead of booting (src/session/standby.ts); undefined: none.
+   */
+  standbys?: number;
 }
 
 /** What a recorded session keeps (docs/episodes.md): frames at up to `frames` per second (0: hashes only), and tree reads whole when `a11y`. */
@@ -38,6 +43,8 @@ export const MAX_RECORD_FPS = 30;
 
 /** The label the daemon sets on a warm pool's sessions (the pool's name); clients may not set it. */
 export const POOL_LABEL = 'drums.pool';
+/** The label the daemon sets on a standby (its owner's id; src/session/standby.ts); clients may not set it. */
+export const STANDBY_LABEL = 'drums.standby.of';
 
 export const DEFAULTS = {
   image: 'default',
@@ -64,7 +71,10 @@ const SPEC_FIELDS = [
   'labels',
   'userns',
   'record',
+  'standbys',
 ];
+/** The most standbys a session may keep (each one costs a whole session's memory; docs/pools.md). */
+export const MAX_STANDBYS = 4;
 const bad = (field: string, msg: string) => new ValidationError(field, msg, 'invalid_spec');
 
 function int(v: unknown, field: string, min: number, max: number): number {
@@ -163,9 +173,11 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
       if (typeof v !== 'string' || v.length > 256) throw bad(`labels.${k}`, 'value must be a string of at most 256 characters');
       labels[k] = v;
     }
+    if (STANDBY_LABEL in labels) throw bad(`labels.${STANDBY_LABEL}`, 'is set by the daemon on standbys; choose another key');
   }
   if (b.userns !== undefined && typeof b.userns !== 'boolean') throw bad('userns', 'must be a boolean');
   const record = b.record === undefined || b.record === null || b.record === false ? undefined : parseRecord(b.record);
+  const standbys = b.standbys === undefined ? 0 : int(b.standbys, 'standbys', 0, MAX_STANDBYS);
   return {
     image,
     url,
@@ -183,6 +195,8 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     labels,
     ...(b.userns === undefined ? {} : { userns: b.userns }),
     ...(record ? { record } : {}),
+    // Absent when 0: a spec without standbys compares equal to one made before the field (pool templates).
+    ...(standbys ? { standbys } : {}),
   };
 }
 

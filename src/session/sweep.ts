@@ -30,6 +30,7 @@ export interface SweepReport {
 
 /** What the sweep must leave of a session a restarting daemon adopts. */
 export interface KeptSession {
+  /** The key its objects are named with: its id, or the slot a reset by standby took over (src/session/standby.ts). */
   id: string;
   names: { container: string; netns: string; hostVeth: string };
   egress: boolean;

@@ -13,7 +13,7 @@ import { closeSync, constants, fchmodSync, fchownSync, openSync, rmSync, writeSy
 import { join } from 'node:path';
 import { newXCookie, xauthorityFile } from '../display/xauth.ts';
 import { XAUTHORITY } from './desktop-user.ts';
-import type { Session } from './session.ts';
+import { identityOf, type Session } from './session.ts';
 import { hostIds } from './userns.ts';
 
 /** The file's name in the session's run directory (/run/drums in the session). */
@@ -37,7 +37,7 @@ export function writeXauthority(s: Session): void {
   const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
   try {
     // FamilyLocal entries name the session's host name: its id (the OCI hostname; a copy's is set anew).
-    writeSync(fd, xauthorityFile(s.xCookie, s.id));
+    writeSync(fd, xauthorityFile(s.xCookie, identityOf(s)));
     const ids = hostIds(s.uids);
     fchownSync(fd, ids.desktopUid, ids.desktopGid);
     fchmodSync(fd, 0o600);

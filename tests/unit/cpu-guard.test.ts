@@ -81,14 +81,24 @@ function fixture(
   }
   /** Sessions being created or reset. */
   const starting = new Set<string>();
-  const guard = new CpuGuard(() => new Map(ids.map((id) => [id, { cgroup: cg(id), cpus: cpusOf(id), starting: starting.has(id) }])), {
-    root,
-    v2,
-    procStat,
-    proc,
-    cores: 2,
-    ...opts,
-  });
+  /** A reset by standby: the session (key) now runs in the standby's cgroup (value), and the standby is no session of its own. */
+  const swapped = new Map<string, string>();
+  const guard = new CpuGuard(
+    () =>
+      new Map(
+        ids
+          .filter((id) => ![...swapped.values()].includes(id))
+          .map((id) => [id, { cgroup: cg(swapped.get(id) ?? id), cpus: cpusOf(id), starting: starting.has(id) }]),
+      ),
+    {
+      root,
+      v2,
+      procStat,
+      proc,
+      cores: 2,
+      ...opts,
+    },
+  );
   let now = 0;
   function advance(
     ms: number,
@@ -121,6 +131,7 @@ function fixture(
   return {
     guard,
     starting,
+    swapped,
     normal,
     weight,
     idle,
@@ -453,6 +464,27 @@ for (const v2 of [false, true]) {
         for (let k = 0; k < 6; k++) f.step(500, { bursty: 1, a: 0.1, b: 0.1, c: 0.1 });
         assert.deepEqual(f.guard.demoted(), ['bursty']);
         assert.equal(f.guard.demotions, 1);
+      } finally {
+        f.done();
+      }
+    });
+
+    it("a reset by standby (the session moves to the standby's cgroup, whose counter is higher) starts afresh: its grace, no demotion carried", () => {
+      const f = fixture(v2, ['spin', 'sb', 'a', 'b']);
+      try {
+        // The standby booted busy and was demoted as a session of its own; the session idled.
+        for (let k = 0; k < 40; k++) f.step(500, { spin: 0.05, sb: 0.9, a: 0.05, b: 0.05 });
+        assert.deepEqual(f.guard.demoted(), ['sb']);
+        assert.ok(f.demotedNow('sb'));
+        f.swapped.set('spin', 'sb');
+        // The new generation is busy from its first moment (a task starting): not judged in its grace,
+        // and not capped by the demotion its cgroup carried.
+        const swappedAt = f.now;
+        while (f.now < swappedAt + 9000) {
+          f.step(500, { spin: 0, sb: 0.9, a: 0.05, b: 0.05 });
+          assert.deepEqual(f.guard.demoted(), [], `at ${f.now - swappedAt} ms after the swap`);
+          assert.ok(f.normalNow('sb'), `the new generation's cgroup is at its own quota and weight, ${f.now - swappedAt} ms after the swap`);
+        }
       } finally {
         f.done();
       }

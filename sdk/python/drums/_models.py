@@ -82,6 +82,7 @@ __all__ = [
     "SessionState",
     "SessionUserns",
     "Size",
+    "StandbyView",
     "TakeoverView",
     "TerminalText",
     "Termination",
@@ -139,6 +140,7 @@ class SessionSpec(TypedDict, total=False):
     ttlSeconds: int
     labels: dict[str, str]
     record: bool | None | RecordSpec  # Record every attempt (generation) as an episode (docs/episodes.md): action batches and their results, observations served (screenshot hashes, tree reads), OSWorld guest calls. `true` is `{}`; null or false: not recorded.
+    standbys: int  # How many standbys the session keeps (docs/pools.md, Standbys): fresh sessions of its own spec, booted ahead of time and hidden, that a reset swaps in instead of booting: the session keeps its id and OSWorld endpoint, its generation goes up, its address changes, and the old container is torn down behind the answer. Each standby costs a whole idle session (memory, disk, one of the host's session slots); it is made like any create (admission can refuse it: see `standbys.lastError` in the session view). 0 or absent: none. Forked copies keep none.
 
 
 class RecordSpec(TypedDict, total=False):
@@ -365,6 +367,18 @@ class Session(_SessionRequired, total=False):
     brokenReason: str
     recording: Recording | None  # The recording of a session created with `record`; absent otherwise.
     osworld: OsworldEndpoint  # Only for sessions with an OSWorld endpoint (docs/osworld.md).
+    standbys: StandbyView
+
+
+class _StandbyViewRequired(TypedDict):
+    target: int  # The spec's `standbys`.
+    ready: int  # Standbys booted and waiting: this many resets are served by a swap (timings `reset.standbyMs`).
+    making: int  # Standbys being booted.
+
+
+class StandbyView(_StandbyViewRequired, total=False):
+    """Only for a session whose spec asks for `standbys`: how many it keeps ready for its next resets (docs/pools.md, Standbys)."""
+    lastError: str  # Why the last standby could not be made (admission, host limits); retried with backoff.
 
 
 class OsworldEndpoint(TypedDict):

@@ -137,6 +137,10 @@ def _make_classes():
                 # have no egress unless asked. `drums osworld run --allow-internet` sets this.
                 if os.environ.get("DRUMS_OSWORLD_EGRESS") == "1":
                     spec["egress"] = True
+                # Resets served by standbys (docs/pools.md, "Standbys"): each costs a whole idle session.
+                standbys = int(os.environ.get("DRUMS_OSWORLD_STANDBYS", "0") or 0)
+                if standbys:
+                    spec["standbys"] = standbys
                 # `drums osworld run --record`: the daemon records every attempt (docs/episodes.md).
                 if os.environ.get("DRUMS_OSWORLD_RECORD"):
                     spec["record"] = json.loads(os.environ["DRUMS_OSWORLD_RECORD"])

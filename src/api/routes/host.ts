@@ -125,6 +125,7 @@ export function hostRoutes(ctx: RouteContext) {
   app.delete('/v1/host/drain', (c) => {
     mgr.drainingSince = undefined;
     poolsOf(mgr).resumeRefills();
+    mgr.resumeStandbys();
     return c.json(hostReport(mgr, ids));
   });
   return app;

@@ -8,6 +8,7 @@ import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
 import { memoryUsage, oomKills } from '../../host/resources.ts';
 import { parseClaim, poolsOf } from '../../session/pools.ts';
+import { standbyView } from '../../session/standby.ts';
 
 /** Fields a feature adds to a session's view (the daemon wires OSWorld's endpoint in; the app, the take-over). */
 export type ViewExtras = (s: Session) => Partial<Pick<SessionView, 'osworld' | 'takeover'>>;
@@ -40,6 +41,7 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
     takeover: null,
     ...(s.brokenReason ? { brokenReason: s.brokenReason } : {}),
     ...(s.spec.record ? { recording: { ...s.spec.record, generation: s.generation, stopped: s._episode?.stopped ?? null } } : {}),
+    ...(s.spec.standbys ? { standbys: standbyView(s) } : {}),
     ...extras?.(s),
   } satisfies SessionView;
 }

@@ -140,6 +140,39 @@ const BENCHES: RecordBench[] = [
       `claim p50 ${record.claims.claimMs.p50.toFixed(2)} ms vs create p50 ${record.claims.createMs.p50.toFixed(0)} ms; ${record.bars.claimP50Ms.pass ? 'PASS' : 'FAIL'} claimP50Ms (bar <= 20)\n`,
   },
   {
+    name: 'standby',
+    description:
+      'reset of a session served by a standby (spec standbys: 1) vs the same session without one, interleaved, optionally with sessions held; and what a standby costs idle (memory, CPU)',
+    options: [
+      IMAGE('default'),
+      ['--url <url>', 'URL the sessions open (Chromium starts with it)', 'data:text/html,<h1>reset</h1>'],
+      ['--resets <n>', 'resets per arm', '20'],
+      ['--held <n>', 'sessions held open during the run', '0'],
+      ['--held-image <name>', 'image of the held sessions', 'default'],
+      ['--idle-seconds <n>', "window for the standby's idle cost", '10'],
+      ['--settle-ms <n>', "wait after each refill (the old generation's teardown)", '2000'],
+      OUT,
+    ],
+    progress: 'log',
+    run: async (o, { progress }) =>
+      (await import('../../bench/standby-bench.ts')).runStandbyBench({
+        image: String(o.image),
+        url: (o.url as string) || undefined,
+        resets: num(o.resets),
+        held: num(o.held),
+        heldImage: String(o.heldImage),
+        idleSeconds: num(o.idleSeconds),
+        settleMs: num(o.settleMs),
+        outDir: String(o.out),
+        progress,
+      }),
+    report: (record: {
+      resets: { standby: { ms: { p50: number; p99: number } }; none: { ms: { p50: number; p99: number } } };
+      bars: { standbyResetP50Ms: { pass: boolean } };
+    }) =>
+      `reset p50/p99: standby ${record.resets.standby.ms.p50.toFixed(1)}/${record.resets.standby.ms.p99.toFixed(1)} ms, none ${record.resets.none.ms.p50.toFixed(0)}/${record.resets.none.ms.p99.toFixed(0)} ms; ${record.bars.standbyResetP50Ms.pass ? 'PASS' : 'FAIL'} standbyResetP50Ms (bar <= 150)\n`,
+  },
+  {
     name: 'zygote',
     description:
       'Chromium without its zygote (--no-zygote, which a memory fork needs; the default without a user namespace) against Chromium with it (DRUMS_BROWSER_ZYGOTE=1): create-to-ready, create-to-paint, memory and processes per session, and a memory fork of each, side by side in one run',

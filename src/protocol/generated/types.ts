@@ -40,6 +40,8 @@ export type SessionSpec = {
   labels?: Record<string, string>;
   /** Record every attempt (generation) as an episode (docs/episodes.md): action batches and their results, observations served (screenshot hashes, tree reads), OSWorld guest calls. `true` is `{}`; null or false: not recorded. */
   record?: boolean | null | RecordSpec;
+  /** How many standbys the session keeps (docs/pools.md, Standbys): fresh sessions of its own spec, booted ahead of time and hidden, that a reset swaps in instead of booting: the session keeps its id and OSWorld endpoint, its generation goes up, its address changes, and the old container is torn down behind the answer. Each standby costs a whole idle session (memory, disk, one of the host's session slots); it is made like any create (admission can refuse it: see `standbys.lastError` in the session view). 0 or absent: none. Forked copies keep none. */
+  standbys?: number;
 };
 
 export type RecordSpec = {
@@ -274,6 +276,19 @@ export type Session = {
   recording?: Recording | null;
   /** Only for sessions with an OSWorld endpoint (docs/osworld.md). */
   osworld?: OsworldEndpoint;
+  standbys?: StandbyView;
+};
+
+/** Only for a session whose spec asks for `standbys`: how many it keeps ready for its next resets (docs/pools.md, Standbys). */
+export type StandbyView = {
+  /** The spec's `standbys`. */
+  target: number;
+  /** Standbys booted and waiting: this many resets are served by a swap (timings `reset.standbyMs`). */
+  ready: number;
+  /** Standbys being booted. */
+  making: number;
+  /** Why the last standby could not be made (admission, host limits); retried with backoff. */
+  lastError?: string;
 };
 
 /** The per-session OSWorld guest-contract server and forwarders, each on 127.0.0.1. */
