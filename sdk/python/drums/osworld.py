@@ -235,8 +235,14 @@ def register() -> None:
     DrumsVMManager, DrumsProvider = _make_classes()
     original = providers.create_vm_manager_and_provider
 
+    # DesktopEnv's own name check admits only its providers, so a drums env passes it as "docker" and
+    # the factory is told, on this thread only, that the env being made is a drums one. (Swapping the
+    # module's factory for the call instead raced: `drums osworld run --parallel` makes envs on several
+    # threads, and one thread's restore could hand another's env the docker provider.)
+    making_drums = threading.local()
+
     def create_vm_manager_and_provider(provider_name: str, region: str, use_proxy: bool = False):
-        if provider_name.lower().strip() == "drums":
+        if getattr(making_drums, "on", False) or provider_name.lower().strip() == "drums":
             return DrumsVMManager(), DrumsProvider(region)
         return original(provider_name, region, use_proxy)
 
@@ -247,14 +253,11 @@ def register() -> None:
 
     def __init__(self, provider_name: str = "vmware", *args, **kwargs):
         if isinstance(provider_name, str) and provider_name.lower().strip() == "drums":
-            # Pass the fixed name check as "docker" (clean on start); the factory call inside sees "drums".
-            de.create_vm_manager_and_provider = lambda _n, region, use_proxy=False: create_vm_manager_and_provider(
-                "drums", region, use_proxy
-            )
+            making_drums.on = True
             try:
                 init(self, "docker", *args, **kwargs)
             finally:
-                de.create_vm_manager_and_provider = create_vm_manager_and_provider
+                making_drums.on = False
             self.provider_name = "drums"
             return
         init(self, provider_name, *args, **kwargs)
