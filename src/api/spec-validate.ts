@@ -31,6 +31,7 @@ export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: st
   execInSession: { code: 'invalid_exec' },
   takeOver: { code: 'invalid_request' },
   setEpisodeOutcome: { code: 'invalid_outcome' },
+  joinClientCgroup: { code: 'invalid_request' },
   runActions: {
     code: 'invalid_action',
     byField: [

@@ -5,6 +5,7 @@ import type {
   A11yTree,
   ActionsRequest,
   ActionsResponse,
+  ClientCgroupResult,
   Episode,
   Outcome,
   EpisodeSummary,
@@ -212,6 +213,14 @@ export class DrumsClient {
   /** DELETE /v1/host/drain: take new sessions again. */
   undrainHost(): Promise<HostReport> {
     return this.json('DELETE', '/v1/host/drain');
+  }
+
+  /**
+   * POST /v1/host/client-cgroup: moves process `pid` (default: this one), a process of the caller's own
+   * uid on the daemon's host, into the instance's client CPU cgroup (the daemon's weight; docs/api-host.md).
+   */
+  joinClientCgroup(pid: number = process.pid): Promise<ClientCgroupResult> {
+    return this.json('POST', '/v1/host/client-cgroup', { pid });
   }
 
   createSession(spec: SessionSpec = {}): Promise<SessionInfo> {

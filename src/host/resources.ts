@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
@@ -154,6 +154,72 @@ export function enterClientCgroup(instName: string): string | undefined {
 export function leaveClientCgroup(instName: string): void {
   leaveCpuCgroup(clientCgroupName(instName), process.pid);
   if (removeCpuCgroup(clientCgroupName(instName)).length) removeCpuCgroup(instanceCgroup(instName));
+}
+
+/** Why a process may not join the client cgroup (the API maps each to a stable error code). */
+export class ClientJoinError extends Error {
+  readonly reason: 'not_found' | 'not_owned' | 'unavailable';
+  constructor(reason: ClientJoinError['reason'], message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+/** The uids of a /proc/<pid>/status (real, effective, saved, filesystem) and its Tgid. */
+function statusIds(text: string): { uids: number[]; tgid: number } {
+  const uids = (/^Uid:\s+(.*)$/m.exec(text)?.[1] ?? '').trim().split(/\s+/).map(Number);
+  return { uids, tgid: Number(/^Tgid:\s+(\d+)$/m.exec(text)?.[1] ?? -1) };
+}
+
+/**
+ * Moves process `pid` (all its threads) into instance `instName`'s client cgroup for a caller of uid
+ * `callerUid` (the owner of the API connection's peer socket). The daemon is root and the caller may not be,
+ * so it checks before it writes: the pid names a process (not a thread) whose real, effective, saved and
+ * filesystem uids are all the caller's (root may name any), that is not the daemon nor in any Drums
+ * instance's cgroups (moving a session's process would take it out of its limits). The checks and the
+ * write go through a descriptor of `/proc/<pid>` held from first to last: it stays bound to that process,
+ * so if the process ends (and its pid is taken by another) the reads through it fail rather than
+ * describe the newcomer; a last read after the write finds whether the pid still named the process checked.
+ * (Node has no pidfd_open; an open /proc/<pid> directory is what pidfds were made to replace, and binds the same way.)
+ * Returns the client cgroup's name.
+ */
+export function joinClientCgroupFor(instName: string, pid: number, callerUid: number): string {
+  const gone = () => new ClientJoinError('not_found', `no process ${pid} (it may have ended); pass the pid of a running process of yours`);
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}`, constants.O_RDONLY | constants.O_DIRECTORY);
+  } catch {
+    throw gone();
+  }
+  try {
+    const via = `/proc/self/fd/${fd}`;
+    const read = (f: string) => {
+      try {
+        return readFileSync(`${via}/${f}`, 'utf8').slice(0, 64 * 1024);
+      } catch {
+        throw gone();
+      }
+    };
+    const { uids, tgid } = statusIds(read('status'));
+    if (tgid !== pid) throw new ClientJoinError('not_found', `${pid} is a thread, not a process; pass its process id (${tgid})`);
+    if (callerUid !== 0 && (uids.length !== 4 || uids.some((u) => u !== callerUid)))
+      throw new ClientJoinError('not_owned', `process ${pid} is not yours (uid ${callerUid}): only a process whose every uid is the caller's may be moved`);
+    if (pid === process.pid) throw new ClientJoinError('not_owned', 'the daemon itself cannot join the client cgroup');
+    // Any Drums instance's cgroup (sessions, daemon) but the client's own: a session's process must keep its limits.
+    const cgroups = read('cgroup');
+    if (/:\/drums-[^/\n]+\/(sessions|daemon)(\/|$)/m.test(cgroups) || /:\/drums-[^/\n]+-daemon$/m.test(cgroups))
+      throw new ClientJoinError('not_owned', `process ${pid} belongs to a Drums session or daemon, not to a client`);
+    try {
+      enterCpuCgroup(clientCgroupName(instName), pid);
+    } catch (e) {
+      read('stat'); // a process that ended in between is a 404, not the host's fault
+      throw new ClientJoinError('unavailable', `could not move ${pid} into ${clientCgroupName(instName)}: ${(e as Error).message}`);
+    }
+    read('stat');
+    return clientCgroupName(instName);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Moves a child the client started (one that is not part of the instrument) out of the client cgroup to the root. */

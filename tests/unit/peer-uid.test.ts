@@ -1,10 +1,10 @@
-// `drums session vnc`'s gate (src/cli/peer-uid.ts): the owner of a loopback peer socket, matched on the exact
+// `drums session vnc`'s gate (src/common/peer-uid.ts): the owner of a loopback peer socket, matched on the exact
 // connection (both addresses and ports) and only in state ESTABLISHED, so a TIME_WAIT entry (uid 0) or a twin from
 // another loopback address with the same ports never stands in for the real peer; and live, on this host's own table.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createConnection, createServer, type Socket } from 'node:net';
-import { loopbackPeerUid } from '../../src/cli/peer-uid.ts';
+import { loopbackPeerUid } from '../../src/common/peer-uid.ts';
 
 const HEAD = '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode';
 const row = (n: number, local: string, remote: string, st: string, uid: number) =>

@@ -31,6 +31,7 @@ describe('spec body validation', () => {
       'createSession',
       'execInSession',
       'forkSession',
+      'joinClientCgroup',
       'putPool',
       'releaseSession',
       'resetSession',

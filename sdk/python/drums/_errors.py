@@ -59,6 +59,10 @@ __all__ = [
     "MemoryForkUnavailable",
     "DisplayClosed",
     "DisplayUnavailable",
+    "ProcessNotFound",
+    "ProcessNotOwned",
+    "CallerNotLocal",
+    "ClientCgroupUnavailable",
     "HostDraining",
     "InsufficientMemory",
     "InsufficientDisk",
@@ -460,6 +464,34 @@ class DisplayUnavailable(Unavailable):
     status = 503
 
 
+class ProcessNotFound(NotFound):
+    """404: No running process with this pid (it may have ended), or the pid is a thread's; pass the id of a running process of yours."""
+
+    code = "process_not_found"
+    status = 404
+
+
+class ProcessNotOwned(Forbidden):
+    """403: The process is not the caller's (every uid of it must be the caller's own), or it is the daemon or a session's."""
+
+    code = "process_not_owned"
+    status = 403
+
+
+class CallerNotLocal(Forbidden):
+    """403: The daemon could not tell which local uid called (only a client on this host, over IPv4 loopback, may join the client cgroup)."""
+
+    code = "caller_not_local"
+    status = 403
+
+
+class ClientCgroupUnavailable(Unavailable):
+    """503: The daemon could not make or enter the client CPU cgroup on this host (no CPU controller, or not allowed); see the message."""
+
+    code = "client_cgroup_unavailable"
+    status = 503
+
+
 class HostDraining(Unavailable):
     """503: The host is draining and takes no new sessions; place the session on another host."""
 
@@ -656,6 +688,10 @@ ERRORS: dict[str, type[DrumsError]] = {
     "memory_fork_unavailable": MemoryForkUnavailable,
     "display_closed": DisplayClosed,
     "display_unavailable": DisplayUnavailable,
+    "process_not_found": ProcessNotFound,
+    "process_not_owned": ProcessNotOwned,
+    "caller_not_local": CallerNotLocal,
+    "client_cgroup_unavailable": ClientCgroupUnavailable,
     "host_draining": HostDraining,
     "insufficient_memory": InsufficientMemory,
     "insufficient_disk": InsufficientDisk,

@@ -24,6 +24,8 @@ __all__ = [
     "ActionsRequest",
     "ActionsResponse",
     "Attempt",
+    "ClientCgroupRequest",
+    "ClientCgroupResult",
     "Episode",
     "EpisodeEnd",
     "EpisodeStep",
@@ -400,6 +402,15 @@ class Termination(TypedDict):
     id: str
     reason: str  # ttl_expired, requested, daemon shutdown
     terminatedAt: str
+
+
+class ClientCgroupRequest(TypedDict):
+    pid: int  # The process to move (the caller's own).
+
+
+class ClientCgroupResult(TypedDict):
+    pid: int
+    cgroup: str  # The CPU cgroup it is in now, relative to the hierarchy's root: `drums-<instance>/client`.
 
 
 class HostReportSessions(TypedDict):

@@ -225,6 +225,13 @@ class Client:
         """``DELETE /v1/host/drain``: take new sessions again."""
         return self.request("DELETE", "/v1/host/drain").json()
 
+    def join_client_cgroup(self, pid: int | None = None) -> m.ClientCgroupResult:
+        """``POST /v1/host/client-cgroup``: move this process (or ``pid``, one of yours) into the daemon
+        instance's client CPU cgroup, beside the daemon's and with its weight, so that no session can take
+        its CPU; threads and children started later are in it too. Only for a client on the daemon's host
+        (over loopback); raises ``ProcessNotOwned`` for a process that is not the caller's."""
+        return self.request("POST", "/v1/host/client-cgroup", json={"pid": os.getpid() if pid is None else pid}).json()
+
     def close(self) -> None:
         self._http.close()
 
@@ -536,6 +543,12 @@ class AsyncClient:
     async def undrain(self) -> m.HostReport:
         """``DELETE /v1/host/drain``: take new sessions again."""
         return (await self.request("DELETE", "/v1/host/drain")).json()
+
+    async def join_client_cgroup(self, pid: int | None = None) -> m.ClientCgroupResult:
+        """``POST /v1/host/client-cgroup``: as :meth:`Client.join_client_cgroup`."""
+        return (
+            await self.request("POST", "/v1/host/client-cgroup", json={"pid": os.getpid() if pid is None else pid})
+        ).json()
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -3,7 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { join } from 'node:path';
-import { DrumsError } from '../../common/errors.ts';
+import { DrumsError, ValidationError } from '../../common/errors.ts';
+import { checkBody } from '../spec-validate.ts';
+import { loopbackPeerUid } from '../../common/peer-uid.ts';
+import { ClientJoinError, joinClientCgroupFor } from '../../host/resources.ts';
 import { listImages } from '../../image/build.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
@@ -127,6 +130,31 @@ export function hostRoutes(ctx: RouteContext) {
     poolsOf(mgr).resumeRefills();
     mgr.resumeStandbys();
     return c.json(hostReport(mgr, ids));
+  });
+  // A local client's process joins the instance's client CPU cgroup (beside the daemon's, with its weight:
+  // docs/api-host.md). The caller is the owner of the connection's peer socket, read from the kernel's
+  // socket table (the TCP twin of SO_PEERCRED); it may move only its own processes (root: any but the
+  // sessions' and the daemon's). The pid is checked and moved through a held /proc/<pid> descriptor.
+  app.post('/v1/host/client-cgroup', async (c) => {
+    const body = (await c.req.json().catch(() => {
+      throw new DrumsError('invalid_json', 'the body is not valid JSON; send {"pid": <your process id>}');
+    })) as { pid?: unknown } | null;
+    const pid = body?.pid;
+    if (typeof pid !== 'number' || !Number.isSafeInteger(pid) || pid < 1 || pid > 0x3fffffff)
+      throw new ValidationError('pid', 'must be the id of a running process of yours (a positive integer)', 'invalid_request');
+    checkBody('joinClientCgroup', body);
+    const sock = (c.env as { incoming?: { socket?: Parameters<typeof loopbackPeerUid>[0] } } | undefined)?.incoming?.socket;
+    const uid = sock ? loopbackPeerUid(sock) : undefined;
+    if (uid === undefined)
+      throw new DrumsError('caller_not_local', 'only a client on this host, over loopback, can join the client cgroup: the daemon could not tell who called');
+    try {
+      const cgroup = joinClientCgroupFor(mgr.inst.name, pid, uid);
+      return c.json({ pid, cgroup });
+    } catch (e) {
+      if (!(e instanceof ClientJoinError)) throw e;
+      const code = e.reason === 'not_found' ? 'process_not_found' : e.reason === 'not_owned' ? 'process_not_owned' : 'client_cgroup_unavailable';
+      throw new DrumsError(code, e.message, { details: { pid } });
+    }
   });
   return app;
 }

@@ -2,7 +2,7 @@ import { type Command, Option } from 'commander';
 import { writeFileSync } from 'node:fs';
 import type { SessionInfo } from '../../client/client.ts';
 import { DrumsError } from '../../common/errors.ts';
-import { loopbackPeerUid } from '../peer-uid.ts';
+import { loopbackPeerUid } from '../../common/peer-uid.ts';
 import { client, print } from '../util.ts';
 
 const line = (s: SessionInfo) =>

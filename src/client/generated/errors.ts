@@ -109,6 +109,14 @@ export class MemoryForkUnavailableError extends DrumsApiError {}
 export class DisplayClosedError extends DrumsApiError {}
 /** 503: Cannot reach the session's X server. */
 export class DisplayUnavailableError extends DrumsApiError {}
+/** 404: No running process with this pid (it may have ended), or the pid is a thread's; pass the id of a running process of yours. */
+export class ProcessNotFoundError extends DrumsApiError {}
+/** 403: The process is not the caller's (every uid of it must be the caller's own), or it is the daemon or a session's. */
+export class ProcessNotOwnedError extends DrumsApiError {}
+/** 403: The daemon could not tell which local uid called (only a client on this host, over IPv4 loopback, may join the client cgroup). */
+export class CallerNotLocalError extends DrumsApiError {}
+/** 503: The daemon could not make or enter the client CPU cgroup on this host (no CPU controller, or not allowed); see the message. */
+export class ClientCgroupUnavailableError extends DrumsApiError {}
 /** 503: The host is draining and takes no new sessions; place the session on another host. */
 export class HostDrainingError extends DrumsApiError {}
 /** 503: The host's available memory (minus its reserve) cannot take another session now; nothing was created. */
@@ -206,6 +214,10 @@ export const ERROR_CLASSES = {
   memory_fork_unavailable: MemoryForkUnavailableError,
   display_closed: DisplayClosedError,
   display_unavailable: DisplayUnavailableError,
+  process_not_found: ProcessNotFoundError,
+  process_not_owned: ProcessNotOwnedError,
+  caller_not_local: CallerNotLocalError,
+  client_cgroup_unavailable: ClientCgroupUnavailableError,
   host_draining: HostDrainingError,
   insufficient_memory: InsufficientMemoryError,
   insufficient_disk: InsufficientDiskError,

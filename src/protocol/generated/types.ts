@@ -315,6 +315,17 @@ export type Termination = {
   terminatedAt: string;
 };
 
+export type ClientCgroupRequest = {
+  /** The process to move (the caller's own). */
+  pid: number;
+};
+
+export type ClientCgroupResult = {
+  pid: number;
+  /** The CPU cgroup it is in now, relative to the hierarchy's root: `drums-<instance>/client`. */
+  cgroup: string;
+};
+
 export type HostReport = {
   /** Stable across restarts (DRUMS_HOST_ID */
   hostId: string;
@@ -664,4 +675,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "invalid_outcome" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "episode_open" | "episode_store_full" | "episode_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "invalid_outcome" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "episode_open" | "episode_store_full" | "episode_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "process_not_found" | "process_not_owned" | "caller_not_local" | "client_cgroup_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
