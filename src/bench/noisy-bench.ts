@@ -48,6 +48,8 @@ export interface NoisyOptions {
   /** The warm-up before the first phase (s): the victims' loop runs at least warmupMinS and until its step rate stops rising, or warmupS at most. */
   warmupS: number;
   warmupMinS: number;
+  /** Where the harness (and the victims' driver threads) runs: the instance's client CPU cgroup (default), or the host's root cgroup, where a user's trainer runs. */
+  harness?: 'root' | 'client';
   progress?: (m: string) => void;
 }
 
@@ -358,7 +360,8 @@ export async function runNoisyBench(o: NoisyOptions) {
   // own beside the daemon's, with the same weight, joined after the daemon's start (a child starts in its
   // parent's cgroup). Clients of a real deployment run elsewhere. Its nice would not do: where autogroups
   // are on (this host) a root-cgroup task's nice counts only inside its autogroup (docs/bench.md, day 10).
-  const harnessCgroup = enterClientCgroup(d.instance);
+  // With --harness root it stays where it started (the root cgroup, in its autogroup): a trainer's place.
+  const harnessCgroup = o.harness === 'root' ? undefined : enterClientCgroup(d.instance);
   const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
   const url = c.url;
@@ -586,6 +589,8 @@ export async function runNoisyBench(o: NoisyOptions) {
       warmup: { ...warmup, minS: o.warmupMinS, maxS: o.warmupS, windowS: WARMUP_WINDOW_S },
       /** The CPU cgroup the harness and the victims' driver threads ran in (the daemon's weight), or null where it could not make one. */
       harnessCgroup: harnessCgroup ?? null,
+      /** --harness: where the harness was asked to run (client: harnessCgroup; root: the host's root cgroup). */
+      harness: o.harness ?? 'client',
       floodClients: 16,
     },
     phases,

@@ -247,10 +247,16 @@ const BENCHES: RecordBench[] = [
       ['--userns-sessions <n>', 'sessions per arm of the user-namespace cost measured in the same run (0: skip; default 3, 0 with --quick)'],
       ['--warmup <s>', "the longest warm-up before the first phase: the victims' loop runs until its step rate stops rising (default 300, 20 with --quick)"],
       ['--warmup-min <s>', 'the shortest warm-up (default 150, 0 with --quick)'],
+      [
+        '--harness <where>',
+        "where the harness and the victims' clients run: client (the instance's client CPU cgroup, the default) or root (the host's root cgroup, where a trainer runs)",
+        'client',
+      ],
       OUT,
     ],
     progress: 'log',
     run: async (o, { progress }) => {
+      if (o.harness !== 'root' && o.harness !== 'client') throw new Error('--harness: choose root or client');
       const noisy = await import('../../bench/noisy-bench.ts');
       return noisy.runNoisyBench({
         quick: !!o.quick,
@@ -262,6 +268,7 @@ const BENCHES: RecordBench[] = [
         warmupS: seconds(o.warmup ?? (o.quick ? 20 : 300), '--warmup'),
         warmupMinS: seconds(o.warmupMin ?? (o.quick ? 0 : 150), '--warmup-min'),
         abuses: o.abuses === undefined ? undefined : noisy.parseAbuses(String(o.abuses)),
+        harness: o.harness,
         progress,
       });
     },
