@@ -14,6 +14,7 @@ import { budgetsProbe } from './budgets.ts';
 import { osworldEvalProbes } from './osworld-eval.ts';
 import { probeExecCmdline } from './exec-cmdline.ts';
 import { forkPlantProbes } from './fork-plant.ts';
+import { clientCgroupProbes } from './client-cgroup.ts';
 
 export type { HostProbe, HostProbeContext };
 
@@ -26,6 +27,7 @@ const PROBES: [string, HostProbe][] = [
   ['osworld-eval', osworldEvalProbes],
   ['exec-cmdline', probeExecCmdline],
   ['fork-plant', forkPlantProbes],
+  ['client-cgroup', clientCgroupProbes],
 ];
 
 /** Runs every host probe; a probe that throws is recorded as invalid, and the others still run. */
