@@ -162,3 +162,25 @@ def test_take_over_shows_in_the_session_view_and_blocks_agent_input(client):
         s.release_takeover(t["id"])
         assert s.refresh().takeover is None
         s.act({"type": "move", "x": 5, "y": 5})
+
+
+def test_join_client_cgroup(client, daemon):
+    # A process of ours joins the instance's client CPU cgroup; a pid that names no process is refused.
+    import subprocess
+
+    def cpu_cgroup(pid: int) -> str:
+        lines = open(f"/proc/{pid}/cgroup").read().splitlines()
+        v1 = [ln for ln in lines if "cpu" in ln.split(":")[1].split(",")]
+        return (v1 or [ln for ln in lines if ln.startswith("0::")])[0].split(":", 2)[2]
+
+    child = subprocess.Popen(["sleep", "120"])
+    try:
+        r = client.join_client_cgroup(child.pid)
+        assert r == {"pid": child.pid, "cgroup": f"drums-{daemon.instance}/client"}
+        assert cpu_cgroup(child.pid) == f"/drums-{daemon.instance}/client"
+    finally:
+        child.kill()  # ours, by handle; reaped so the cgroup can go with the instance
+        child.wait()
+    # Above pid_max no process can be (a reaped child's pid could be reused, and root may move any).
+    with pytest.raises(errors.ProcessNotFound):
+        client.join_client_cgroup(int(open("/proc/sys/kernel/pid_max").read()) + 1)
