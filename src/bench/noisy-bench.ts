@@ -1,11 +1,13 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { cpus } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { bucketCounts } from '../common/prom-text.ts';
 import { instanceCgroup, sessionCgroup, sessionsCgroup } from '../host/instance.ts';
-import { daemonCgroupName, enterClientCgroup, leaveClientCgroup, moveOutOfClientCgroup } from '../host/resources.ts';
+import { daemonCgroupName, enterClientCgroup, joinClientCgroupFor, leaveClientCgroup, moveOutOfClientCgroup } from '../host/resources.ts';
 import type { DriverData } from './noisy-driver.ts';
 import type { SessionInfo } from '../client/client.ts';
 import { hostFacts } from './host-facts.ts';
@@ -91,6 +93,64 @@ function isDemoted(instance: string, id: string): boolean {
     } catch {}
   }
   return false;
+}
+
+/** The kernel's monotonic clock (CLOCK_MONOTONIC, the wake-up probes' clock), in seconds. */
+const monoS = () => Number(process.hrtime.bigint()) / 1e9;
+
+type Place = 'root' | 'client';
+
+/**
+ * Wake-up probes (scripts/wakeup-probe.py: sleeps 1 ms in a loop pinned to one CPU and logs each
+ * wake-up more than 30 ms late, on CLOCK_MONOTONIC), one per CPU (two at most) in the host's root
+ * cgroup, where a trainer runs, and one per CPU in the instance's client cgroup, whatever --harness
+ * says: so every run reports how late a root-level task and a client-cgroup task woke in each phase,
+ * side by side. They cost ~0.02 core each (docs/bench.md, day 11).
+ */
+class WakeProbes {
+  private readonly probes: { where: Place; child: ChildProcess; late: [number, number][] }[] = [];
+  constructor(instance: string) {
+    const script = fileURLToPath(new URL('../../scripts/wakeup-probe.py', import.meta.url));
+    for (const where of ['root', 'client'] as const)
+      for (let cpu = 0; cpu < Math.min(2, cpus().length); cpu++) {
+        const child = spawn('python3', [script, '--cpu', String(cpu), '--seconds', '86400', '--late-ms', '30'], { stdio: ['ignore', 'pipe', 'ignore'] });
+        const p = { where, child, late: [] as [number, number][] };
+        let tail = '';
+        child.stdout!.on('data', (b: Buffer) => {
+          const lines = (tail + b.toString()).split('\n');
+          tail = lines.pop() ?? '';
+          for (const l of lines) {
+            const m = /^([\d.]+) (\d+)$/.exec(l.trim());
+            if (m && p.late.length < 100_000) p.late.push([Number(m[1]), Number(m[2])]);
+          }
+        });
+        this.probes.push(p);
+        // A child starts in its parent's cgroup (the harness's): each is put where it belongs.
+        try {
+          if (where === 'client') joinClientCgroupFor(instance, child.pid!, 0);
+          else moveOutOfClientCgroup(instance, child.pid!);
+        } catch {}
+      }
+  }
+  /** Per placement, the latest wake-up (ms; 0: none over 30 ms) and how many were over 30 ms, in [t0, t1) on CLOCK_MONOTONIC. */
+  within(t0: number, t1: number): Record<Place, { maxMs: number; over30ms: number }> {
+    const out = { root: { maxMs: 0, over30ms: 0 }, client: { maxMs: 0, over30ms: 0 } };
+    for (const p of this.probes)
+      for (const [t, ms] of p.late)
+        if (t >= t0 && t < t1) {
+          out[p.where].maxMs = Math.max(out[p.where].maxMs, ms);
+          out[p.where].over30ms++;
+        }
+    return out;
+  }
+  /** Stops them (ours, by handle) and waits until they are gone, so that the client cgroup can go. */
+  async stop(): Promise<void> {
+    await Promise.all(
+      this.probes.map((p) =>
+        p.child.exitCode !== null || p.child.signalCode !== null ? undefined : new Promise((r) => (p.child.once('close', r), p.child.kill('SIGKILL'))),
+      ),
+    );
+  }
 }
 
 const WARMUP_WINDOW_S = 10;
@@ -332,6 +392,8 @@ interface PhaseResult {
   othersTop: Record<string, number>;
   othersUnseenCores: number;
   ownCpuCores: number;
+  /** Wake-up probes in the root cgroup and in the client cgroup: their latest wake-up in the phase (ms; 0: none over 30 ms) and how many were over 30 ms. */
+  wakeup: Record<Place, { maxMs: number; over30ms: number }>;
   /** The host's 1-minute load average at the phase's start and end. */
   loadavg: [number, number];
   /** Share of the phase the CPU guard had the abuser demoted, and each victim on average. */
@@ -362,6 +424,7 @@ export async function runNoisyBench(o: NoisyOptions) {
   // are on (this host) a root-cgroup task's nice counts only inside its autogroup (docs/bench.md, day 10).
   // With --harness root it stays where it started (the root cgroup, in its autogroup): a trainer's place.
   const harnessCgroup = o.harness === 'root' ? undefined : enterClientCgroup(d.instance);
+  const wake = new WakeProbes(d.instance);
   const daemonPid = (JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number }).pid;
   const c = d.client;
   const url = c.url;
@@ -449,6 +512,7 @@ export async function runNoisyBench(o: NoisyOptions) {
       const busy0 = hostBusyNs(),
         own0 = ownCpuNs(d, daemonPid, floodPid);
       const t0 = performance.now();
+      const m0 = monoS();
       const end = t0 + o.seconds * 1000;
       // The phase is every step that starts in [t0, end); the loop runs on, and the phase waits for
       // its last steps to finish.
@@ -488,6 +552,7 @@ export async function runNoisyBench(o: NoisyOptions) {
           return { steps: xs.length, p50: xs.length ? r(quantile(xs, 0.5)) : 0, p99: xs.length ? r(quantile(xs, 0.99)) : 0 };
         }),
         othersCpuCores,
+        wakeup: wake.within(m0, m0 + (end - t0) / 1000),
         harnessLoopDelayMs: { p99: Math.round(lag.percentile(99) / 1e5) / 10, max: Math.round(lag.max / 1e5) / 10 },
         daemonLateTicks,
         harnessGc: { ...gc, totalMs: Math.round(gc.totalMs), maxMs: Math.round(gc.maxMs * 10) / 10, majorMs: Math.round(gc.majorMs) },
@@ -518,6 +583,7 @@ export async function runNoisyBench(o: NoisyOptions) {
     gapErrors = loop.errors.filter((x) => !phases.some((p) => x.t >= p.window[0] && x.t < p.window[1])).length;
   } finally {
     await drivers?.stop();
+    await wake.stop();
     for (const s of [...victims, ...(abuser ? [abuser] : [])]) await c.destroySession(s.id).catch(() => {});
     await d.stop();
     leaveClientCgroup(d.instance); // the user-namespace arms' daemon, started next, is not the harness
@@ -568,6 +634,9 @@ export async function runNoisyBench(o: NoisyOptions) {
     const u = await runUsernsBench({ image: 'default', url: PAGE, sessions: o.usernsSessions, settleSeconds: 5, outDir: o.outDir, progress: o.progress });
     usernsCost = { record: basename(u.file), sessionsPerArm: o.usernsSessions, ratios: u.record.ratios, errors: u.record.errors };
   }
+  // The trainer's share (issue 30): the latest wake-up of a root-cgroup task over the run's phases, and a client-cgroup task's for reference.
+  const wakeupMax = { root: Math.max(0, ...phases.map((p) => p.wakeup.root.maxMs)), client: Math.max(0, ...phases.map((p) => p.wakeup.client.maxMs)) };
+  bars.rootWakeupMaxMs = { value: wakeupMax.root, bar: '<= 100', pass: wakeupMax.root <= 100 };
   const victimErrors = phases.reduce((a, p) => a + p.errors, 0) + gapErrors;
   bars.victimErrors = { value: victimErrors, bar: '== 0', pass: victimErrors === 0 };
   const record = {
@@ -601,6 +670,8 @@ export async function runNoisyBench(o: NoisyOptions) {
     victimIds: victims.map((v) => v.id),
     abuserId: abuser?.id,
     ratios,
+    /** The wake-up probes' latest wake-up over all phases (ms), by cgroup; per phase in phases[].wakeup. */
+    wakeupMaxMs: wakeupMax,
     bars,
     noise: {
       quietVsQuiet,
