@@ -77,7 +77,11 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const handsOff = new Set(['creating', 'resetting', 'destroying']);
   const cpuGuard = new CpuGuard(() => new Map(mgr.list().map((s) => [s.id, { cgroup: s.names.cgroup, cpus: s.spec.cpus, starting: handsOff.has(s.state) }])));
   cpuGuard.start();
-  const display = new DisplayService({ onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason), fairShare: fairShareOf(config) });
+  const display = new DisplayService({
+    onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason),
+    fairShare: fairShareOf(config),
+    a11yMirrorIdleS: config.a11yMirrorIdleS,
+  });
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
   const episodeFrames = startEpisodeFrames(() => mgr.list(), display);
   const osworld = new OsworldService(mgr, display);

@@ -38,7 +38,12 @@ export type A11yConnectOptions = {
   open?: () => Promise<Duplex>;
   /** The uid to claim in D-Bus EXTERNAL auth (the peer's view of the socket's owner); default this process's. */
   authUid?: number;
+  /** Refuse (and close on) a message declaring more than this; default A11Y_MAX_MESSAGE_BYTES. */
+  maxMessageBytes?: number;
 };
+
+/** What a signal handler sees of a D-Bus signal: who sent it and where, not its body. */
+export type A11ySignal = { sender: string; path: string; interface: string; member: string; body: unknown[] };
 
 /** `unix:path=/x/y,guid=…` → connection options; anything without `=` is taken as a socket path. */
 function connectionTarget(addressOrPath: string): { socket: string } | { busAddress: string } {
@@ -121,7 +126,7 @@ export class A11yClient implements A11yBus {
         direct: true,
         timeout: timeoutMs,
         fdTransport: false,
-        maxMessageSize: A11Y_MAX_MESSAGE_BYTES,
+        maxMessageSize: options.maxMessageBytes ?? A11Y_MAX_MESSAGE_BYTES,
       });
     } catch (err) {
       opened?.destroy();
@@ -180,6 +185,41 @@ export class A11yClient implements A11yBus {
         else resolve((values.length <= 1 ? values[0] : values) as T);
       });
     });
+  }
+
+  /**
+   * Calls `handler` for every signal this connection receives (after an AddMatch), and `onClose` once when it
+   * closes. Both are guarded: what they throw is dropped, never thrown from the socket's event handler.
+   */
+  onSignal(handler: (signal: A11ySignal) => void, onClose?: (why: string) => void): void {
+    this._bus.connection.on('message', (msg: Record<string, unknown>) => {
+      if (msg.type !== 4) return; // constants.messageType.signal
+      try {
+        handler({
+          sender: String(msg.sender ?? ''),
+          path: String(msg.path ?? ''),
+          interface: String(msg.interface ?? ''),
+          member: String(msg.member ?? ''),
+          body: Array.isArray(msg.body) ? msg.body : [],
+        });
+      } catch {
+        // a handler's bug must not reach the socket's event loop
+      }
+    });
+    if (onClose) {
+      let done = false;
+      const closed = () => {
+        if (done) return;
+        done = true;
+        try {
+          onClose(this._closedReason ?? 'connection closed');
+        } catch {
+          // as above
+        }
+      };
+      this._bus.connection.on('close', closed);
+      this._bus.connection.on('error', closed);
+    }
   }
 
   /** Walk the accessibility tree from the registry's desktop. See `WalkOptions`. */

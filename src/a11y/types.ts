@@ -82,7 +82,49 @@ export type WalkOptions = {
    * call by call (the reference walk).
    */
   cache?: boolean;
+  /**
+   * Serve objects from an event-kept mirror (A11yMirror in mirror.ts) where it holds them and no event has
+   * touched them since; read (and store) the rest. Extents are asked every read.
+   */
+  mirror?: WalkMirror;
 };
+
+/** One object's own data as a mirror keeps it: everything a walk reads of it but its extents. */
+export type MirrorEntry = {
+  role: string;
+  name: string;
+  description?: string;
+  states: string[];
+  attributes: Record<string, string>;
+  interfaces: string[];
+  text?: string;
+  value?: A11yValue;
+  actions?: A11yAction[];
+  childCount: number | undefined;
+  /** The child list as read at `maxWidth` (absent: not read yet, or not to be kept). */
+  children?: { refs: Array<{ bus: string; path: string }>; truncated: boolean; maxWidth: number };
+};
+
+/** What a walk needs of a mirror (A11yMirror implements it). */
+export interface WalkMirror {
+  /** The toolkits whose events are trusted: their objects are served from the mirror. */
+  trusts(toolkit: string): boolean;
+  /**
+   * 'synced': every event the application sent before has been applied (a Peer.Ping over the connection the
+   * events come on answered). 'hung': the ping timed out. 'no': it failed otherwise, or the mirror is gone. Unless
+   * synced, the application is walked.
+   */
+  sync(bus: string, timeoutMs: number): Promise<'synced' | 'hung' | 'no'>;
+  /** A counter that moves with every event; taken before an object is read, given back to `put`. */
+  seq(): number;
+  /** The object's entry if no event touched it since it was stored. */
+  get(bus: string, path: string): MirrorEntry | undefined;
+  /** Keep what a read found, unless an event touched the object since `since`. */
+  put(bus: string, path: string, entry: MirrorEntry, since: number): void;
+  /** A read starts / ends; `visited` (only if the read saw the whole tree) lets the mirror drop what is gone. */
+  beginRead(): void;
+  endRead(visited: Set<string> | undefined): void;
+}
 
 export type WalkStats = {
   durationMs: number;
@@ -104,6 +146,8 @@ export type WalkStats = {
    * their summed round trips in ms (calls overlap, so the sum exceeds the wall time) and the reply bytes.
    */
   profile: { byKind: Record<string, CallTally>; byBus: Record<string, CallTally> };
+  /** Objects served from the mirror (WalkOptions.mirror) without a call but for their extents. */
+  mirrored?: number;
 };
 
 export type CallTally = { calls: number; ms: number; bytes: number };

@@ -36,7 +36,7 @@ import {
 } from './atspi-constants.ts';
 import { CancelledError } from '../common/errors.ts';
 import { A11yError } from './errors.ts';
-import type { A11yAppInfo, A11yNode, A11yNodeError, WalkOptions, WalkResult, WalkStats } from './types.ts';
+import type { A11yAppInfo, A11yNode, A11yNodeError, MirrorEntry, WalkMirror, WalkOptions, WalkResult, WalkStats } from './types.ts';
 
 export const DEFAULT_DEADLINE_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT_PER_APP = 64;
@@ -140,6 +140,11 @@ type Ctx = {
   caches: Map<string, Promise<AppCache | undefined>>;
   /** Use Cache.GetItems where the toolkit has it (WalkOptions.cache). */
   useCache: boolean;
+  /** WalkOptions.mirror, and per application bus whether it is served from it this read. */
+  mirror: WalkMirror | undefined;
+  mirrored: Map<string, Promise<boolean>>;
+  /** Objects reached (`bus path`), for the mirror to drop what a whole read no longer reaches. */
+  visited: Set<string> | undefined;
   /** Bytes of replies taken in so far (approxBytes). */
   bytes: number;
   stats: WalkStats;
@@ -348,8 +353,38 @@ export function parseCache(bus: string, reply: unknown[]): AppCache {
   return { items };
 }
 
-/** Phase 1 + 2 for one node, then its children. Returns a NodeFailure if nothing could be read. */
-async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | NodeFailure | null> {
+/**
+ * Whether this application's objects are served from the mirror this read: its toolkit's events are trusted
+ * and it answered a ping over the event connection (so every event it sent before has been applied). A ping
+ * that times out marks the app hung, as the walk's own first call would have.
+ */
+function mirrorServes(ctx: Ctx, bus: string): Promise<boolean> {
+  const mirror = ctx.mirror;
+  if (!mirror || bus === REGISTRY_BUS_NAME) return Promise.resolve(false);
+  let known = ctx.mirrored.get(bus);
+  if (!known) {
+    known = (async () => {
+      if (!mirror.trusts(await toolkitOf(ctx, bus))) return false;
+      const remaining = ctx.deadline - Date.now();
+      if (remaining <= 0 || ctx.hung.has(bus)) return false;
+      const synced = await mirror.sync(bus, Math.min(ctx.callTimeoutMs, remaining));
+      if (synced === 'hung' && remaining > ctx.callTimeoutMs) {
+        // As a timed-out call of the walk would: the app is hung for the rest of this read (one timeout, not two).
+        ctx.stats.timeouts++;
+        ctx.hung.add(bus);
+      }
+      return synced === 'synced';
+    })();
+    ctx.mirrored.set(bus, known);
+  }
+  return known;
+}
+
+/**
+ * Phase 1 + 2 for one node, then its children. Returns a NodeFailure if nothing could be read. `served`: the
+ * node may come from the mirror (its application is served and no ancestor manages its descendants).
+ */
+async function buildNode(ctx: Ctx, ref: Ref, depth: number, served = false): Promise<A11yNode | NodeFailure | null> {
   if (depth === 1 && ctx.direct && !ctx.peers.has(ref.bus)) {
     const remaining = ctx.deadline - Date.now();
     const peer = remaining > 0 ? await ctx.client.peer(ref.bus, ctx.direct, Math.min(ctx.callTimeoutMs, remaining)) : undefined;
@@ -358,6 +393,12 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
       ctx.stats.directApps.push(ref.bus);
     }
   }
+  if (depth === 1) served = await mirrorServes(ctx, ref.bus);
+  ctx.visited?.add(`${ref.bus} ${ref.path}`);
+  // Taken before any call about this object: an event after it keeps what is read now out of the mirror.
+  const since = ctx.mirror?.seq() ?? 0;
+  const kept = served ? ctx.mirror!.get(ref.bus, ref.path) : undefined;
+  if (kept) return fromMirror(ctx, ref, depth, kept);
   const cache = await appCache(ctx, ref.bus);
   // Note: not the application's root: GTK 4's cache says it has no children.
   const cached = ref.path === ROOT_PATH ? undefined : cache?.items.get(ref.path);
@@ -369,6 +410,8 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
   let description: string | undefined;
   let childCount: number | undefined;
   let attrs: unknown;
+  // A phase-1 call that failed, even as 'gone': what was read is not kept in the mirror.
+  let phase1Failed = false;
   if (cached) {
     // Note: what GetItems gave for this object stands for GetAll, GetRole, GetState and GetInterfaces (the
     // bridge answers both from the same object); Attributes are not in the cache.
@@ -393,6 +436,7 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
     if (props === undefined && isFailure(roleNum)) return roleNum;
 
     for (const r of [roleNum, stateWords, ifaces]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+    if (isFailure(props)) phase1Failed = true;
 
     if (!isFailure(props) && props !== null && typeof props === 'object') {
       const p = props as Record<string, unknown>;
@@ -414,6 +458,7 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
       if (!isFailure(d) && typeof d === 'string' && d !== '') description = d;
       if (!isFailure(c)) childCount = numberOrUndefined(c);
       for (const r of [n, d, c]) if (isFailure(r) && r.reason !== 'gone') error = worst(error, r.reason);
+      if (isFailure(n) || isFailure(d) || isFailure(c)) phase1Failed = true;
     }
   }
   if (attrs === undefined && !ctx.hung.has(ref.bus)) {
@@ -442,11 +487,16 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
   ctx.stats.nodes++;
 
   const phase2: Array<Promise<void>> = [];
+  // Anything that failed keeps the node out of the mirror (a refusal may be an object going away).
+  let failed = phase1Failed || isFailure(roleNum) || isFailure(stateWords) || isFailure(ifaces) || error !== undefined || attrs === undefined;
   // Optional data an object refuses (a D-Bus error reply) is just absent; only timeouts and the deadline
   // make the node incomplete.
   const note = (f: NodeFailure) => {
+    failed = true;
     if (f.reason !== 'gone') error = worst(error, f.reason);
   };
+  const manages = node.states.includes('manages_descendants');
+  let childList: MirrorEntry['children'];
 
   if (!roleKnown && roleIndex >= 0) {
     phase2.push(
@@ -511,12 +561,14 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
     );
   }
   phase2.push(
-    buildChildren(ctx, node, ref, depth, childCount).then(
-      (truncated) => {
-        if (truncated) node.truncated = true;
+    buildChildren(ctx, node, ref, depth, childCount, served && !manages).then(
+      (r) => {
+        if (r.truncated) node.truncated = true;
+        childList = r.list;
       },
       (err) => {
         if (err instanceof NodeFailure) {
+          failed = true;
           if (err.reason !== 'gone') error = worst(error, err.reason);
           node.truncated = true;
         } else {
@@ -526,6 +578,26 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
     ),
   );
   await Promise.all(phase2);
+  if (served && !failed && !manages) {
+    ctx.mirror!.put(
+      ref.bus,
+      ref.path,
+      {
+        role: node.role,
+        name: node.name,
+        ...(node.description !== undefined ? { description: node.description } : {}),
+        states: node.states,
+        attributes: node.attributes,
+        interfaces: node.interfaces,
+        ...(node.text !== undefined ? { text: node.text } : {}),
+        ...(node.value ? { value: node.value } : {}),
+        ...(node.actions ? { actions: node.actions } : {}),
+        childCount,
+        ...(childList ? { children: childList } : {}),
+      },
+      since,
+    );
+  }
 
   // Put optional fields in a stable order for readers of the JSON.
   const ordered: A11yNode = {
@@ -547,13 +619,29 @@ async function buildNode(ctx: Ctx, ref: Ref, depth: number): Promise<A11yNode | 
   return ordered;
 }
 
-/** Fill `node.children`; returns whether anything was left out. Throws NodeFailure if the list is unreadable. */
-async function buildChildren(ctx: Ctx, node: A11yNode, ref: Ref, depth: number, childCount: number | undefined): Promise<boolean> {
-  if (childCount === 0) return false;
-  if (depth >= ctx.maxDepth) return childCount !== undefined && childCount > 0;
+/**
+ * Fill `node.children`; returns whether anything was left out, and the child list as read when it may be kept
+ * (GetChildren, not GetChildAtIndex). Throws NodeFailure if the list is unreadable. `served`: the children may
+ * come from the mirror; `known`: the list from the mirror, at this walk's maxWidth.
+ */
+async function buildChildren(
+  ctx: Ctx,
+  node: A11yNode,
+  ref: Ref,
+  depth: number,
+  childCount: number | undefined,
+  served: boolean,
+  known?: MirrorEntry['children'],
+): Promise<{ truncated: boolean; list?: MirrorEntry['children'] }> {
+  if (childCount === 0) return { truncated: false, list: { refs: [], truncated: false, maxWidth: ctx.maxWidth } };
+  if (depth >= ctx.maxDepth) return { truncated: childCount !== undefined && childCount > 0 };
   let truncated = false;
   let refs: Ref[];
-  if (childCount !== undefined && childCount > ctx.maxWidth) {
+  let list: MirrorEntry['children'];
+  if (known) {
+    refs = known.refs;
+    truncated = known.truncated;
+  } else if (childCount !== undefined && childCount > ctx.maxWidth) {
     // Note: never GetChildren on a huge container (a spreadsheet table has millions of cells).
     truncated = true;
     const got = await Promise.all(
@@ -565,15 +653,18 @@ async function buildChildren(ctx: Ctx, node: A11yNode, ref: Ref, depth: number, 
       refs.push({ bus: g[0], path: g[1] });
     }
   } else {
-    const list = await call<Array<[string, string]>>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildren');
-    refs = list.map(([bus, path]) => ({ bus, path }));
+    const got = await call<Array<[string, string]>>(ctx, ref, IFACE_ACCESSIBLE, 'GetChildren');
+    refs = got.map(([bus, path]) => ({ bus: String(bus), path: String(path) }));
     if (refs.length > ctx.maxWidth) {
       refs = refs.slice(0, ctx.maxWidth);
       truncated = true;
     }
+    refs = refs.filter((r) => r.path !== NULL_PATH && r.bus !== '');
+    list = { refs, truncated, maxWidth: ctx.maxWidth };
   }
   refs = refs.filter((r) => r.path !== NULL_PATH && r.bus !== '');
-  const children = await Promise.all(refs.map((r) => buildNode(ctx, r, depth + 1)));
+  // Note: a child on another bus (an embedded application) is not served from this one's events.
+  const children = await Promise.all(refs.map((r) => buildNode(ctx, r, depth + 1, served && r.bus === ref.bus)));
   for (const [i, child] of children.entries()) {
     if (child === null) continue; // filtered out by `apps`
     if (isFailure(child)) {
@@ -584,7 +675,67 @@ async function buildChildren(ctx: Ctx, node: A11yNode, ref: Ref, depth: number, 
     }
     node.children.push(child);
   }
-  return truncated;
+  return { truncated, ...(list ? { list } : {}) };
+}
+
+/**
+ * A node from its mirror entry: no call but its extents (asked every read: a window move changes them without
+ * an event per object) and, if the entry has no list at this maxWidth, its children.
+ */
+async function fromMirror(ctx: Ctx, ref: Ref, depth: number, kept: MirrorEntry): Promise<A11yNode | null> {
+  if (depth === 1 && ctx.appFilter && !ctx.appFilter({ name: kept.name, bus: ref.bus })) return null;
+  ctx.stats.mirrored = (ctx.stats.mirrored ?? 0) + 1;
+  ctx.stats.nodes++;
+  let error: A11yNodeError | undefined;
+  let extents: A11yNode['extents'];
+  const node: A11yNode = { role: kept.role, name: kept.name, states: kept.states, attributes: kept.attributes, interfaces: kept.interfaces, children: [], ref };
+  const work: Array<Promise<void>> = [];
+  if (kept.interfaces.includes('Component') && kept.states.includes('visible') && kept.states.includes('showing')) {
+    work.push(
+      settle(call<number[]>(ctx, ref, IFACE_COMPONENT, 'GetExtents', 'u', [COORD_TYPE_SCREEN])).then((r) => {
+        if (isFailure(r)) {
+          if (r.reason !== 'gone') error = worst(error, r.reason);
+          return;
+        }
+        const [x, y, width, height] = r.map(Number);
+        extents = { x: x!, y: y!, width: width!, height: height! };
+      }),
+    );
+  }
+  const manages = kept.states.includes('manages_descendants');
+  const known = kept.children && kept.children.maxWidth === ctx.maxWidth && !manages ? kept.children : undefined;
+  let truncated = false;
+  work.push(
+    buildChildren(ctx, node, ref, depth, kept.childCount, !manages, known).then(
+      (r) => {
+        truncated = r.truncated;
+        // A list read now (the entry had none at this maxWidth) joins the entry.
+        if (r.list && !known && !manages) ctx.mirror!.put(ref.bus, ref.path, { ...kept, children: r.list }, ctx.mirror!.seq());
+      },
+      (err) => {
+        if (!(err instanceof NodeFailure)) throw err;
+        if (err.reason !== 'gone') error = worst(error, err.reason);
+        truncated = true;
+      },
+    ),
+  );
+  await Promise.all(work);
+  return {
+    role: kept.role,
+    name: kept.name,
+    ...(kept.description !== undefined ? { description: kept.description } : {}),
+    states: kept.states,
+    attributes: kept.attributes,
+    interfaces: kept.interfaces,
+    ...(extents ? { extents } : {}),
+    ...(kept.text !== undefined ? { text: kept.text } : {}),
+    ...(kept.value ? { value: kept.value } : {}),
+    ...(kept.actions ? { actions: kept.actions } : {}),
+    children: node.children,
+    ...(truncated || error ? { truncated: true as const } : {}),
+    ...(error ? { error } : {}),
+    ref,
+  };
 }
 
 function appFilterOf(apps: WalkOptions['apps']): ((app: A11yAppInfo) => boolean) | undefined {
@@ -611,6 +762,9 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
     toolkit: new Map(),
     caches: new Map(),
     useCache: options.cache ?? true,
+    mirror: options.mirror,
+    mirrored: new Map(),
+    visited: options.mirror && !options.apps ? new Set() : undefined,
     bytes: 0,
     stats: {
       durationMs: 0,
@@ -633,10 +787,14 @@ export async function walk(client: A11yBus, options: WalkOptions = {}): Promise<
   if (signal?.aborted) onAbort();
   else signal?.addEventListener('abort', onAbort, { once: true });
   let root: Awaited<ReturnType<typeof buildNode>>;
+  ctx.mirror?.beginRead();
   try {
     root = await buildNode(ctx, { bus: REGISTRY_BUS_NAME, path: ROOT_PATH }, 0);
   } finally {
     signal?.removeEventListener('abort', onAbort);
+    // Only a read that reached everything it could says what is gone.
+    const whole = !ctx.stats.deadlineHit && !ctx.stats.budgetHit && ctx.hung.size === 0 && !signal?.aborted && root! !== undefined && !isFailure(root!);
+    ctx.mirror?.endRead(whole ? ctx.visited : undefined);
   }
   if (signal?.aborted) throw new CancelledError(`a11y walk cancelled after ${ctx.stats.calls} calls`, { calls: ctx.stats.calls });
   if (root === null || isFailure(root)) {

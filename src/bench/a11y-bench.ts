@@ -8,11 +8,13 @@ import { quantile } from './stats.ts';
 /**
  * `drums bench a11y`: accessibility-tree read latency through the HTTP API (XML, as an agent reads it), the
  * reference walk (`?reference=true`: every object call by call over the bus) against the fast read (each
- * application over its own socket, GTK 4's objects from Cache.GetItems), side by side in one run:
+ * application over its own socket, GTK 4's objects from Cache.GetItems; `?mirror=false`) and the mirror read
+ * (the default: unchanged objects from the session's event mirror, docs/a11y.md), side by side in one run:
  * - per app: an osworld session with that one app open on its file, `reads` reads of each kind;
  * - desktop: one session with the 7-app desktop (src/bench/a11y-desktop.ts), alone;
  * - desktop-N: N such sessions read at once, `reads` rounds.
- * Each read of a kind alternates with one of the other, so both see the same load.
+ * The kinds take turns in rotating order, so all see the same load. The mirror arm reads a desktop at rest: each
+ * read finds the mirror filled by the one before (what an agent gets between actions that change little).
  */
 export interface A11yBenchOptions {
   client: DrumsClient;
@@ -28,7 +30,9 @@ export interface A11yBenchOptions {
   progress: (msg: string) => void;
 }
 
-type Kind = 'walk' | 'fast';
+type Kind = 'walk' | 'fast' | 'mirror';
+const KINDS: readonly Kind[] = ['walk', 'fast', 'mirror'];
+const query = (kind: Kind) => ({ reference: kind === 'walk', ...(kind === 'fast' ? { mirror: false } : {}) });
 type Dist = { n: number; p50: number; p99: number; max: number; bytes: number; calls: number };
 
 const dist = (xs: number[], bytes: number, calls: number): Dist => ({
@@ -42,21 +46,22 @@ const dist = (xs: number[], bytes: number, calls: number): Dist => ({
 
 async function timedRead(c: DrumsClient, id: string, kind: Kind): Promise<{ ms: number; bytes: number }> {
   const t = performance.now();
-  const xml = String(await c.a11y(id, { format: 'xml', reference: kind === 'walk' }));
+  const xml = String(await c.a11y(id, { format: 'xml', ...query(kind) }));
   return { ms: performance.now() - t, bytes: xml.length };
 }
 
 async function calls(c: DrumsClient, id: string, kind: Kind): Promise<number> {
-  return ((await c.a11y(id, { format: 'json', reference: kind === 'walk' })) as A11yTree).stats.calls;
+  return ((await c.a11y(id, { format: 'json', ...query(kind) })) as A11yTree).stats.calls;
 }
 
-/** `reads` rounds over `ids` (all at once per round), walk and fast alternating: per-read latency of each kind. */
+/** `reads` rounds over `ids` (all at once per round), the kinds in rotating order: per-read latency of each kind. */
 async function measure(c: DrumsClient, ids: string[], reads: number): Promise<Record<Kind, Dist>> {
-  const ms: Record<Kind, number[]> = { walk: [], fast: [] };
-  const bytes: Record<Kind, number> = { walk: 0, fast: 0 };
-  for (const kind of ['walk', 'fast'] as const) await timedRead(c, ids[0]!, kind); // warm-up: atk-bridge makes its objects, sockets open
+  const ms: Record<Kind, number[]> = { walk: [], fast: [], mirror: [] };
+  const bytes: Record<Kind, number> = { walk: 0, fast: 0, mirror: 0 };
+  // Warm-up: atk-bridge makes its objects, sockets open, every session's mirror starts and fills.
+  for (const kind of KINDS) await Promise.all(ids.map((id) => timedRead(c, id, kind)));
   for (let i = 0; i < reads; i++) {
-    for (const kind of (i % 2 === 0 ? ['walk', 'fast'] : ['fast', 'walk']) as Kind[]) {
+    for (const kind of KINDS.map((_, j) => KINDS[(i + j) % KINDS.length]!)) {
       const got = await Promise.all(ids.map((id) => timedRead(c, id, kind)));
       for (const g of got) ms[kind].push(g.ms);
       bytes[kind] = got[0]!.bytes;
@@ -65,6 +70,7 @@ async function measure(c: DrumsClient, ids: string[], reads: number): Promise<Re
   return {
     walk: dist(ms.walk, bytes.walk, await calls(c, ids[0]!, 'walk')),
     fast: dist(ms.fast, bytes.fast, await calls(c, ids[0]!, 'fast')),
+    mirror: dist(ms.mirror, bytes.mirror, await calls(c, ids[0]!, 'mirror')),
   };
 }
 

@@ -401,9 +401,13 @@ export class DrumsClient {
       },
     };
   }
-  async a11y(id: string, o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number; reference?: boolean } = {}): Promise<string | A11yTree> {
+  async a11y(
+    id: string,
+    o: { format?: 'xml' | 'json'; maxDepth?: number; maxWidth?: number; reference?: boolean; mirror?: boolean } = {},
+  ): Promise<string | A11yTree> {
     const q = new URLSearchParams({ format: o.format ?? 'xml' });
     if (o.reference) q.set('reference', 'true');
+    if (o.mirror === false) q.set('mirror', 'false');
     if (o.maxDepth) q.set('maxDepth', String(o.maxDepth));
     if (o.maxWidth) q.set('maxWidth', String(o.maxWidth));
     const res = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/a11y?${q}`);

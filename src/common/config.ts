@@ -31,6 +31,7 @@ export interface DaemonConfig {
   rateBurst: number | undefined;
   fairSlots: number | undefined;
   fairQueue: number;
+  a11yMirrorIdleS: number;
   logFormat: LogFormat;
   logLevel: LogLevel;
   debianMirror: string | undefined;
@@ -173,6 +174,12 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     parse: int(1),
   },
   fairQueue: { env: 'DRUMS_FAIR_QUEUE', doc: "one session's observe/act requests that may wait; more get 429", default: 64, parse: int(1) },
+  a11yMirrorIdleS: {
+    env: 'DRUMS_A11Y_MIRROR_IDLE_S',
+    doc: "seconds without a tree read after which a session's accessibility mirror stops (it starts at the next read); `0`: no mirror, every read walks",
+    default: 120,
+    parse: int(0),
+  },
   logFormat: { env: 'DRUMS_LOG', doc: '`json` for JSON lines on stderr', default: 'text', parse: oneOf('text', 'json') },
   logLevel: { env: 'DRUMS_LOG_LEVEL', doc: '`debug`, `info`, `warn` or `error`', default: 'info', parse: oneOf('debug', 'info', 'warn', 'error') },
   debianMirror: {

@@ -6,6 +6,7 @@ import { XDisplay } from '../display/x-display.ts';
 import { replyBudget } from '../display/x-connection.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../display/screenshot.ts';
 import { A11yClient, type DirectHow } from '../a11y/client.ts';
+import { A11yMirror, MIRROR_MAX_MESSAGE_BYTES, type MirrorStatus } from '../a11y/mirror.ts';
 import { createConnection, type Socket } from 'node:net';
 import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
@@ -25,6 +26,17 @@ interface A11yConn {
   generation: number;
   client: Promise<A11yClient>;
 }
+
+interface MirrorConn {
+  generation: number;
+  mirror: Promise<A11yMirror | undefined>;
+  /** Set once it has subscribed. */
+  ready: A11yMirror | undefined;
+  idle: NodeJS.Timeout | undefined;
+}
+
+/** After a mirror stops by itself (flood, memory bound, lost connection), reads of that session walk this long. */
+export const MIRROR_BACKOFF_MS = 60_000;
 
 /** A person's hold on a session's input (POST /v1/sessions/{id}/takeover; src/api/frames/takeover.ts). */
 export interface Takeover {
@@ -101,10 +113,15 @@ export class DisplayService {
   readonly fair: FairScheduler;
   private readonly _conns = new Map<string, Conn>();
   private readonly _a11y = new Map<string, A11yConn>();
+  private readonly _mirrors = new Map<string, MirrorConn>();
+  /** Per session: when its mirror stopped by itself, and why; no mirror is started before MIRROR_BACKOFF_MS. */
+  private readonly _mirrorStopped = new Map<string, { at: number; generation: number; status: MirrorStatus }>();
+  private readonly _mirrorIdleMs: number;
   private readonly _onLost: (s: Session, generation: number, reason: string) => void;
 
-  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void; fairShare?: FairShareOptions } = {}) {
+  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void; fairShare?: FairShareOptions; a11yMirrorIdleS?: number } = {}) {
     this._onLost = opts.onLost ?? (() => {});
+    this._mirrorIdleMs = (opts.a11yMirrorIdleS ?? FIELDS.a11yMirrorIdleS.default) * 1000;
     this.fair = new FairScheduler(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default }));
   }
 
@@ -173,6 +190,17 @@ export class DisplayService {
       if (c && !c.closed) return c;
     }
     this.dropA11y(s.id);
+    const client = this._connectA11y(s);
+    const conn = { generation: s.generation, client };
+    this._a11y.set(s.id, conn);
+    client.catch(() => {
+      if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id);
+    });
+    return client;
+  }
+
+  /** A new connection to the session's AT-SPI bus, served from inside the session (see a11y()). */
+  private _connectA11y(s: Session, extra: { maxMessageBytes?: number } = {}): Promise<A11yClient> {
     const bus = join(s.runDir, 'xdg', 'at-spi', 'bus_0');
     const ids = s.uids ? hostIds(s.uids) : undefined;
     // Either way the bus must be served from inside the session: a symlink the session planted at bus_0 is refused.
@@ -188,13 +216,84 @@ export class DisplayService {
       }
       return sock;
     };
-    const client = A11yClient.connect(bus, ids ? { timeoutMs: 2000, authUid: DESKTOP_UID, open } : { timeoutMs: 2000, open });
-    const conn = { generation: s.generation, client };
-    this._a11y.set(s.id, conn);
-    client.catch(() => {
-      if (this._a11y.get(s.id) === conn) this._a11y.delete(s.id);
-    });
-    return client;
+    return A11yClient.connect(bus, ids ? { timeoutMs: 2000, authUid: DESKTOP_UID, open, ...extra } : { timeoutMs: 2000, open, ...extra });
+  }
+
+  /**
+   * The session's accessibility mirror (src/a11y/mirror.ts), started at its first read on a connection of its own
+   * and stopped after DRUMS_A11Y_MIRROR_IDLE_S without a read. Undefined when there is none to use: turned off
+   * (0), still starting (this read walks), refused, or stopped by itself within MIRROR_BACKOFF_MS (a flood of
+   * events, its memory bound, a lost connection): then reads are walks.
+   */
+  async a11yMirror(s: Session): Promise<A11yMirror | undefined> {
+    if (this._mirrorIdleMs <= 0) return undefined;
+    let cur = this._mirrors.get(s.id);
+    if (cur && cur.generation !== s.generation) {
+      this.dropMirror(s.id);
+      cur = undefined;
+    }
+    if (!cur) {
+      const stopped = this._mirrorStopped.get(s.id);
+      if (stopped && stopped.generation === s.generation && Date.now() - stopped.at < MIRROR_BACKOFF_MS) return undefined;
+      this._mirrorStopped.delete(s.id);
+      const conn: MirrorConn = { generation: s.generation, mirror: Promise.resolve(undefined), ready: undefined, idle: undefined };
+      const onStop = (reason: string, m: A11yMirror) => {
+        if (this._mirrors.get(s.id) !== conn) return;
+        this._mirrors.delete(s.id);
+        clearTimeout(conn.idle);
+        if (reason !== 'idle' && reason !== 'dropped') this._mirrorStopped.set(s.id, { at: Date.now(), generation: conn.generation, status: m.status() });
+      };
+      conn.mirror = this._connectA11y(s, { maxMessageBytes: MIRROR_MAX_MESSAGE_BYTES })
+        .then((client) => {
+          let mirror: A11yMirror | undefined;
+          return A11yMirror.start(client, { onStop: (reason) => mirror && onStop(reason, mirror) }).then((m) => {
+            mirror = m;
+            conn.ready = m;
+            if (!m.live) onStop(m.status().reason ?? 'stopped', m);
+            return m;
+          });
+        })
+        .catch(() => {
+          // Refused or unreachable: reads walk; try again after the backoff.
+          if (this._mirrors.get(s.id) === conn) {
+            this._mirrors.delete(s.id);
+            this._mirrorStopped.set(s.id, {
+              at: Date.now(),
+              generation: conn.generation,
+              status: { state: 'stopped', reason: 'could not subscribe', objects: 0, bytes: 0, events: 0 },
+            });
+          }
+          return undefined;
+        });
+      this._mirrors.set(s.id, conn);
+      cur = conn;
+    }
+    const conn = cur;
+    clearTimeout(conn.idle);
+    conn.idle = setTimeout(() => {
+      if (this._mirrors.get(s.id) === conn) this.dropMirror(s.id, 'idle');
+    }, this._mirrorIdleMs);
+    conn.idle.unref();
+    // Note: the first read waits for the subscription (a few round trips), so it fills the mirror.
+    const m = conn.ready ?? (await conn.mirror);
+    return m?.live ? m : undefined;
+  }
+
+  /** The session's mirror's state for a read's stats: live, stopped (and why), or none. */
+  a11yMirrorStatus(s: Session): MirrorStatus | undefined {
+    const cur = this._mirrors.get(s.id);
+    const m = cur?.ready;
+    if (m) return m.status();
+    const stopped = this._mirrorStopped.get(s.id);
+    return stopped && stopped.generation === s.generation ? stopped.status : undefined;
+  }
+
+  dropMirror(id: string, why = 'dropped'): void {
+    const cur = this._mirrors.get(id);
+    this._mirrors.delete(id);
+    if (!cur) return;
+    clearTimeout(cur.idle);
+    cur.mirror.then((m) => m?.stop(why)).catch(() => {});
   }
 
   /**
@@ -250,14 +349,16 @@ export class DisplayService {
       .catch(() => {});
   }
 
-  /** Drops both connections of a session (reset, destroy). */
+  /** Drops both connections of a session and its mirror (reset, destroy). */
   drop(id: string): void {
     this.dropDisplay(id);
     this.dropA11y(id);
+    this.dropMirror(id);
+    this._mirrorStopped.delete(id);
   }
 
   closeAll(): void {
-    for (const id of new Set([...this._conns.keys(), ...this._a11y.keys()])) this.drop(id);
+    for (const id of new Set([...this._conns.keys(), ...this._a11y.keys(), ...this._mirrors.keys()])) this.drop(id);
   }
 }
 

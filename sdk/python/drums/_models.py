@@ -16,6 +16,7 @@ __all__ = [
     "A11yNodeRef",
     "A11yNodeValue",
     "A11yStats",
+    "A11yStatsMirror",
     "A11yStatsProfile",
     "A11yTree",
     "Action",
@@ -662,6 +663,18 @@ class A11yStatsProfile(TypedDict):
     byBus: dict[str, A11yCallTally]
 
 
+class _A11yStatsMirrorRequired(TypedDict):
+    state: Literal["live", "stopped"]
+    objects: int
+    bytes: int
+    events: int  # Events received since it started.
+
+
+class A11yStatsMirror(_A11yStatsMirrorRequired, total=False):
+    """The session's accessibility mirror (docs/a11y.md, 'The event mirror'): live, or stopped and why (an event flood, its memory bound, a lost connection: reads walk for a minute). Absent on a reference read or with DRUMS_A11Y_MIRROR_IDLE_S=0."""
+    reason: str
+
+
 class _A11yStatsRequired(TypedDict):
     durationMs: float
     nodes: int
@@ -676,6 +689,8 @@ class _A11yStatsRequired(TypedDict):
 
 class A11yStats(_A11yStatsRequired, total=False):
     profile: A11yStatsProfile  # Answered AT-SPI calls by kind (GetRole, Get(Name), GetAll(Accessible)...) and by application bus name: count, summed round trips in ms (calls overlap, so the sum exceeds the wall time) and reply bytes.
+    mirrored: int  # Objects served from the session's event mirror (no call but their extents).
+    mirror: A11yStatsMirror  # The session's accessibility mirror (docs/a11y.md, 'The event mirror'): live, or stopped and why (an event flood, its memory bound, a lost connection: reads walk for a minute). Absent on a reference read or with DRUMS_A11Y_MIRROR_IDLE_S=0.
 
 
 class A11yCallTally(TypedDict):

@@ -266,11 +266,16 @@ export function displayRoutes(ctx: RouteContext) {
     const reference = c.req.query('reference');
     if (reference !== undefined && reference !== 'true' && reference !== 'false')
       throw bad('reference', `must be true or false, got '${reference.slice(0, 32)}'`);
+    const useMirror = c.req.query('mirror');
+    if (useMirror !== undefined && useMirror !== 'true' && useMirror !== 'false') throw bad('mirror', `must be true or false, got '${useMirror.slice(0, 32)}'`);
     const client = await display.a11y(s);
     // The reference walk: every object call by call over the bus, what the fast path is tested against.
-    const how = reference === 'true' ? { cache: false } : { direct: display.a11yDirect(s) };
+    // Otherwise: objects from the session's event mirror where it holds them, the rest over each app's socket.
+    const mirror = reference === 'true' || useMirror === 'false' ? undefined : await display.a11yMirror(s);
+    const how = reference === 'true' ? { cache: false } : { direct: display.a11yDirect(s), ...(mirror ? { mirror } : {}) };
     const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000, signal: c.req.raw.signal, ...how });
-    return { tree, stats, maxDepth, maxWidth };
+    const status = reference === 'true' || useMirror === 'false' ? undefined : display.a11yMirrorStatus(s);
+    return { tree, stats: status ? { ...stats, mirror: status } : stats, maxDepth, maxWidth };
   };
 
   app.get('/v1/sessions/:id/a11y', async (c) => {

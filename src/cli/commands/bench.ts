@@ -409,7 +409,7 @@ const BENCHES: RecordBench[] = [
   {
     name: 'a11y',
     description:
-      'accessibility-tree read p50/p99 through the API, reference walk vs fast read: per app with a file open, the 7-app desktop alone and N sessions at once',
+      'accessibility-tree read p50/p99 through the API, reference walk vs fast read vs event mirror: per app with a file open, the 7-app desktop alone and N sessions at once',
     options: [
       ['--reads <n>', 'reads of each kind per measurement', '20'],
       ['--sessions <n>', 'sessions with the 7-app desktop read at once (0: skip)', '10'],

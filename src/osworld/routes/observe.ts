@@ -19,14 +19,16 @@ export const routeScreenshot: Handler = async (ctx, s) => {
 export const routeAccessibility: Handler = async (ctx, s) => {
   ensureReady(s);
   const client = await ctx.display.a11y(s);
-  const tree = await client.walkTree({ maxDepth: 50, maxWidth: 1024, deadlineMs: 20_000, direct: ctx.display.a11yDirect(s) });
+  const mirror = await ctx.display.a11yMirror(s);
+  const tree = await client.walkTree({ maxDepth: 50, maxWidth: 1024, deadlineMs: 20_000, direct: ctx.display.a11yDirect(s), ...(mirror ? { mirror } : {}) });
   return json(200, { AT: toOsworldXml(asGoogleChrome(tree)) });
 };
 
 export const routeTerminal: Handler = async (ctx, s) => {
   ensureReady(s);
   const client = await ctx.display.a11y(s);
-  const tree = await client.walkTree({ apps: ['gnome-terminal-server'], deadlineMs: 10_000, direct: ctx.display.a11yDirect(s) });
+  const mirror = await ctx.display.a11yMirror(s);
+  const tree = await client.walkTree({ apps: ['gnome-terminal-server'], deadlineMs: 10_000, direct: ctx.display.a11yDirect(s), ...(mirror ? { mirror } : {}) });
   return json(200, { output: terminalText(tree), status: 'success' });
 };
 

@@ -561,6 +561,17 @@ export type A11yStats = {
     byKind: Record<string, A11yCallTally>;
     byBus: Record<string, A11yCallTally>;
   };
+  /** Objects served from the session's event mirror (no call but their extents). */
+  mirrored?: number;
+  /** The session's accessibility mirror (docs/a11y.md, 'The event mirror'): live, or stopped and why (an event flood, its memory bound, a lost connection: reads walk for a minute). Absent on a reference read or with DRUMS_A11Y_MIRROR_IDLE_S=0. */
+  mirror?: {
+    state: "live" | "stopped";
+    reason?: string;
+    objects: number;
+    bytes: number;
+    /** Events received since it started. */
+    events: number;
+  };
 };
 
 export type A11yCallTally = {
