@@ -81,6 +81,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason),
     fairShare: fairShareOf(config),
     a11yMirrorIdleS: config.a11yMirrorIdleS,
+    a11yDeadlineMs: config.a11yDeadlineMs,
   });
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
   const episodeFrames = startEpisodeFrames(() => mgr.list(), display);

@@ -32,6 +32,7 @@ export interface DaemonConfig {
   fairSlots: number | undefined;
   fairQueue: number;
   a11yMirrorIdleS: number;
+  a11yDeadlineMs: number;
   logFormat: LogFormat;
   logLevel: LogLevel;
   debianMirror: string | undefined;
@@ -174,6 +175,12 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
     parse: int(1),
   },
   fairQueue: { env: 'DRUMS_FAIR_QUEUE', doc: "one session's observe/act requests that may wait; more get 429", default: 64, parse: int(1) },
+  a11yDeadlineMs: {
+    env: 'DRUMS_A11Y_DEADLINE_MS',
+    doc: 'the longest one accessibility-tree read of the API walks before it returns what it has, marked truncated, in ms',
+    default: 10_000,
+    parse: int(100),
+  },
   a11yMirrorIdleS: {
     env: 'DRUMS_A11Y_MIRROR_IDLE_S',
     doc: "seconds without a tree read after which a session's accessibility mirror stops (it starts at the next read); `0`: no mirror, every read walks",

@@ -117,11 +117,21 @@ export class DisplayService {
   /** Per session: when its mirror stopped by itself, and why; no mirror is started before MIRROR_BACKOFF_MS. */
   private readonly _mirrorStopped = new Map<string, { at: number; generation: number; status: MirrorStatus }>();
   private readonly _mirrorIdleMs: number;
+  /** DRUMS_A11Y_DEADLINE_MS: an API tree read's walk deadline. */
+  readonly a11yDeadlineMs: number;
   private readonly _onLost: (s: Session, generation: number, reason: string) => void;
 
-  constructor(opts: { onLost?: (s: Session, generation: number, reason: string) => void; fairShare?: FairShareOptions; a11yMirrorIdleS?: number } = {}) {
+  constructor(
+    opts: {
+      onLost?: (s: Session, generation: number, reason: string) => void;
+      fairShare?: FairShareOptions;
+      a11yMirrorIdleS?: number;
+      a11yDeadlineMs?: number;
+    } = {},
+  ) {
     this._onLost = opts.onLost ?? (() => {});
     this._mirrorIdleMs = (opts.a11yMirrorIdleS ?? FIELDS.a11yMirrorIdleS.default) * 1000;
+    this.a11yDeadlineMs = opts.a11yDeadlineMs ?? FIELDS.a11yDeadlineMs.default;
     this.fair = new FairScheduler(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default }));
   }
 

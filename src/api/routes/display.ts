@@ -273,7 +273,7 @@ export function displayRoutes(ctx: RouteContext) {
     // Otherwise: objects from the session's event mirror where it holds them, the rest over each app's socket.
     const mirror = reference === 'true' || useMirror === 'false' ? undefined : await display.a11yMirror(s);
     const how = reference === 'true' ? { cache: false } : { direct: display.a11yDirect(s), ...(mirror ? { mirror } : {}) };
-    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: 10_000, signal: c.req.raw.signal, ...how });
+    const { tree, stats } = await client.walk({ maxDepth, maxWidth, deadlineMs: display.a11yDeadlineMs, signal: c.req.raw.signal, ...how });
     const status = reference === 'true' || useMirror === 'false' ? undefined : display.a11yMirrorStatus(s);
     return { tree, stats: status ? { ...stats, mirror: status } : stats, maxDepth, maxWidth };
   };
