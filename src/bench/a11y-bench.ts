@@ -33,15 +33,18 @@ export interface A11yBenchOptions {
 type Kind = 'walk' | 'fast' | 'mirror';
 const KINDS: readonly Kind[] = ['walk', 'fast', 'mirror'];
 const query = (kind: Kind) => ({ reference: kind === 'walk', ...(kind === 'fast' ? { mirror: false } : {}) });
-type Dist = { n: number; p50: number; p99: number; max: number; bytes: number; calls: number };
+/** `calls`, `mirrored` and `cut` are from one JSON read after the timed ones (`cut`: it passed its deadline, so was cut short). */
+type Dist = { n: number; p50: number; p99: number; max: number; bytes: number; calls: number; mirrored: number; cut: boolean };
 
-const dist = (xs: number[], bytes: number, calls: number): Dist => ({
+const dist = (xs: number[], bytes: number, { calls, mirrored, cut }: { calls: number; mirrored: number; cut: boolean }): Dist => ({
   n: xs.length,
   p50: +quantile(xs, 0.5).toFixed(1),
   p99: +quantile(xs, 0.99).toFixed(1),
   max: +Math.max(...xs).toFixed(1),
   bytes,
   calls,
+  mirrored,
+  cut,
 });
 
 async function timedRead(c: DrumsClient, id: string, kind: Kind): Promise<{ ms: number; bytes: number }> {
@@ -50,8 +53,9 @@ async function timedRead(c: DrumsClient, id: string, kind: Kind): Promise<{ ms: 
   return { ms: performance.now() - t, bytes: xml.length };
 }
 
-async function calls(c: DrumsClient, id: string, kind: Kind): Promise<number> {
-  return ((await c.a11y(id, { format: 'json', ...query(kind) })) as A11yTree).stats.calls;
+async function calls(c: DrumsClient, id: string, kind: Kind): Promise<{ calls: number; mirrored: number; cut: boolean }> {
+  const { stats } = (await c.a11y(id, { format: 'json', ...query(kind) })) as A11yTree;
+  return { calls: stats.calls, mirrored: stats.mirrored ?? 0, cut: stats.deadlineHit || stats.budgetHit };
 }
 
 /** `reads` rounds over `ids` (all at once per round), the kinds in rotating order: per-read latency of each kind. */
