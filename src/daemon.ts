@@ -14,14 +14,14 @@ import { attachUpgrades } from './api/frames/upgrade.ts';
 import { startIdleGc } from './api/idle-gc.ts';
 import { rateLimitOf } from './api/request.ts';
 import { watchEventLoop } from './api/metrics.ts';
-import { fairShareOf } from './session/fair-share.ts';
+import { FairScheduler, fairShareOf } from './policy/fair-share.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
 import { poolsOf } from './session/pools.ts';
 import { OsworldService } from './osworld/service.ts';
 import { startEpisodeFrames } from './session/episode-frames.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
-import { CpuGuard } from './host/cpu-guard.ts';
+import { CpuGuard } from './policy/cpu-guard.ts';
 import { enterDaemonCgroup, leaveDaemonCgroup } from './host/resources.ts';
 
 export interface ServeOptions {
@@ -79,13 +79,14 @@ export async function startDaemon(opts: ServeOptions = {}) {
   cpuGuard.start();
   const display = new DisplayService({
     onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason),
-    fairShare: fairShareOf(config),
     a11yMirrorIdleS: config.a11yMirrorIdleS,
     a11yDeadlineMs: config.a11yDeadlineMs,
   });
+  // One fair share between sessions of their observe/act work: the API's routes, the OSWorld guest's, episode frames.
+  const fair = new FairScheduler(fairShareOf(config));
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
-  const episodeFrames = startEpisodeFrames(() => mgr.list(), display);
-  const osworld = new OsworldService(mgr, display);
+  const episodeFrames = startEpisodeFrames(() => mgr.list(), display, fair);
+  const osworld = new OsworldService(mgr, display, fair);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
   await mgr.announceAdopted();
@@ -98,7 +99,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), cpuGuard });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), cpuGuard, fair });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);

@@ -6,6 +6,7 @@ import { sessionRoutes, sessionView, type ViewExtras } from './routes/sessions.t
 import { displayRoutes } from './routes/display.ts';
 import { errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from '../session/display-service.ts';
+import { FairScheduler, fairShareOf } from '../policy/fair-share.ts';
 import { FIELDS } from '../common/config.ts';
 import {
   bodyLimit,
@@ -42,6 +43,8 @@ export interface AppOptions {
   viewExtras?: ViewExtras;
   /** The CPU guard, for /metrics (its demotions). */
   cpuGuard?: CpuGuardView;
+  /** The fair share between sessions (default: one from DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE's defaults). */
+  fair?: FairScheduler;
 }
 
 export { sessionView } from './routes/sessions.ts';
@@ -61,15 +64,16 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   // The request pipeline (src/api/request.ts), outermost first: metrics, Host/Origin/token,
   // per-token rate limit, body limit, fair share, then idempotency (create) and the generation.
   const extras = takeoverExtras(display, opts.viewExtras);
-  const ctx = createRouteContext(mgr, display, maxBody, (s) => sessionView(s, extras));
+  const fair = opts.fair ?? new FairScheduler(fairShareOf());
+  const ctx = createRouteContext(mgr, display, fair, maxBody, (s) => sessionView(s, extras));
   app.use('*', observe());
   // Dashboard logins (one-time codes from `drums ui`, then a cookie) live as long as this daemon (a unit test's fake manager has no instance).
   const logins = new UiLogins(mgr.inst?.name ?? 'drums');
   app.use('*', security({ ...opts, logins }));
   app.use('*', rateLimit(opts.rateLimit ?? rateLimitOf({ rateLimit: FIELDS.rateLimit.default, rateBurst: FIELDS.rateBurst.default })));
   app.use('*', bodyLimit(maxBody));
-  // The fair share is the display service's (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE), shared with the OSWorld guest routes.
-  app.use('/v1/sessions/:id/*', fairShare(display.fair));
+  // The fair share is the daemon's (DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE), shared with the OSWorld guest routes.
+  app.use('/v1/sessions/:id/*', fairShare(fair));
   app.use('/v1/sessions', idempotency(ctx));
   app.use('/v1/sessions/:id', sessionGeneration(ctx));
   app.use('/v1/sessions/:id/*', sessionGeneration(ctx));

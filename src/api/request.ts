@@ -19,7 +19,7 @@ import type { DaemonConfig } from '../common/config.ts';
 import { DrumsError } from '../common/errors.ts';
 import type { Session as SessionView } from '../protocol/generated/types.ts';
 import type { DisplayService } from '../session/display-service.ts';
-import { FAIR_RETRY_AFTER_S, type FairScheduler } from '../session/fair-share.ts';
+import { FAIR_RETRY_AFTER_S, type FairScheduler } from '../policy/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import { metrics } from './metrics.ts';
 import type { UiLogins } from './ui-login.ts';
@@ -226,7 +226,7 @@ export function rateLimit(opts: RateLimitOptions): MiddlewareHandler {
 
 /**
  * The observe/act routes of a session wait for their turn in the daemon's fair share between
- * sessions (src/session/fair-share.ts; one scheduler with the OSWorld guest routes). A refusal
+ * sessions (src/policy/fair-share.ts; one scheduler with the OSWorld guest routes). A refusal
  * (the session's queue is full) is 429 rate_limited with Retry-After.
  * Exec (whose work runs in the session's own cgroup, and may take long) takes no slot: a session
  * may have at most DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`). Streams are not queued.
@@ -366,6 +366,8 @@ export function notFoundOr405(app: Hono) {
 export interface RouteContext {
   mgr: SessionManager;
   display: DisplayService;
+  /** The daemon's fair share between sessions (src/policy/fair-share.ts), shared with the OSWorld guest routes. */
+  fair: FairScheduler;
   maxBodyBytes: number;
   /** The public view of a session (with the fields features add through `AppOptions.viewExtras`). */
   view(s: Session): SessionView;
@@ -382,10 +384,17 @@ export interface RouteContext {
   checkGeneration(c: Context, s: Session, fromBody?: unknown): void;
 }
 
-export function createRouteContext(mgr: SessionManager, display: DisplayService, maxBodyBytes: number, view: (s: Session) => SessionView): RouteContext {
+export function createRouteContext(
+  mgr: SessionManager,
+  display: DisplayService,
+  fair: FairScheduler,
+  maxBodyBytes: number,
+  view: (s: Session) => SessionView,
+): RouteContext {
   return {
     mgr,
     display,
+    fair,
     maxBodyBytes,
     view,
     async body(c) {

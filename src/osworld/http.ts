@@ -5,11 +5,14 @@ import type { ChildProcess } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { DisplayService } from '../session/display-service.ts';
+import type { FairScheduler } from '../policy/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 
 export interface GuestContext {
   mgr: SessionManager;
   display: DisplayService;
+  /** The daemon's fair share between sessions, the same as the API's. */
+  fair: FairScheduler;
   /** The session, or undefined once it is gone. */
   session(): Session | undefined;
 }

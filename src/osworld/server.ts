@@ -12,7 +12,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough } from 'node:stream';
 import { DrumsError, errorMessage } from '../common/errors.ts';
-import { FAIR_RETRY_AFTER_S } from '../session/fair-share.ts';
+import { FAIR_RETRY_AFTER_S } from '../policy/fair-share.ts';
 import { log } from '../common/log.ts';
 import type { Session } from '../session/manager.ts';
 import { flaskPage, foreignRequest, type GuestContext, type Handler, HttpError, json, type RecordingState, type Req, send } from './http.ts';
@@ -41,7 +41,7 @@ const OVER_LIMIT_DRAIN_MS = 5_000;
 /**
  * The guest routes whose work is the daemon's (X captures and encodes, the accessibility tree, the
  * terminal's text, pointer input): they take their turn in the daemon's fair share between sessions
- * (src/session/fair-share.ts), the same one as the API's observe/act routes. The rest run in the
+ * (src/policy/fair-share.ts), the same one as the API's observe/act routes. The rest run in the
  * session (its own cgroup) and may take long: they take no slot, but a session may have at most
  * DRUMS_FAIR_QUEUE of them in flight (`FairScheduler.bounded`).
  */
@@ -158,7 +158,7 @@ export function guestHandler(ctx: GuestContext) {
               },
             )
         : () => h(ctx, s, r, rec);
-      (QUEUED.has(path) ? ctx.display.fair.run(s.id, run) : ctx.display.fair.bounded(s.id, run))
+      (QUEUED.has(path) ? ctx.fair.run(s.id, run) : ctx.fair.bounded(s.id, run))
         .then(
           (r) => send(res, r),
           (e) => {

@@ -18,6 +18,7 @@ import { createServer as createHttpServer, type Server as HttpServer } from 'nod
 import { connect, createServer as createTcpServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { DisplayService } from '../session/display-service.ts';
+import type { FairScheduler } from '../policy/fair-share.ts';
 import type { DaemonConfig } from '../common/config.ts';
 import { log } from '../common/log.ts';
 import { TCP_ESTABLISHED, type TcpOwner, TcpOwners } from '../host/tcp-owner.ts';
@@ -93,14 +94,16 @@ function listen(server: Server): Promise<number> {
 export class OsworldService {
   private readonly _mgr: SessionManager;
   private readonly _display: DisplayService;
+  private readonly _fair: FairScheduler;
   private readonly _entries = new Map<string, Entry>();
   private readonly _uids: Set<number> | undefined;
   /** The kernel's answers on who owns a connection (one helper process, started at the first connection). */
   private readonly _owners: TcpOwners | undefined;
 
-  constructor(mgr: SessionManager, display: DisplayService, config: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'> = mgr.config) {
+  constructor(mgr: SessionManager, display: DisplayService, fair: FairScheduler, config: Pick<DaemonConfig, 'osworldUids' | 'osworldPeerCheck'> = mgr.config) {
     this._mgr = mgr;
     this._display = display;
+    this._fair = fair;
     this._uids = allowedUids(config);
     this._owners = this._uids ? new TcpOwners() : undefined;
   }
@@ -119,6 +122,7 @@ export class OsworldService {
     const guest = guestHandler({
       mgr: this._mgr,
       display: this._display,
+      fair: this._fair,
       session: () => {
         try {
           return this._mgr.get(id);

@@ -12,7 +12,6 @@ import { checkPeer, withPinnedSocket } from '../host/peer.ts';
 import { connectAs } from '../host/userns.ts';
 import { DESKTOP_UID } from './desktop-user.ts';
 import { hostIds } from './userns.ts';
-import { FairScheduler, type FairShareOptions, fairShareOf } from './fair-share.ts';
 import { FIELDS } from '../common/config.ts';
 
 interface Conn {
@@ -109,8 +108,6 @@ export class Takeovers {
 export class DisplayService {
   /** Who holds each session's input: checked before agent input reaches the display. */
   readonly takeovers = new Takeovers();
-  /** The daemon's fair share between sessions of their observe/act work (the API's and the OSWorld guest routes'). */
-  readonly fair: FairScheduler;
   private readonly _conns = new Map<string, Conn>();
   private readonly _a11y = new Map<string, A11yConn>();
   private readonly _mirrors = new Map<string, MirrorConn>();
@@ -124,7 +121,6 @@ export class DisplayService {
   constructor(
     opts: {
       onLost?: (s: Session, generation: number, reason: string) => void;
-      fairShare?: FairShareOptions;
       a11yMirrorIdleS?: number;
       a11yDeadlineMs?: number;
     } = {},
@@ -132,7 +128,6 @@ export class DisplayService {
     this._onLost = opts.onLost ?? (() => {});
     this._mirrorIdleMs = (opts.a11yMirrorIdleS ?? FIELDS.a11yMirrorIdleS.default) * 1000;
     this.a11yDeadlineMs = opts.a11yDeadlineMs ?? FIELDS.a11yDeadlineMs.default;
-    this.fair = new FairScheduler(opts.fairShare ?? fairShareOf({ fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default }));
   }
 
   async connection(s: Session): Promise<XDisplay> {

@@ -6,13 +6,14 @@
  * turn in the fair share like the session's own observations (a session's full queue skips a tick), one in flight
  * per session. Sessions without frames cost one property test per tick.
  */
+import type { FairScheduler } from '../policy/fair-share.ts';
 import type { DisplayService } from './display-service.ts';
 import type { Session } from './session.ts';
 
 /** The timer's period: the finest rate it serves is 1000 / TICK_MS frames per second (MAX_RECORD_FPS). */
 const TICK_MS = 1000 / 30;
 
-export function startEpisodeFrames(list: () => Session[], display: DisplayService): { stop(): void } {
+export function startEpisodeFrames(list: () => Session[], display: DisplayService, fair: FairScheduler): { stop(): void } {
   const last = new Map<string, number>();
   const busy = new Set<string>();
   const timer = setInterval(() => {
@@ -25,7 +26,7 @@ export function startEpisodeFrames(list: () => Session[], display: DisplayServic
       last.set(s.id, now);
       busy.add(s.id);
       const at = Date.now();
-      display.fair
+      fair
         .run(s.id, () => display.screenshot(s, { format: 'png', cursor: true }))
         .then(
           (shot) => {

@@ -25,8 +25,7 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
-import { removeCgroup } from '../host/cgroup.ts';
-import { releaseCpu } from '../host/cpu-guard.ts';
+import { releaseCpu, removeCgroup } from '../host/cgroup.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { removeTree } from '../host/safe-fs.ts';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
-import { CPU_GUARD_DEFAULTS } from '../../src/host/cpu-guard.ts';
+import { CPU_GUARD_DEFAULTS } from '../../src/policy/cpu-guard.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers') && !existsSync('/sys/fs/cgroup/memory');
@@ -79,7 +79,7 @@ async function guardMetrics(d: TestDaemon) {
   return { total: Number(total[1]), demotedNow: per('drums_session_cpu_demoted'), demotions: per('drums_session_cpu_demotions') };
 }
 
-// The CPU guard (src/host/cpu-guard.ts) on a real daemon and real sessions: a session that spins is
+// The CPU guard (src/policy/cpu-guard.ts) on a real daemon and real sessions: a session that spins is
 // demoted (cpu.idle, a 16th of the weight, a small quota) and restored once it stops; sessions driven in bursts
 // (clicks and screenshots, and one with a real CPU burst every few seconds) beside it never are.
 describe('CPU guard', () => {

@@ -130,7 +130,7 @@ describe('CPU and memory fairness', () => {
       });
       const q = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d" " -f1 /sys/fs/cgroup/cpu.max' });
       assert.equal(Number(q.stdout.trim()), want * 100_000);
-      // ...and the normal weight, the same for every session (the CPU guard lowers a hog's; src/host/cpu-guard.ts).
+      // ...and the normal weight, the same for every session (the CPU guard lowers a hog's; src/policy/cpu-guard.ts).
       const w = await d.client.exec(a.id, { shell: 'cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || cat /sys/fs/cgroup/cpu.weight' });
       assert.equal(w.stdout.trim(), v2 ? '100' : '1024');
       assert.equal(a.memory?.oomKills, 0);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CPU_GUARD_DEFAULTS, CpuGuard, type CpuGuardOptions } from '../../src/host/cpu-guard.ts';
+import { CPU_GUARD_DEFAULTS, CpuGuard, type CpuGuardOptions } from '../../src/policy/cpu-guard.ts';
 
 /** A cgroup tree and a /proc/stat in a temporary directory with the v1 or v2 file names, and a guard over it. */
 function fixture(

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Hono } from 'hono';
 import { fairShare } from '../../src/api/request.ts';
-import { FairScheduler } from '../../src/session/fair-share.ts';
+import { FairScheduler } from '../../src/policy/fair-share.ts';
 
 describe('fair share between sessions', () => {
   it('a flood on one session waits in its own queue: others are served in turn', async () => {

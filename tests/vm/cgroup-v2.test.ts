@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CPU_GUARD_DEFAULTS } from '../../src/host/cpu-guard.ts';
+import { CPU_GUARD_DEFAULTS } from '../../src/policy/cpu-guard.ts';
 import { cgroupMode } from '../../src/host/oci-runtime.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
@@ -86,7 +86,7 @@ describe('cgroup v2 host', () => {
         assert.ok(df > 200 * MiB && df <= 256 * MiB, `df / shows ${df}`);
 
         // The CPU guard: a session that spins is demoted (cpu.idle 1, and cpu.max capped at 0.1 core),
-        // then restored. It demotes only while the host is contended for the session (src/host/cpu-guard.ts):
+        // then restored. It demotes only while the host is contended for the session (src/policy/cpu-guard.ts):
         // a process of this VM outside any session spins too, so the rest of the host wants a core.
         const cpuState = () =>
           ['cpu.weight', 'cpu.idle', 'cpu.max', 'cpu.stat', 'cgroup.procs'].map((f) => `${f}: ${read(join(dir, f)).replaceAll('\n', ' ')}`).join('; ');

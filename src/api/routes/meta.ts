@@ -162,7 +162,7 @@ function poolGauges(ctx: RouteContext) {
   ];
 }
 
-/** What /metrics shows of the CPU guard (src/host/cpu-guard.ts). */
+/** What /metrics shows of the CPU guard (src/policy/cpu-guard.ts). */
 export interface CpuGuardView {
   /** Demotions since the daemon started. */
   demotions: number;
@@ -194,9 +194,9 @@ function cpuGuardGauges(ctx: RouteContext, guard: CpuGuardView) {
   ];
 }
 
-/** What /metrics shows of the fair share between sessions (src/session/fair-share.ts). */
+/** What /metrics shows of the fair share between sessions (src/policy/fair-share.ts). */
 function fairShareGauges(ctx: RouteContext) {
-  const f = ctx.display.fair.stats();
+  const f = ctx.fair.stats();
   return [
     {
       name: 'drums_fair_share_running',

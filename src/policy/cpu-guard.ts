@@ -2,7 +2,8 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
-import { cgroupMode } from './oci-runtime.ts';
+import { CGROUP_ROOT, CPU_FILES_V1 as V1, CPU_FILES_V2 as V2 } from '../host/cgroup.ts';
+import { cgroupMode } from '../host/oci-runtime.ts';
 
 /**
  * Demotes CPU hogs. A session's quota caps what it takes, but a session that
@@ -228,7 +229,7 @@ export const CPU_GUARD_DEFAULTS = {
   spinScanCores: 0.05,
   spinScanMaxTasks: 512,
   forkRampTasks: 256,
-  root: '/sys/fs/cgroup',
+  root: CGROUP_ROOT,
   procStat: '/proc/stat',
   proc: '/proc',
 };
@@ -239,60 +240,6 @@ export interface GuardedSession {
   cpus: number;
   /** Being created, reset or destroyed: not judged nor written, and its grace time starts when this ends. */
   starting?: boolean;
-}
-
-const V1 = {
-  usage: 'cpuacct/%/cpuacct.usage',
-  /** user and system time, in USER_HZ (100 a second) */
-  userSys: 'cpuacct/%/cpuacct.stat',
-  weight: 'cpu/%/cpu.shares',
-  idle: 'cpu/%/cpu.idle',
-  stat: 'cpu/%/cpu.stat',
-  quota: 'cpu/%/cpu.cfs_quota_us',
-  period: 'cpu/%/cpu.cfs_period_us',
-  pidsEvents: 'pids/%/pids.events',
-  pidsCurrent: 'pids/%/pids.current',
-  memEvents: 'memory/%/memory.oom_control',
-  tasks: 'cpu/%',
-  tasksFile: 'tasks',
-  normal: 1024,
-  low: 64,
-};
-const V2 = {
-  usage: '%/cpu.stat',
-  userSys: '%/cpu.stat',
-  weight: '%/cpu.weight',
-  idle: '%/cpu.idle',
-  stat: '%/cpu.stat',
-  quota: '%/cpu.max',
-  period: '%/cpu.max',
-  pidsEvents: '%/pids.events',
-  pidsCurrent: '%/pids.current',
-  memEvents: '%/memory.events',
-  tasks: '%',
-  tasksFile: 'cgroup.threads',
-  normal: 100,
-  low: 6,
-};
-
-/**
- * Lifts a demotion from a session's cgroup whose processes are about to be killed (cpu.idle 0, no
- * quota): a dying process runs to exit, and a thousand of them at the cap took longer than `runc
- * delete` waits (a fork bomb's reset failed: "container with given ID already exists"). Missing
- * files (a kernel without cpu.idle, a cgroup already gone) are skipped.
- */
-export function releaseCpu(cgroup: string, root = CPU_GUARD_DEFAULTS.root, v2 = cgroupMode() === 'v2'): void {
-  const k = v2 ? V2 : V1;
-  for (const [file, value] of [
-    [k.idle, '0'],
-    [k.quota, v2 ? 'max' : '-1'],
-  ] as const) {
-    try {
-      writeFileSync(join(root, file.replace('%', cgroup)), value);
-    } catch (e) {
-      if (!['ENOENT', 'ENODEV'].includes((e as NodeJS.ErrnoException).code ?? '')) throw e;
-    }
-  }
 }
 
 function read(file: string): string | undefined {

@@ -3,8 +3,8 @@
  * (screenshots and their encodes, actions, the accessibility tree, windows,
  * files; the same on the OSWorld guest routes) costs the daemon's one event
  * loop and its encoder threads; without this, one client flooding its own
- * session takes the daemon from every other session. One scheduler serves the
- * API and the guest listeners (`DisplayService.fair`). At most `slots` such
+ * session takes the daemon from every other session. One scheduler, built by the
+ * daemon, serves the API and the guest listeners. At most `slots` such
  * requests run at once, and:
  *  - while other sessions are active, a session runs one request at a time;
  *    the rest wait in its own queue, in order;
@@ -36,6 +36,7 @@
  * never refused.
  */
 import { cpus } from 'node:os';
+import { FIELDS } from '../common/config.ts';
 import { DrumsError } from '../common/errors.ts';
 
 export interface FairShareOptions {
@@ -59,7 +60,9 @@ export const FAIR_BACKLOG_CHARGE = 4;
 export const FAIR_RETRY_AFTER_S = 1;
 
 /** The share from the daemon's config: DRUMS_FAIR_SLOTS (default max(4, 2 × cores)) and DRUMS_FAIR_QUEUE. */
-export function fairShareOf(c: { fairSlots: number | undefined; fairQueue: number }): FairShareOptions {
+export function fairShareOf(
+  c: { fairSlots: number | undefined; fairQueue: number } = { fairSlots: FIELDS.fairSlots.default, fairQueue: FIELDS.fairQueue.default },
+): FairShareOptions {
   return { slots: c.fairSlots ?? Math.max(4, 2 * cpus().length), maxQueue: c.fairQueue };
 }
 
