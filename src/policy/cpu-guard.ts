@@ -4,171 +4,38 @@ import { join } from 'node:path';
 import { log } from '../common/log.ts';
 import { CGROUP_ROOT, CPU_FILES_V1 as V1, CPU_FILES_V2 as V2 } from '../host/cgroup.ts';
 import { cgroupMode } from '../host/oci-runtime.ts';
+import { judge, type Rates, type RuleOptions, release } from './cpu-rules.ts';
 
 /**
- * Demotes CPU hogs. A session's quota caps what it takes, but a session that
- * spins all the time still competes with every interactive neighbour, and the
- * daemon and the clients, and each of their wake-ups can wait out its slice.
+ * Demotes CPU hogs. A session's quota caps what it takes, but a session that spins all the time
+ * still competes with every interactive neighbour, the daemon and the clients, and each of their
+ * wake-ups can wait out its slice. This file samples and writes; the verdicts are cpu-rules.ts, and
+ * docs/bench.md ("The CPU guard's rules") gives the runs behind each number.
  *
- * Who is a hog. Every `intervalMs` (500 ms) the guard reads each session's
- * CPU time, and the CPU time and voluntary context switches of each of its
- * tasks (threads; /proc schedstat and status). Spinning CPU is the CPU of
- * the tasks that ran at least `spinBurstMs` (20 ms) over the tick without
- * one voluntary sleep, plus what the cgroup used that no task read accounts
- * for (tasks that ended within the tick: a loop that forks a short-lived
- * process each time round, or a memory hog OOM-killed and started again,
- * leaves no task to read, and its parent sleeps in wait()). A busy loop
- * never sleeps of its own accord (being preempted or throttled is
- * involuntary); a browser's threads sleep in poll or on a futex between
- * events, even while the browser as a whole keeps most of a core busy. A
- * browser driven step by step by a fast client was seen at 0.4-0.8 core for
- * minutes (noisy probes 2026-12-02, eight victims at up to 42 steps/s each),
- * its main thread at 20-44 ms of CPU per sleep and 1-7 sleeps a tick, while
- * the CPU hog's shells slept 0 times in every tick: judged on all its CPU,
- * or on its CPU per sleep (20 ms), such a browser was demoted again and again.
- * The last `windowS` (2 s) of readings give per session:
- *  - mean and spin mean: the cores it used, and spun, over the window;
- *  - spin floor: the least it spun in any one tick of the window.
- * A spinner takes its share in every tick, so its floor is close to its mean;
- * an interactive session's bursts leave a quiet tick in the window. A hog is
- * a session whose spin floor is at least `hogCores` (0.6), or at least
- * `minCores` (0.2) and `ratio` (2.5) times the upper quartile of the spin
- * means of the other undemoted sessions: on a busy host the weights hold a
- * spinner near its neighbours' share, so an absolute bar alone misses it,
- * while a host where every session computes alike has no hog to single out.
- * Tasks are read at a session's first sample and whenever it used at least
- * `spinScanCores` (0.05) in its last tick; a tick without a reading of the
- * tick before counts as not spinning. A session idle in its last tick (its
- * tasks unread) that used `spinScanCores` since is read between ticks, at the
- * `evidenceMs` poll that sees it wake, and its next tick judges what its
- * tasks did from then on (the spin burst scaled to that span): else a hog
- * started from idle went unjudged for a tick after its first, the memory
- * hog 0.7-1.1 s and each fill's `dd` 0.8-1.0 s into the noisy bench's
- * phases (noisy-2026-12-05T12-32-39). The reads are synchronous, two small files a
- * task, and a fork bomb has a thousand tasks: 10-35 ms of the daemon's event
- * loop a tick, which every step in flight waits out. So the tasks are not
- * read of a demoted session (it is judged on the kernel's counts alone,
- * below), nor of one whose fork was refused at pids.max since the last tick
- * (a fork bomb: its verdict needs no reading), nor of one with more than
- * `spinScanMaxTasks` (512) tasks (pids.current; a bomb on its way to
- * pids.max, or a session of that many threads, which is then judged on the
- * kernel's evidence and bounded by its quota and weight; a browser has ~100,
- * and the noisy bench's bomb was read once or twice before its demotion,
- * a daemon tick over 50 ms late in nearly every fork phase). (At `minCores`
- * instead, a hog held below 0.2 core for one tick by a busy host lost two
- * ticks of readings, and was demoted 6 s into a phase:
- * noisy-2026-12-02T01-35-53.) Not caught: a loop that sleeps for a moment
- * in every tick (twice a second is enough); the session's own quota and its
- * weight are what bound it.
- * Not judged: a session in its
- * first `graceS` (10 s) after its create or reset ended (or its counter
- * started again: a new cgroup), as a desktop and a browser starting up are busy
- * for seconds at a stretch; and any session while the host is not contended
- * for it. Contended means: the rest of the host (everything but this
- * session) used at least `minCores` over the window, and that plus this
- * session's full quota is at least `busyShare` (80%) of the cores. On an idle
- * host a spinner hurts no one and keeps the whole of its quota.
+ * Sampling. Every `intervalMs` (a tick) the guard reads each session's CPU time (user and system),
+ * its CFS throttle counts, pids.current, pids.events and its OOM kills; and the CPU time and
+ * voluntary context switches of each of its tasks (/proc schedstat and status), from which a tick's
+ * spinning CPU: the tasks that ran `spinBurstMs` without a voluntary sleep (a busy loop never sleeps
+ * of its own accord; a browser's threads sleep between events), plus what no task read accounts for
+ * (tasks that ended within the tick). The last `windowS` of samples make a session's window.
+ * Reading tasks is the costly part (two small files a task, synchronous, on the daemon's event
+ * loop), so they are read only of an undemoted session that used `spinScanCores` in its last tick,
+ * has at most `spinScanMaxTasks` tasks and had no fork refused nor a bomb's ramp in it. Between ticks,
+ * every `evidenceMs`, the guard reads the kernel's cheap evidence (a fork refused, an OOM kill, a
+ * bomb's ramp in pids.current) and ticks at once on a change; and it reads the tasks of an idle
+ * session that woke, so its next tick judges it.
  *
- * Sooner, on the kernel's own evidence (still only on a contended host):
- *  - a session the kernel throttled at its own quota in at least
- *    `fastThrottleShare` (90%) of its CFS periods over the last `fastWindowS`
- *    (1 s), or with two or more tasks spinning (and `minCores` spun) in
- *    every tick of it, is judged by the rule above on that span, without
- *    waiting for the full window: several busy threads at once. A
- *    single-threaded burst can't exceed a quota of a core or more, so a
- *    bursty browser is not throttled like that, nor is it several spinning
- *    tasks (its main thread computes, the rest sleep between events). On a
- *    busy host the weights keep a multi-threaded spinner under its quota, so
- *    only the spinning tasks tell it early: with the full window alone a CPU
- *    hog of 8 shells went undemoted for the first 2-2.5 s of each noisy-bench
- *    phase (noisy-2026-12-02T01-19-27-354Z), the victims' slowest steps;
- *  - a session with `spinTasksAtOnce` (4) or more tasks spinning (and
- *    `minCores` spun) over one full tick is judged on that tick: the hog of 8
- *    shells was demoted 1.2-1.8 s into its phases with the second-long span
- *    (noisy-2026-12-05T02-06-51, spinTasks 8), and the victims' p99 in those
- *    first seconds was 98-305 ms; one tick after its tasks were first read,
- *    it is 0.5-1 s. A browser's threads sleep between events (no victim of
- *    a noisy run was ever demoted by the two-task rule above); four tasks
- *    at once, half a second each without a voluntary sleep, is a parallel
- *    computation;
- *  - a session with one task or more spinning (and `minCores` spun) over one
- *    full tick, and `kernelSpinShare` (3/4) or more of its CPU over the tick
- *    in system time (v1 cpuacct.stat, v2 cpu.stat system_usec), is judged on
- *    that tick: spinning in the kernel, which no interactive app does for
- *    half a second without a sleep. The noisy bench's disk fill (`dd`
- *    copying into the page cache, then reclaiming it) and memory hog (`tail`
- *    faulting in pages) are at 90-100% system time; driven browsers were at
- *    30% (median) to 53% (most) a half-second (noisy, 2026-12-05T12-23-59).
- *    Each fill's `dd` otherwise went 2-3 s undemoted: one spinning task
- *    waits for the full window;
- *  - a session restored less than `maxHoldS` ago with one task or more
- *    spinning (and `minCores` spun) over one full tick is judged on that
- *    tick: a hog that paused, not a burst of a browser (which the window's
- *    quiet tick spares, and which was never demoted in the first place).
- *    The noisy bench's disk fill is one `dd` after another: each spins
- *    copying into the page cache, then sleeps while its pages are written
- *    back (restored then, as calm), then spins again; each spin went 2-2.5 s
- *    undemoted, the victims' slowest seconds of the phase;
- *  - a session whose fork the pids controller refused at pids.max since the
- *    last tick (pids.events `max`) is demoted at once, grace or not: a fork
- *    bomb. Its processes sleep between retries (bash backs off 1, 2, 4, 8 s)
- *    and wake together, so its floor stays near 0 while its bursts of failed
- *    forks (system time: the kernel copies the process before the pids
- *    charge refuses it) take up to its quota; and no desktop starting up
- *    sits at pids.max;
- *  - a session whose tasks (pids.current) rose by `forkRampTasks` (256) or
- *    more since the last tick, after its grace: a bomb on its way to
- *    pids.max. It reached pids.max 0.4-1 s into the noisy bench's fork phases
- *    (0.5-0.7 s of it took a core or more, and the victims' steps waited);
- *    pids.current of every undemoted session, idle ones too, is read every
- *    `evidenceMs`, so a bomb started from idle is judged within 100 ms of
- *    its 256th task, not at the next tick. A desktop starting up (in its
- *    grace) or a browser opening a tab adds tens of tasks, not hundreds;
- *  - a session OOM-killed since the last tick (v1 memory.oom_control, v2
- *    memory.events `oom_kill`) while that tick's CPU was at least `minCores`
- *    is demoted, after its grace: a memory hog at its limit, busy in the
- *    kernel filling and zeroing pages and refilling them after each kill.
- * A session whose own quota is below `minCores` is never demoted.
+ * Contended. A rule demotes only while the host is contended for the session: the rest of the host
+ * used at least `minCores` over the window, and that plus the session's full quota is at least
+ * `busyShare` of the cores.
  *
- * What demotion does: cpu.idle 1 where the kernel has it (5.15+, v1 and v2:
- * a waking sibling preempts it at once; the kernel then gives it the idle
- * weight), else a 16th of the weight (v1 cpu.shares 64, v2 cpu.weight 6),
- * and a quota of `capCores` (0.03 core; v1
- * cpu.cfs_quota_us, v2 cpu.max). cpu.idle and the weight only rank it against
- * its sibling sessions: above them, the sessions' parent cgroup stays
- * runnable as long as the hog is, so the daemon and the clients, which wake
- * in the root's run queue, still waited behind it. The quota is what takes it
- * off the CPU: a throttled group is dequeued. At 0.1 core the demoted hog
- * still cost its neighbours: in the noisy bench, from the third second of a
- * phase on, the victims made 84-95% of their quiet steps a second at a
- * median step 3-14% slower (noisy-2026-12-05T12-32-39: a host the victims
- * keep 90% busy, where a tenth of a core is a twentieth of what they get);
- * at 0.03 core, 94-102% and 0-11% (noisy-2026-12-05T15-12-09). A session is
- * stopped (reset, destroyed) with its demotion lifted first, as its dying
- * processes would exit at the cap (`releaseCpu`).
- *
- * When it ends: the kernel counts the periods in which the group ran out of
- * its quota (cpu.stat nr_periods, nr_throttled). Once a full window has passed
- * since the demotion, a session is restored (its own quota, the normal weight,
- * cpu.idle 0) when it hit the cap in fewer than `releaseShare` (half) of its
- * periods over the window (it no longer wants more than its cap) and had no
- * fork refused at pids.max nor an OOM kill in the last `evidenceHoldS` (10 s:
- * a fork bomb retries and a memory hog refills every few seconds, and at the
- * cap, ranked idle on a busy host, it may not even be throttled), or when the
- * host is no longer contended by the rule above; and after `maxHoldS` (30 s)
- * in any case, to be judged afresh after a window (a safety valve for a busy
- * interactive session taken for a hog). A reset ends a demotion (the new
- * desktop starts clean, and is in its grace time). stop() restores every
- * demoted session (a daemon handing its sessions on to the next); one found
- * demoted at the start (a daemon that died) is taken as demoted now. Same
- * rule on cgroup v1 (cpuacct.usage, cpu.shares, cpu.cfs_quota_us,
- * pids.events, memory.oom_control) and v2 (cpu.stat usage_usec, cpu.weight,
- * cpu.max, pids.events, memory.events).
+ * Demotion: cpu.idle 1 where the kernel has it (5.15+), else a 16th of the weight; and a quota of
+ * `capCores`. cpu.idle and the weight rank it only among its sibling sessions; the quota takes it
+ * off the CPU. A reset ends a demotion, so does stop() (a daemon handing its sessions on); one
+ * found demoted at the start (a daemon that died) is taken as demoted now. Same rules on cgroup v1
+ * and v2 (the files: CPU_FILES_V1/V2 in host/cgroup.ts).
  */
-export interface CpuGuardOptions {
-  hogCores: number;
-  minCores: number;
-  ratio: number;
+export interface CpuGuardOptions extends RuleOptions {
   windowS: number;
   /** A session is not judged for this long after it was created or reset (s). */
   graceS: number;
@@ -176,22 +43,13 @@ export interface CpuGuardOptions {
   capCores: number;
   /** The host is contended for a session when the rest of the host's use plus the session's quota is at least this share of the cores. */
   busyShare: number;
-  /** A demoted session that hit its cap in fewer than this share of its periods over a window is restored. */
-  releaseShare: number;
-  /** A demotion lasts at most this long (s). */
-  maxHoldS: number;
   /** The fast verdict: a session throttled at its own quota in at least `fastThrottleShare` of its periods over the last `fastWindowS` is judged on that span, before its full window. */
   fastWindowS: number;
   fastThrottleShare: number;
   /** A demoted session with a fork refused or an OOM kill in this span (s) is not restored for being calm. */
   evidenceHoldS: number;
-  intervalMs: number;
   /** How often the kernel's evidence (a fork refused, an OOM kill, a bomb's ramp) and idle sessions' wakes are read between ticks (ms). */
   evidenceMs: number;
-  /** A session with this many tasks spinning over one full tick is judged on that tick. */
-  spinTasksAtOnce: number;
-  /** ...and with one, when at least this share of its CPU over the tick was system time (spinning in the kernel). */
-  kernelSpinShare: number;
   /** A task that ran at least this long over a tick without a voluntary sleep is spinning (ms). */
   spinBurstMs: number;
   /** A session's tasks are read only when it used at least this in its last tick (cores). */
@@ -302,29 +160,11 @@ interface Track {
   tasksAt?: { t: number; ns: number };
 }
 
-/** The q-quantile of xs, linearly interpolated (q 0.5: the median). */
-function quantileOf(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const at = (s.length - 1) * q;
-  const lo = Math.floor(at);
-  return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
-}
-
 /**
  * Over a sample window, in cores: the mean, the floor (the least of the per-tick rates) and the
  * spin floor (the least per-tick rate of spinning CPU); and the share of its CFS periods it was throttled in.
  */
-function rates(samples: Sample[]): {
-  mean: number;
-  floor: number;
-  spinMean: number;
-  spinFloor: number;
-  spinTasks: number;
-  throttledShare: number;
-  /** The share of its CPU that was system time. */
-  sysShare: number;
-  spanS: number;
-} {
+function rates(samples: Sample[]): Rates {
   const a = samples[0]!;
   const b = samples.at(-1)!;
   let floor = Infinity;
@@ -592,9 +432,9 @@ export class CpuGuard {
     for (const id of this._tracks.keys()) if (!live.has(id)) this._tracks.delete(id);
     const hostBusy = this._hostBusy(now);
     // 1. Each session's numbers over its window (none until the window is full).
-    const use = new Map<string, ReturnType<typeof rates>>();
+    const use = new Map<string, Rates>();
     /** Each session's numbers over its last tick only. */
-    const lastTick = new Map<string, ReturnType<typeof rates>>();
+    const lastTick = new Map<string, Rates>();
     /** Sessions whose tasks rose by forkRampTasks in this tick. */
     const ramped = new Set<string>();
     for (const [id, s] of live) {
@@ -670,75 +510,38 @@ export class CpuGuard {
       }
       if (t.samples.length >= 2) lastTick.set(id, rates(t.samples.slice(-2)));
     }
-    // 2. Verdicts (see the header).
+    // 2. Verdicts (cpu-rules.ts).
     const undemoted = [...use].filter(([id]) => !this._tracks.get(id)!.demoted);
     for (const [id, s] of live) {
       const t = this._tracks.get(id);
       if (!t || s.starting) continue;
       const u = use.get(id);
-      // The kernel's own evidence of abuse, since the last tick: a fork refused at pids.max (a fork bomb:
-      // its processes sleep between retries, so its floor stays low), or an OOM kill while the session
-      // keeps a core busy (a memory hog at its limit, busy in the kernel faulting and zeroing pages).
-      const tick = lastTick.get(id);
-      const forkBomb = t.refusedAt === now;
-      const forkRamp = ramped.has(id);
-      const memHog = t.oomAt === now && tick !== undefined && tick.floor >= this.opts.minCores;
-      // Several tasks that spun through the whole of the last (full-length) tick: a parallel computation;
-      // or one, in a session restored lately: a hog at it again.
-      const again = t.restoredAt !== undefined && now - t.restoredAt < this.opts.maxHoldS * 1000;
-      const inKernel = tick !== undefined && tick.sysShare >= this.opts.kernelSpinShare;
-      const spinners =
-        tick !== undefined &&
-        tick.spinTasks >= (again || inKernel ? 1 : this.opts.spinTasksAtOnce) &&
-        tick.spinFloor >= this.opts.minCores &&
-        tick.spanS * 1000 >= this.opts.intervalMs * 0.8;
-      /** A fork refused, or an OOM kill, within evidenceHoldS: a fork bomb or a memory hog still at it. */
-      const hold = this.opts.evidenceHoldS * 1000;
-      const refusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
       if (t.demoted) {
-        // Judged on what the kernel saw since the demotion: throttled in most periods, or forks still
-        // refused or processes still OOM-killed, it still wants the CPU. (Not throttled alone is no proof
-        // of calm: on a busy host an idle-ranked group may not even get its cap.)
-        const over = now - t.since >= this.opts.maxHoldS * 1000;
-        const calm = u && !refusing && u.throttledShare < this.opts.releaseShare;
-        if (over || (u && (calm || !this._contended(hostBusy, t, u.mean)))) this._restore(id, t, now);
+        const hold = this.opts.evidenceHoldS * 1000;
+        const stillAbusing = (t.refusedAt !== undefined && now - t.refusedAt < hold) || (t.oomAt !== undefined && now - t.oomAt < hold);
+        const contended = u !== undefined && this._contended(hostBusy, t, u.mean);
+        if (release({ window: u, heldMs: now - t.since, stillAbusing, contended }, this.opts)) this._restore(id, t, now);
         else this._write(id, t, true, u?.mean ?? 0); // again, should anything have put the weight back
         continue;
       }
-      // Fork refusals need no window nor grace (no desktop starting up sits at pids.max); an OOM kill
-      // gives its verdict before the window is full, but not in the grace.
-      const graced = this._graced(t, now);
-      const evidence = tick && !this._bounded(t) && (forkBomb || ((memHog || spinners || forkRamp) && !graced)) ? tick : undefined;
-      if (!evidence && (!u || graced)) continue;
-      let hog = !!evidence;
-      if (!hog && u) {
-        const others = undemoted.filter(([o]) => o !== id).map(([, c]) => c.spinMean);
-        const f = u.spinFloor;
-        hog = f >= this.opts.hogCores || (others.length > 0 && f >= this.opts.minCores && f >= this.opts.ratio * quantileOf(others, 0.75));
-      }
-      const r = evidence ?? u!;
-      if (!hog || !this._contended(hostBusy, t, Math.max(r.mean, u?.mean ?? 0))) continue;
-      this._write(
-        id,
-        t,
-        true,
-        evidence ? r.floor : r.spinFloor,
-        !evidence
-          ? 'it keeps the CPU busy'
-          : forkBomb
-            ? 'forks refused at pids.max'
-            : forkRamp
-              ? "its tasks rose at a fork bomb's rate"
-              : memHog
-                ? 'OOM-killed while busy'
-                : again
-                  ? 'it spins again after a demotion'
-                  : tick!.spinTasks < this.opts.spinTasksAtOnce
-                    ? 'a task spins in the kernel'
-                    : 'several tasks spin',
-        // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
-        { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS },
+      const verdict = judge(
+        {
+          tick: lastTick.get(id),
+          window: u,
+          others: undemoted.filter(([o]) => o !== id).map(([, c]) => c.spinMean),
+          forkRefused: t.refusedAt === now,
+          forkRamp: ramped.has(id),
+          oomKilled: t.oomAt === now,
+          restoredLately: t.restoredAt !== undefined && now - t.restoredAt < this.opts.maxHoldS * 1000,
+          graced: this._graced(t, now),
+          bounded: this._bounded(t),
+        },
+        this.opts,
       );
+      if (!verdict || !this._contended(hostBusy, t, Math.max(verdict.on.mean, u?.mean ?? 0))) continue;
+      // What the verdict rested on, for the log: the span's CPU, its spinning tasks, and the span.
+      const r = verdict.on;
+      this._write(id, t, true, verdict.cores, verdict.why, { mean: r.mean, spinTasks: r.spinTasks, spanS: r.spanS });
       t.demoted = true;
       t.since = now;
       // Judged again on what comes after the demotion only.
