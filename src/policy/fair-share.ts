@@ -50,6 +50,8 @@ export interface FairShareOptions {
   turnMs?: number;
   /** What a request sent while another of its session's was in is charged, in times its own. */
   backlogCharge?: number;
+  /** The clock (ms; default performance.now): a test drives a virtual one, so a loaded host can't change what it sees. */
+  now?: () => number;
 }
 
 export const FAIR_LINGER_MS = 250;
@@ -72,7 +74,7 @@ interface Lane {
   /** Each waiting request's wake-up, and whether it came while the session had another one in (a backlog). */
   waiting: { wake: () => void; backlog: boolean }[];
   used: number;
-  /** performance.now() when it last went idle (nothing running or waiting); undefined while busy. */
+  /** The clock when it last went idle (nothing running or waiting); undefined while busy. */
   idleSince: number | undefined;
 }
 
@@ -84,7 +86,14 @@ export class FairScheduler {
   private readonly _inflight = new Map<string, number>();
   readonly opts: Required<FairShareOptions>;
   constructor(opts: FairShareOptions) {
-    this.opts = { lingerMs: FAIR_LINGER_MS, leadMs: FAIR_LEAD_MS, turnMs: FAIR_TURN_MS, backlogCharge: FAIR_BACKLOG_CHARGE, ...opts };
+    this.opts = {
+      lingerMs: FAIR_LINGER_MS,
+      leadMs: FAIR_LEAD_MS,
+      turnMs: FAIR_TURN_MS,
+      backlogCharge: FAIR_BACKLOG_CHARGE,
+      now: () => performance.now(),
+      ...opts,
+    };
   }
 
   /** Requests of `session` waiting now (for tests and /metrics). */
@@ -99,7 +108,7 @@ export class FairScheduler {
 
   /** Requests holding a slot, requests waiting (all sessions), and sessions tracked: for /metrics. */
   stats(): { running: number; waiting: number; sessions: number; commands: number } {
-    this._expire(performance.now());
+    this._expire(this.opts.now());
     let waiting = 0;
     for (const l of this._lanes.values()) waiting += l.waiting.length;
     let commands = 0;
@@ -132,7 +141,7 @@ export class FairScheduler {
   }
 
   async run<T>(session: string, fn: () => Promise<T>): Promise<T> {
-    this._expire(performance.now());
+    this._expire(this.opts.now());
     let lane = this._lanes.get(session);
     if (!lane) {
       // Level with the least-served active session: time spent idle is not credit.
@@ -155,11 +164,11 @@ export class FairScheduler {
       // The dispatcher counts it as running when it wakes it.
       await new Promise<void>((wake) => lane!.waiting.push({ wake, backlog }));
     }
-    const t0 = performance.now();
+    const t0 = this.opts.now();
     try {
       return await fn();
     } finally {
-      const now = performance.now();
+      const now = this.opts.now();
       lane.used += Math.max(now - t0, this.opts.turnMs) * (backlog ? this.opts.backlogCharge : 1);
       lane.running--;
       this._busy--;
@@ -198,7 +207,7 @@ export class FairScheduler {
 
   /** Fills free slots from the waiting sessions, least-served first. */
   private _dispatch(): void {
-    const now = performance.now();
+    const now = this.opts.now();
     this._expire(now);
     while (this._busy < this.opts.slots) {
       const floor = this._floor() ?? 0;
