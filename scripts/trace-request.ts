@@ -5,8 +5,11 @@
  * A daemon started with the V8 inspector on a loopback port, a session (minimal image) whose X
  * connection is warmed by two batches; then, per round: V8's precise coverage counters are reset,
  * one batch is sent (a click and a PNG screenshot), and the counters are taken. A file counts
- * when a function in it ran. Only files seen in every round are kept, so a timer that fired during
- * one request (liveness, metrics sampling) does not count.
+ * when a function in it ran for the request: before each round the counters also run over a span
+ * with no request (twice the request's time, at least 300 ms), and a function that ran there is a
+ * daemon timer's (episode frames' 30 Hz tick, liveness, metrics sampling), not the request's. Only
+ * files seen in every round are kept, so a slower timer that fired during one request does not
+ * count either.
  *
  *   .runtime/node/bin/node scripts/trace-request.ts [--rounds N]   (as root; prints JSON)
  *
@@ -17,7 +20,14 @@ import type { DrumsClient } from '../src/client/client.ts';
 import { startPrivateDaemon } from '../src/client/private-daemon.ts';
 
 interface Coverage {
-  result: { url: string; functions: { ranges: { count: number }[] }[] }[];
+  result: { url: string; functions: { functionName: string; ranges: { startOffset: number; count: number }[] }[] }[];
+}
+
+/** The functions of src/ files that ran, as `file@offset`. */
+function ran(cov: Coverage, root: string): string[] {
+  return cov.result
+    .filter((f) => f.url.startsWith(`${root}src/`))
+    .flatMap((f) => f.functions.filter((fn) => (fn.ranges[0]?.count ?? 0) > 0).map((fn) => `${f.url.slice(root.length)}@${fn.ranges[0]!.startOffset}`));
 }
 
 /** A free loopback port for the daemon's inspector (`--inspect=127.0.0.1:PORT` in NODE_OPTIONS). */
@@ -65,14 +75,21 @@ export async function traceActions(client: DrumsClient, sessionId: string, inspe
     await cdp('Profiler.enable');
     await cdp('Profiler.startPreciseCoverage', { callCount: true, detailed: false });
     let kept: Set<string> | undefined;
+    /** Functions that ran with no request in flight: the daemon's timers. */
+    const background = new Set<string>();
+    let requestMs = 150;
     for (let r = 0; r < rounds; r++) {
       await cdp<Coverage>('Profiler.takePreciseCoverage'); // resets the counters
+      await new Promise((res) => setTimeout(res, Math.max(300, 2 * requestMs)));
+      for (const fn of ran(await cdp<Coverage>('Profiler.takePreciseCoverage'), root)) background.add(fn);
+      const t0 = performance.now();
       await client.act(sessionId, batch);
+      requestMs = performance.now() - t0;
       const cov = await cdp<Coverage>('Profiler.takePreciseCoverage');
       const files = new Set(
-        cov.result
-          .filter((f) => f.url.startsWith(`${root}src/`) && f.functions.some((fn) => (fn.ranges[0]?.count ?? 0) > 0))
-          .map((f) => f.url.slice(root.length)),
+        ran(cov, root)
+          .filter((fn) => !background.has(fn))
+          .map((fn) => fn.slice(0, fn.lastIndexOf('@'))),
       );
       kept = kept ? new Set([...kept].filter((f) => files.has(f))) : files;
     }

@@ -1,6 +1,6 @@
 import { cgroupPressure, hostPressure, memoryUsage, oomKills, type Pressure } from '../host/resources.ts';
 import type { SessionManager } from '../session/manager.ts';
-import { idleCollections } from './idle-gc.ts';
+import { idleCollections } from './metrics.ts';
 
 type Gauge = { name: string; help: string; values: [Record<string, string>, number][] };
 

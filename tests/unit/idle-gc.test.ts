@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { startIdleGc } from '../../src/api/idle-gc.ts';
+import { startIdleGc } from '../../src/api/metrics.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
