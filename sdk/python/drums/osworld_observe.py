@@ -140,7 +140,6 @@ class Env:
             screen_size=screen,
             cache_dir=self.base,
         )
-        self.api = self.env.provider.api
         self.sid = self.env.provider.session["id"]
 
     def reset(self, task: dict) -> dict:
@@ -174,7 +173,7 @@ class Env:
         from .osworld_apps import wait_for_app_windows
 
         t0 = time.monotonic()
-        _, missing = wait_for_app_windows(self.api, self.sid, [APPS[app][1]], timeout)
+        _, missing = wait_for_app_windows(self.env.provider.handle(), [APPS[app][1]], timeout)
         out: dict = {"window_s": None if missing else round(time.monotonic() - t0, 2), "in_tree_s": None}
         t1 = time.monotonic()
         while time.monotonic() - t1 < timeout:
