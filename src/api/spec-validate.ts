@@ -27,6 +27,7 @@ export const BODY_CODES: Record<string, { code: ErrorCode; byField?: [prefix: st
   resetSession: { code: 'invalid_request' },
   putPool: { code: 'invalid_pool' },
   releaseSession: { code: 'invalid_request' },
+  addPoolMember: { code: 'invalid_request' },
   forkSession: { code: 'invalid_fork' },
   execInSession: { code: 'invalid_exec' },
   takeOver: { code: 'invalid_request' },

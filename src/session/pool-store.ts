@@ -8,7 +8,7 @@ import { errorMessage } from '../common/errors.ts';
  * restarted daemon has them again. Written like a session record: a temporary
  * file renamed over the old one, so a crash leaves the old set or the new one.
  */
-export type PoolDefs = Record<string, { size: number; template: Record<string, unknown> }>;
+export type PoolDefs = Record<string, { size: number; template: Record<string, unknown>; task?: unknown }>;
 
 export function poolStorePath(stateDir: string): string {
   return join(stateDir, 'pools.json');

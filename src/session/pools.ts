@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
@@ -25,7 +26,34 @@ const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const MAX_POOL_SIZE = 256;
 const BACKOFF_MS = [1000, 2000, 5000, 15_000, 60_000];
 
+const CMD_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$/;
+const TASK_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const DIGEST_RE = /^[0-9a-f]{16,64}$/;
+/** Where an image's commands are looked for: real directories in every image (merged-usr makes /bin a link, never followed). */
+const CMD_DIRS = ['usr/bin', 'usr/local/bin'];
+
 export type OnEmpty = 'create' | 'fail';
+/** How a task pool's member was made: the task's own setup, or a fork of a set-up session. */
+export type MemberOrigin = 'setup' | 'fork-disk' | 'fork-memory';
+const ORIGINS: MemberOrigin[] = ['setup', 'fork-disk', 'fork-memory'];
+
+/**
+ * A task pool's task (docs/pools.md, "Pools of set-up tasks"): the OSWorld task its members have
+ * set up. The daemon does not run the setup (desktop_env's SetupController is Python, run by the
+ * SDK against the guest contract); a filler (`drums osworld pool`) makes the members and adds them
+ * (POST /v1/pools/{name}/members). What the daemon checks at declare time is what it can see
+ * itself: the commands the task's apps need, in the template's image, and the internet.
+ */
+export interface PoolTask {
+  /** The task's id (its file name in OSWorld's evaluation_examples). */
+  id: string;
+  /** The SDK's digest of the task JSON: a reset with this exact task claims from the pool. */
+  digest: string;
+  /** Commands the task's apps need on the image (e.g. libreoffice, gimp). */
+  apps: string[];
+  /** Why the task needs the live internet, or null. */
+  internet: string | null;
+}
 export type ReleaseMode = 'reset' | 'destroy';
 
 interface Pool {
@@ -46,6 +74,10 @@ interface Pool {
   version: number;
   retryTimer?: NodeJS.Timeout;
   source: 'config' | 'api';
+  /** Set: a pool of set-up tasks, filled by its filler, not by the daemon. */
+  task?: PoolTask;
+  /** A task pool's members so far, by how they were made (the view's `fill`). */
+  fill: Record<MemberOrigin, number>;
 }
 
 /** What GET /v1/pools shows of a pool. */
@@ -60,6 +92,11 @@ export interface PoolView {
   misses: number;
   source: 'config' | 'api';
   lastError?: string;
+  /** A task pool's task; its members are made by a filler (`filler: client`), not by the daemon. */
+  task?: PoolTask;
+  filler: 'daemon' | 'client';
+  /** A task pool: how many members were made by the task's setup and how many by each fork mode. */
+  fill?: { setup: number; forkDisk: number; forkMemory: number };
 }
 
 /** A claim as POST /v1/sessions takes it: `{pool, onEmpty?, labels?, ttlSeconds?}`. */
@@ -184,7 +221,7 @@ export class PoolManager {
   private _save(): void {
     if (!this._storePath) return;
     const defs: PoolDefs = {};
-    for (const p of this._pools.values()) if (p.source === 'api') defs[p.name] = { size: p.size, template: p.template };
+    for (const p of this._pools.values()) if (p.source === 'api') defs[p.name] = { size: p.size, template: p.template, ...(p.task ? { task: p.task } : {}) };
     try {
       writePoolStore(this._storePath, defs);
     } catch (e) {
@@ -199,7 +236,7 @@ export class PoolManager {
       throw new ValidationError('body', 'must be {"size": N, "template": {SessionSpec}}', 'invalid_pool');
     const d = def as Record<string, unknown>;
     for (const k of Object.keys(d))
-      if (k !== 'size' && k !== 'template') throw new ValidationError(k, 'unknown field; allowed: size, template', 'invalid_pool');
+      if (k !== 'size' && k !== 'template' && k !== 'task') throw new ValidationError(k, 'unknown field; allowed: size, template, task', 'invalid_pool');
     if (typeof d.size !== 'number' || !Number.isInteger(d.size) || d.size < 0 || d.size > MAX_POOL_SIZE)
       throw new ValidationError('size', `must be an integer within 0..${MAX_POOL_SIZE}`, 'invalid_pool');
     const template = (d.template ?? {}) as Record<string, unknown>;
@@ -218,11 +255,14 @@ export class PoolManager {
       throw new DrumsError('image_not_found', `template.image: no image '${spec.image}'; known: ${recipes.join(', ')}`, {
         details: { field: 'template.image' },
       });
-    if (!findImage(spec.image, { imagesDir: this.mgr.inst.imagesDir })) {
+    const image = findImage(spec.image, { imagesDir: this.mgr.inst.imagesDir });
+    if (!image) {
       throw new DrumsError('image_not_built', `template.image: image '${spec.image}' is not built yet; run 'drums image build ${spec.image}'`, {
         details: { field: 'template.image' },
       });
     }
+    const task = d.task === undefined || d.task === null ? undefined : parseTask(d.task);
+    if (task) checkTaskRunnable(task, spec, image.rootfs);
     // A template the host could never hold is refused now, not by every refill.
     try {
       this.mgr.admission.fitsHost(spec);
@@ -232,13 +272,27 @@ export class PoolManager {
       throw e;
     }
     const old = this._pools.get(name);
-    const pool: Pool = old ?? { name, template, spec, size: d.size, idle: [], creating: 0, claims: 0, hits: 0, misses: 0, failures: 0, version: 1, source };
-    if (old && specKey(old.spec) !== specKey(spec)) {
+    const pool: Pool = old ?? {
+      name,
+      template,
+      spec,
+      size: d.size,
+      idle: [],
+      creating: 0,
+      claims: 0,
+      hits: 0,
+      misses: 0,
+      failures: 0,
+      version: 1,
+      source,
+      fill: { setup: 0, 'fork-disk': 0, 'fork-memory': 0 },
+    };
+    if (old && (specKey(old.spec) !== specKey(spec) || old.task?.digest !== task?.digest)) {
       // The idle sessions were made from the old template: replace them.
       pool.version++;
       for (const id of old.idle.splice(0)) this._discard(id);
     }
-    Object.assign(pool, { template, spec, size: d.size, source, failures: 0, lastError: undefined });
+    Object.assign(pool, { template, spec, size: d.size, source, task, failures: 0, lastError: undefined });
     clearTimeout(pool.retryTimer);
     this._pools.set(name, pool);
     if (source === 'api') this._save();
@@ -276,7 +330,8 @@ export class PoolManager {
   /** The pool whose template a create body asks for exactly (TTL aside), if any. */
   match(spec: SessionSpec): string | undefined {
     const key = specKey(spec);
-    for (const p of this._pools.values()) if (specKey(p.spec) === key) return p.name;
+    // A task pool's members have a task set up: never what a plain create asked for.
+    for (const p of this._pools.values()) if (!p.task && specKey(p.spec) === key) return p.name;
     return undefined;
   }
 
@@ -300,14 +355,16 @@ export class PoolManager {
     if (s) {
       pool.hits++;
       this.observers.claim.forEach((f) => f(pool.name, 'hit'));
-    } else if (c.onEmpty === 'fail') {
+    } else if (c.onEmpty === 'fail' || pool.task) {
       this.observers.claim.forEach((f) => f(pool.name, 'empty'));
       this._refill();
-      throw new DrumsError(
-        'pool_empty',
-        `pool '${pool.name}' has no ready session (${pool.creating} being made); retry, or claim with "onEmpty": "create" to wait for a fresh one`,
-        { details: { pool: pool.name, creating: pool.creating, size: pool.size } },
-      );
+      // A task pool cannot make a member on demand (its setup runs in the filler): empty is empty.
+      const how = pool.task
+        ? `it is a pool of set-up task ${pool.task.id}, filled by its filler (drums osworld pool); set the task up yourself (DesktopEnv.reset does) or retry when the filler has added one`
+        : `retry, or claim with "onEmpty": "create" to wait for a fresh one`;
+      throw new DrumsError('pool_empty', `pool '${pool.name}' has no ready session (${pool.creating} being made); ${how}`, {
+        details: { pool: pool.name, creating: pool.creating, size: pool.size },
+      });
     } else {
       pool.misses++;
       this.observers.claim.forEach((f) => f(pool.name, 'miss'));
@@ -338,7 +395,8 @@ export class PoolManager {
     if (!name) throw new DrumsError('session_not_pooled', `session ${s.id} did not come from a pool; destroy it with DELETE /v1/sessions/${s.id}`);
     const pool = this._pools.get(name);
     // Back into the pool even when a refill is under way: that refill is then surplus and discarded.
-    if (mode === 'destroy' || !pool || pool.size === 0 || this._made.get(s.id)?.version !== pool.version) {
+    // A task pool's member cannot go back: a reset would undo the setup it was claimed for.
+    if (mode === 'destroy' || !pool || pool.task || pool.size === 0 || this._made.get(s.id)?.version !== pool.version) {
       await this.mgr.destroy(s.id, 'pool_release');
       this._refill();
       return { returned: false };
@@ -360,6 +418,42 @@ export class PoolManager {
     pool.idle.push(s.id);
     this._trim(pool);
     return { returned: pool.idle.includes(s.id) };
+  }
+
+  /**
+   * A task pool's filler adds a session it set up (or forked from one it set up): a ready session,
+   * visible (not in any pool), of the template's image. From here it is hidden like any pool member,
+   * its TTL is off and its attempt token will be replaced at claim, so its filler's token is stale.
+   */
+  addMember(name: string, id: string, origin: unknown): PoolView {
+    const pool = this._get(name);
+    if (!pool.task)
+      throw new DrumsError('invalid_request', `pool '${name}' is filled by the daemon from its template; only a task pool (with "task") takes members`, {
+        details: { field: 'pool' },
+      });
+    if (typeof origin !== 'string' || !ORIGINS.includes(origin as MemberOrigin))
+      throw new DrumsError('invalid_request', `origin: must be one of ${ORIGINS.join(', ')} (how the member was made)`, { details: { field: 'origin' } });
+    const s = this.mgr.lookup(id);
+    if (POOL_LABEL in s.spec.labels)
+      throw new DrumsError('invalid_request', `session '${id}' came from pool '${s.spec.labels[POOL_LABEL]}'; add a session the filler made`, {
+        details: { field: 'session' },
+      });
+    if (s.state !== 'ready') throw new DrumsError('session_busy', `session '${id}' is ${s.state}; add it when it is ready`);
+    if (s.spec.image !== pool.spec.image)
+      throw new DrumsError('invalid_request', `session '${id}' runs image '${s.spec.image}'; pool '${name}' is of image '${pool.spec.image}'`, {
+        details: { field: 'session' },
+      });
+    if (pool.idle.length >= pool.size)
+      throw new DrumsError('pool_full', `pool '${name}' already holds its ${pool.size} ready member(s); destroy this session or raise the pool's size`, {
+        details: { pool: name, size: pool.size },
+      });
+    this.mgr.armTtl(s, 0);
+    s.spec.labels = { ...s.spec.labels, [POOL_LABEL]: pool.name };
+    this._made.set(s.id, { pool: pool.name, version: pool.version });
+    this._idle.add(s.id);
+    pool.idle.push(s.id);
+    pool.fill[origin as MemberOrigin]++;
+    return this._view(pool);
   }
 
   /** Stops refilling and waits for refills under way (their sessions are destroyed). */
@@ -390,6 +484,8 @@ export class PoolManager {
       misses: p.misses,
       source: p.source,
       ...(p.lastError ? { lastError: p.lastError } : {}),
+      filler: p.task ? 'client' : 'daemon',
+      ...(p.task ? { task: p.task, fill: { setup: p.fill.setup, forkDisk: p.fill['fork-disk'], forkMemory: p.fill['fork-memory'] } } : {}),
     };
   }
 
@@ -427,6 +523,7 @@ export class PoolManager {
     // A draining host makes no new sessions; resumeRefills() starts again when the drain is cancelled.
     if (this._stopped || this.mgr.drainingSince) return;
     for (const p of this._pools.values()) {
+      if (p.task) continue; // filled by its filler
       while (!this._stopped && p.idle.length + p.creating < p.size && this._refilling < this.refillConcurrency && !p.retryTimer) {
         if (this.mgr.list().length >= this.mgr.maxSessions) return;
         this._refillOne(p);
@@ -476,6 +573,54 @@ export class PoolManager {
       });
     this._inflight.add(job);
   }
+}
+
+/** Parses a pool's `task` (what the SDK's `drums osworld pool` sends). */
+function parseTask(v: unknown): PoolTask {
+  const bad = (field: string, why: string) => new ValidationError(`task.${field}`, why, 'invalid_pool');
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw new ValidationError('task', 'must be {"id", "digest", "apps", "internet"}', 'invalid_pool');
+  const t = v as Record<string, unknown>;
+  for (const k of Object.keys(t)) if (!['id', 'digest', 'apps', 'internet'].includes(k)) throw bad(k, 'unknown field; allowed: id, digest, apps, internet');
+  if (typeof t.id !== 'string' || !TASK_ID_RE.test(t.id)) throw bad('id', "must be the task's id (1-128 of A-Z a-z 0-9 . _ -)");
+  if (typeof t.digest !== 'string' || !DIGEST_RE.test(t.digest)) throw bad('digest', "must be the SDK's digest of the task (16-64 hex digits)");
+  const apps = t.apps ?? [];
+  if (!Array.isArray(apps) || apps.length > 16 || !apps.every((a) => typeof a === 'string' && CMD_RE.test(a)))
+    throw bad('apps', 'must be up to 16 command names (e.g. "libreoffice")');
+  const internet = t.internet ?? null;
+  if (internet !== null && (typeof internet !== 'string' || internet.length > 300))
+    throw bad('internet', 'must be null or why the task needs the internet (<= 300 chars)');
+  return { id: t.id, digest: t.digest, apps: apps as string[], internet: internet as string | null };
+}
+
+/**
+ * Refuses a task pool whose task cannot run on this host (422 task_not_runnable, details.reason):
+ * an app's command missing from the template's image, or the live internet for a template without
+ * egress. The image's rootfs is the daemon's own build output (root-owned, never session-writable);
+ * lstat looks at each command without following it.
+ */
+function checkTaskRunnable(task: PoolTask, spec: SessionSpec, rootfs: string): void {
+  const missing = task.apps.filter((cmd) =>
+    CMD_DIRS.every((d) => {
+      try {
+        lstatSync(join(rootfs, d, cmd));
+        return false;
+      } catch {
+        return true;
+      }
+    }),
+  );
+  if (missing.length)
+    throw new DrumsError(
+      'task_not_runnable',
+      `task.apps: image '${spec.image}' has no ${missing.map((c) => `'${c}'`).join(', ')} command, so task ${task.id} cannot run here; use an image that has the app`,
+      { details: { field: 'task.apps', reason: 'app_missing', missing } },
+    );
+  if (task.internet && !spec.egress)
+    throw new DrumsError(
+      'task_not_runnable',
+      `task.internet: task ${task.id} needs the internet (${task.internet}) and the template has no egress; set "egress": true on a host that has it`,
+      { details: { field: 'task.internet', reason: 'needs_internet' } },
+    );
 }
 
 const BY_MANAGER = new WeakMap<SessionManager, PoolManager>();

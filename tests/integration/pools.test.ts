@@ -148,6 +148,65 @@ describe('warm pools', () => {
     assert.deepEqual(await d.client.listSessions(), []);
   });
 
+  it('a task pool takes members from its filler, is never filled or served to a plain create, and refuses what cannot run', async () => {
+    // The daemon's side of a pool of set-up tasks (docs/pools.md); the SDK's filler and the OSWorld
+    // setup are tested end to end in sdk/python/tests/test_osworld_pool.py.
+    type Added = { status: number; code?: string; body: { ready?: number; fill?: Record<string, number> } };
+    const add = async (pool: string, session: string, origin = 'setup'): Promise<Added> => {
+      try {
+        const r = await d.client.request('POST', `/v1/pools/${pool}/members`, { session, origin });
+        return { status: r.status, code: undefined, body: (await r.json()) as { ready?: number; fill?: Record<string, number> } };
+      } catch (e) {
+        const err = await apiError(Promise.reject(e));
+        return { status: err.status, code: err.code, body: {} };
+      }
+    };
+    const task = { id: 'probe-task', digest: 'ab'.repeat(16), apps: ['sh'], internet: null };
+    const template = { image: 'minimal', labels: { kind: 'task' } };
+    // An app the image lacks, the internet without egress: 422 task_not_runnable naming why.
+    const noApp = await apiError(d.client.putPool('tp-bad', { size: 1, template, task: { ...task, apps: ['gimp'] } } as never));
+    const why = (e: { details?: unknown }) => (e.details ?? {}) as { reason?: string; missing?: string[] };
+    assert.deepEqual([noApp.status, noApp.code, why(noApp).reason, why(noApp).missing], [422, 'task_not_runnable', 'app_missing', ['gimp']]);
+    const web = await apiError(d.client.putPool('tp-bad', { size: 1, template, task: { ...task, internet: 'opens a page' } } as never));
+    assert.deepEqual([web.status, web.code, why(web).reason], [422, 'task_not_runnable', 'needs_internet']);
+    const badApp = await apiError(d.client.putPool('tp-bad', { size: 1, template, task: { ...task, apps: ['../../bin/sh'] } } as never));
+    assert.deepEqual([badApp.status, badApp.code], [400, 'invalid_pool']);
+
+    const view = (await (await d.client.request('PUT', '/v1/pools/tp', { size: 1, template, task })).json()) as Record<string, unknown>;
+    assert.deepEqual([view.filler, view.ready, view.creating], ['client', 0, 0]);
+    const s = await d.client.createSession(template); // a plain create of its template: not from the task pool
+    let claimedId: string | undefined;
+    try {
+      assert.equal(s.labels['drums.pool'], undefined);
+      assert.equal((await d.client.getPool('tp')).creating, 0, 'the daemon does not fill a task pool');
+      assert.equal((await add('mini', s.id)).code, 'invalid_request'); // a template pool takes no members
+      assert.equal((await add('tp', s.id, 'copied')).code, 'invalid_request');
+      await d.client.request('PUT', '/v1/pools/tp', { size: 0, template, task });
+      assert.deepEqual([(await add('tp', s.id)).status, (await add('tp', s.id)).code], [409, 'pool_full']);
+      await d.client.request('PUT', '/v1/pools/tp', { size: 1, template, task });
+      const added = await add('tp', s.id, 'fork-disk');
+      assert.deepEqual([added.status, added.body.ready, added.body.fill], [200, 1, { setup: 0, forkDisk: 1, forkMemory: 0 }]);
+      assert.equal((await apiError(d.client.getSession(s.id))).code, 'session_not_found'); // hidden like any member
+      assert.equal((await add('tp', s.id)).code, 'session_not_found');
+      const c = await d.client.claimSession({ pool: 'tp', onEmpty: 'fail' });
+      claimedId = c.id;
+      assert.equal(c.id, s.id);
+      assert.equal((await add('tp', c.id)).code, 'invalid_request'); // came from a pool
+      // Empty: even onEmpty create is 429 (the daemon cannot set a task up); a release destroys.
+      assert.equal((await apiError(d.client.claimSession({ pool: 'tp' }))).code, 'pool_empty');
+      assert.equal((await d.client.releaseSession(c.id, { mode: 'reset' })).returned, false);
+      claimedId = undefined;
+    } finally {
+      if (claimedId) await d.client.destroySession(claimedId);
+      await d.client.deletePool('tp');
+    }
+    await until(
+      'the task pool member to be destroyed',
+      () => d.client.listSessions(),
+      (v) => v.length === 0,
+    );
+  });
+
   it('shows claims, fill and refill latency in /metrics', async () => {
     const text = await (await d.client.request('GET', '/metrics')).text();
     assert.match(text, /drums_pool_claims_total\{pool="mini",result="hit"\} [1-9]/);

@@ -28,6 +28,7 @@ function refuses(op: string, body: unknown, field: string, code: string, message
 describe('spec body validation', () => {
   it('covers every operation with a JSON body, each with an error code', () => {
     assert.deepEqual([...v.operations].sort(), [
+      'addPoolMember',
       'createSession',
       'execInSession',
       'forkSession',

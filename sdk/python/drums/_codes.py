@@ -45,6 +45,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "upgrade_required": (426, "A WebSocket endpoint was requested without an upgrade."),
     "limit_exceeds_host": (422, "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it."),
     "pool_exhausted": (429, "The daemon holds its maximum number of sessions."),
+    "task_not_runnable": (422, "A task pool's task cannot run here; details.reason is app_missing, file_missing or needs_internet."),
+    "pool_full": (409, "A task pool already holds its size in ready members."),
     "pool_empty": (429, "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)."),
     "rate_limited": (429, "Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After."),
     "internal": (500, "A bug; see the daemon log."),

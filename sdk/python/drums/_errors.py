@@ -48,6 +48,8 @@ __all__ = [
     "UpgradeRequired",
     "LimitExceedsHost",
     "PoolExhausted",
+    "TaskNotRunnable",
+    "PoolFull",
     "PoolEmpty",
     "RateLimited",
     "Internal",
@@ -387,6 +389,20 @@ class PoolExhausted(TooManyRequests):
     status = 429
 
 
+class TaskNotRunnable(BadRequest):
+    """422: A task pool's task cannot run here; details.reason is app_missing, file_missing or needs_internet."""
+
+    code = "task_not_runnable"
+    status = 422
+
+
+class PoolFull(Conflict):
+    """409: A task pool already holds its size in ready members."""
+
+    code = "pool_full"
+    status = 409
+
+
 class PoolEmpty(TooManyRequests):
     """429: The warm pool has no ready session and the claim asked not to wait (onEmpty fail)."""
 
@@ -677,6 +693,8 @@ ERRORS: dict[str, type[DrumsError]] = {
     "upgrade_required": UpgradeRequired,
     "limit_exceeds_host": LimitExceedsHost,
     "pool_exhausted": PoolExhausted,
+    "task_not_runnable": TaskNotRunnable,
+    "pool_full": PoolFull,
     "pool_empty": PoolEmpty,
     "rate_limited": RateLimited,
     "internal": Internal,

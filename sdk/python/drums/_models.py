@@ -65,7 +65,10 @@ __all__ = [
     "Point",
     "Pool",
     "PoolClaim",
+    "PoolFill",
+    "PoolMember",
     "PoolSpec",
+    "PoolTask",
     "RecordSpec",
     "Recording",
     "Region",
@@ -256,6 +259,33 @@ class _PoolSpecRequired(TypedDict):
 
 class PoolSpec(_PoolSpecRequired, total=False):
     template: SessionSpec
+    task: PoolTask
+
+
+class _PoolTaskRequired(TypedDict):
+    id: str
+    digest: str  # The SDK's digest of the task JSON (drums.osworld_pool.task_digest); a DesktopEnv.reset with that task claims from the pool.
+
+
+class PoolTask(_PoolTaskRequired, total=False):
+    """A pool of set-up tasks (docs/pools.md): its members have this OSWorld task set up. The daemon
+    does not fill it; the SDK's filler (`drums osworld pool`) sets members up and adds them
+    (`POST /v1/pools/{name}/members`). Declared with an app whose command the image lacks, or
+    needing the internet without egress in the template: 422 `task_not_runnable`."""
+    apps: list[str]  # Commands the task's apps need on the image.
+    internet: str | None  # Why the task needs the live internet, or null.
+
+
+class PoolMember(TypedDict):
+    session: str  # A ready session the filler set up (not from any pool), of the template's image.
+    origin: Literal["setup", "fork-disk", "fork-memory"]  # How it was made: the task's setup, or a fork of a set-up session.
+
+
+class PoolFill(TypedDict):
+    """A task pool's members so far by how they were made: the task's setup each, or forks of one set-up session."""
+    setup: int
+    forkDisk: int
+    forkMemory: int
 
 
 class _PoolRequired(TypedDict):
@@ -272,6 +302,9 @@ class _PoolRequired(TypedDict):
 
 class Pool(_PoolRequired, total=False):
     lastError: str  # The last refill failure (refills back off up to 60 s).
+    filler: Literal["daemon", "client"]  # Who makes members: the daemon from the template, or (a task pool) the client's filler.
+    task: PoolTask
+    fill: PoolFill  # A task pool's members so far by how they were made: the task's setup each, or forks of one set-up session.
 
 
 class ForkRequest(TypedDict, total=False):

@@ -20,6 +20,19 @@ export function poolRoutes(ctx: RouteContext) {
     const { view, created } = pools.put(c.req.param('name'), body);
     return c.json(view, created ? 201 : 200);
   });
+  // A task pool's filler adds a session it set up (src/session/pools.ts, addMember).
+  app.post('/v1/pools/:name/members', async (c) => {
+    const body = (await ctx.body(c)) as Record<string, unknown>;
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw new DrumsError('invalid_request', 'body: must be a JSON object', { details: { field: 'body' } });
+    for (const k of Object.keys(body))
+      if (k !== 'session' && k !== 'origin')
+        throw new DrumsError('invalid_request', `${k}: unknown field; allowed: session, origin`, { details: { field: k } });
+    if (typeof body.session !== 'string')
+      throw new DrumsError('invalid_request', 'session: must be the id of a ready session the filler set up', { details: { field: 'session' } });
+    checkBody('addPoolMember', body);
+    return c.json(pools.addMember(c.req.param('name'), body.session, body.origin));
+  });
   app.delete('/v1/pools/:name', (c) => {
     pools.remove(c.req.param('name'));
     return c.body(null, 204);

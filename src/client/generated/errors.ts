@@ -87,6 +87,10 @@ export class UpgradeRequiredError extends DrumsApiError {}
 export class LimitExceedsHostError extends DrumsApiError {}
 /** 429: The daemon holds its maximum number of sessions. */
 export class PoolExhaustedError extends DrumsApiError {}
+/** 422: A task pool's task cannot run here; details.reason is app_missing, file_missing or needs_internet. */
+export class TaskNotRunnableError extends DrumsApiError {}
+/** 409: A task pool already holds its size in ready members. */
+export class PoolFullError extends DrumsApiError {}
 /** 429: The warm pool has no ready session and the claim asked not to wait (onEmpty fail). */
 export class PoolEmptyError extends DrumsApiError {}
 /** 429: Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After. */
@@ -203,6 +207,8 @@ export const ERROR_CLASSES = {
   upgrade_required: UpgradeRequiredError,
   limit_exceeds_host: LimitExceedsHostError,
   pool_exhausted: PoolExhaustedError,
+  task_not_runnable: TaskNotRunnableError,
+  pool_full: PoolFullError,
   pool_empty: PoolEmptyError,
   rate_limited: RateLimitedError,
   internal: InternalError,

@@ -43,6 +43,8 @@ export const ERROR_CODES = {
   upgrade_required: { status: 426, description: "A WebSocket endpoint was requested without an upgrade." },
   limit_exceeds_host: { status: 422, description: "A limit (memoryMb, diskMb, cpus) is larger than this host could ever give, or a disk bandwidth (diskReadMbps, diskWriteMbps) larger than it allows a session; details.field names it." },
   pool_exhausted: { status: 429, description: "The daemon holds its maximum number of sessions." },
+  task_not_runnable: { status: 422, description: "A task pool's task cannot run here; details.reason is app_missing, file_missing or needs_internet." },
+  pool_full: { status: 409, description: "A task pool already holds its size in ready members." },
   pool_empty: { status: 429, description: "The warm pool has no ready session and the claim asked not to wait (onEmpty fail)." },
   rate_limited: { status: 429, description: "Too many requests for this token, or (details.scope session) too many waiting on one session; see Retry-After." },
   internal: { status: 500, description: "A bug; see the daemon log." },

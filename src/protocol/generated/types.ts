@@ -171,6 +171,28 @@ export type PoolSpec = {
   /** How many ready sessions to keep. */
   size: number;
   template?: SessionSpec;
+  task?: PoolTask;
+};
+
+/** A pool of set-up tasks (docs/pools.md): its members have this OSWorld task set up. The daemon
+does not fill it; the SDK's filler (`drums osworld pool`) sets members up and adds them
+(`POST /v1/pools/{name}/members`). Declared with an app whose command the image lacks, or
+needing the internet without egress in the template: 422 `task_not_runnable`. */
+export type PoolTask = {
+  id: string;
+  /** The SDK's digest of the task JSON (drums.osworld_pool.task_digest); a DesktopEnv.reset with that task claims from the pool. */
+  digest: string;
+  /** Commands the task's apps need on the image. */
+  apps?: string[];
+  /** Why the task needs the live internet, or null. */
+  internet?: string | null;
+};
+
+export type PoolMember = {
+  /** A ready session the filler set up (not from any pool), of the template's image. */
+  session: string;
+  /** How it was made: the task's setup, or a fork of a set-up session. */
+  origin: "setup" | "fork-disk" | "fork-memory";
 };
 
 export type Pool = {
@@ -187,6 +209,15 @@ export type Pool = {
   source: "config" | "api";
   /** The last refill failure (refills back off up to 60 s). */
   lastError?: string;
+  /** Who makes members: the daemon from the template, or (a task pool) the client's filler. */
+  filler?: "daemon" | "client";
+  task?: PoolTask;
+  /** A task pool's members so far by how they were made: the task's setup each, or forks of one set-up session. */
+  fill?: {
+    setup: number;
+    forkDisk: number;
+    forkMemory: number;
+  };
 };
 
 export type ForkRequest = {
@@ -686,4 +717,4 @@ export type ExecStreamRecord = {
 };
 
 export interface ErrorBody { error: { code: ErrorCodeName; message: string; details?: Record<string, unknown> } }
-export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "invalid_outcome" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "episode_open" | "episode_store_full" | "episode_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "process_not_found" | "process_not_owned" | "caller_not_local" | "client_cgroup_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
+export type ErrorCodeName = "invalid_request" | "invalid_json" | "invalid_spec" | "invalid_pool" | "invalid_fork" | "invalid_exec" | "invalid_action" | "invalid_key" | "invalid_region" | "invalid_format" | "invalid_path" | "invalid_outcome" | "unauthorized" | "forbidden" | "forbidden_origin" | "forbidden_host" | "not_found" | "session_not_found" | "takeover_not_found" | "pool_not_found" | "image_not_found" | "file_not_found" | "episode_open" | "episode_store_full" | "episode_not_found" | "method_not_allowed" | "session_busy" | "session_resetting" | "stale_generation" | "session_broken" | "session_taken_over" | "takeover_held" | "session_not_pooled" | "session_forking" | "memory_fork_refused" | "image_not_built" | "idempotency_conflict" | "session_expired" | "payload_too_large" | "unsupported_media_type" | "upgrade_required" | "limit_exceeds_host" | "pool_exhausted" | "task_not_runnable" | "pool_full" | "pool_empty" | "rate_limited" | "internal" | "host_error" | "session_create_failed" | "session_reset_failed" | "session_destroy_incomplete" | "fork_failed" | "memory_fork_unavailable" | "display_closed" | "display_unavailable" | "process_not_found" | "process_not_owned" | "caller_not_local" | "client_cgroup_unavailable" | "host_draining" | "insufficient_memory" | "insufficient_disk" | "timeout" | "is_a_directory" | "not_a_directory" | "not_a_regular_file" | "file_forbidden" | "window_not_found" | "directory_not_empty" | "file_too_large" | "file_error" | "x_error" | "a11y_bad_address" | "unsupported" | "connect_failed" | "a11y_unavailable" | "display_timeout" | "wait_timeout" | "no_space" | (string & {});
