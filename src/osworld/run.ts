@@ -93,7 +93,8 @@ export async function osworldRun(tasks: string[], o: RunOptions): Promise<number
   if (o.verbose) args.push('--verbose');
   if (o.group) args.push('--group', o.group);
   if (o.record !== undefined && o.record !== false) args.push(...(o.record === true ? ['--record'] : ['--record', o.record]));
-  return runPython(args, { osworldSrc: o.osworldSrc });
+  // A running daemon only: a private one would take the pool with it when this command ends.
+  return runPython(args, { osworldSrc: o.osworldSrc, noDaemon: true });
 }
 
 export interface AssetsOptions {
@@ -112,6 +113,26 @@ export async function osworldAssets(action: 'fetch' | 'check' | 'standins', task
   if (o.json) args.push('--json');
   if (o.force) args.push('--force');
   return runPython(args, { noDaemon: true });
+}
+
+export interface PoolOptions {
+  name: string;
+  size: string;
+  cache?: string;
+  image?: string;
+  allowInternet?: boolean;
+  watch?: string;
+  osworldSrc?: string;
+}
+
+/** `drums osworld pool TASK`: declares a pool of this set-up task and fills it (drums.osworld_pool; docs/pools.md). */
+export async function osworldPool(task: string, o: PoolOptions): Promise<number> {
+  const args = ['-m', 'drums.osworld_pool', 'pool', task, '--name', o.name, '--size', o.size];
+  if (o.cache) args.push('--cache', o.cache);
+  if (o.image) args.push('--image', o.image);
+  if (o.allowInternet) args.push('--allow-internet');
+  if (o.watch) args.push('--watch', o.watch);
+  return runPython(args, { osworldSrc: o.osworldSrc });
 }
 
 /** Runs an OSWorld script (e.g. scripts/python/run_multienv.py --provider_name drums ...) with the drums provider. */

@@ -35,6 +35,7 @@ bubblewrap (``drums.osworld_sandbox``; ``DRUMS_OSWORLD_SANDBOX=0`` turns it off)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -44,6 +45,7 @@ from typing import Any, Optional
 
 import httpx
 
+from . import errors
 from ._optional import OPTIONAL_HEAVY
 from ._optional import OptionalFinder as _OptionalFinder
 from ._optional import install_finder as _install_finder
@@ -126,6 +128,10 @@ def _make_classes():
             self.client = client or Client()
             self.session: Optional[dict] = None
             self.labels = {"drums.osworld": "1"}
+            # A claim from a pool of set-up tasks (drums.osworld_pool.claim_into): the member is ready.
+            self.trust_ready = False
+            # Earlier sessions being destroyed in the background after a claim (joined on stop).
+            self.pending: list[threading.Thread] = []
 
         def start_emulator(self, path_to_vm: str, headless: bool = True, os_type: str = "Ubuntu", *args):
             if self.session is None and getattr(_handoff, "session", None) is not None:
@@ -147,7 +153,8 @@ def _make_classes():
                 if screen:
                     spec["screen"] = screen
                 self.session = dict(self.client.sessions.create(**spec).info)
-            self._wait_ready()
+            if not self.trust_ready:
+                self._wait_ready()
 
         def handle(self) -> Session:
             """This provider's session as a ``drums.Session`` (its calls carry the generation last read)."""
@@ -200,6 +207,9 @@ def _make_classes():
             return None
 
         def stop_emulator(self, path_to_vm: str, *args, **kwargs):
+            for t in self.pending:
+                t.join()
+            self.pending.clear()
             if self.session is not None:
                 s, self.session = self.handle(), None
                 s.destroy()  # a session already gone (not found, expired) is fine
@@ -215,6 +225,63 @@ DrumsProvider = None
 
 _finder: Optional[_OptionalFinder] = None  # set by register()
 _registered = False
+
+
+# --------------------------------------------------------------------- claims from task pools
+
+
+def task_digest(task: dict) -> str:
+    """The task's identity for pools: a hash of its JSON (keys sorted), so any edit is another task."""
+    return hashlib.sha256(json.dumps(task, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def claim_into(env: Any, task: dict) -> bool:
+    """Called by ``DesktopEnv.reset(task_config=task)`` on the drums provider: puts a set-up member
+    of a matching pool (drums.osworld_pool) under ``env`` and says whether it did (else the ordinary
+    reset runs). Here, not in drums.osworld_pool, because the provider's reset calls it and
+    drums.osworld_pool imports this module (no import cycle: tests/test_imports.py)."""
+    prov = env.provider
+    image = prov.session.get("image") if prov.session is not None else _parse_path(getattr(env, "path_to_vm", None))[0]
+    digest = task_digest(task)
+    try:
+        pools = prov.client.pools.list()
+    except errors.DrumsError:
+        return False
+    for p in pools:
+        if (p.get("task") or {}).get("digest") != digest or p["template"].get("image") != image or p["ready"] < 1:
+            continue
+        try:
+            s = dict(prov.client.pools.claim(p["name"], on_empty="fail").info)
+        except errors.PoolEmpty:
+            continue
+        break
+    else:
+        return False
+    old, prov.session = prov.session, s
+    prov.trust_ready = True  # a pool member is ready and set up: no screenshot poll
+    try:
+        env._start_emulator()  # controllers for the claimed session's guest contract
+    finally:
+        prov.trust_ready = False
+    env._traj_no += 1
+    env._step_no = 0
+    env.action_history.clear()
+    env._set_task_info(task)
+    env.setup_controller.reset_cache_dir(env.cache_dir)
+    env.is_environment_used = True
+    if old is not None:
+        t = threading.Thread(target=destroy_quietly, args=(prov.client, old["id"]), daemon=True)
+        t.start()
+        prov.pending.append(t)
+    return True
+
+
+def destroy_quietly(client: Client, sid: str) -> None:
+    """Destroys a session, ignoring any error (a background clean-up: nobody waits for its answer)."""
+    try:
+        client.request("DELETE", f"/v1/sessions/{sid}")
+    except Exception:
+        pass
 
 
 def register() -> None:
@@ -263,6 +330,22 @@ def register() -> None:
         init(self, provider_name, *args, **kwargs)
 
     de.DesktopEnv.__init__ = __init__
+
+    reset = de.DesktopEnv.reset
+
+    def reset_claiming(self, task_config=None, seed=None, options=None):
+        # A task set up in a pool (drums.osworld_pool): claimed instead of set up, in milliseconds.
+        if (
+            task_config is not None
+            and getattr(self, "provider_name", None) == "drums"
+            and not getattr(self, "_drums_no_pool", False)
+            and os.environ.get("DRUMS_OSWORLD_POOLS", "1") != "0"
+        ):
+            if claim_into(self, task_config):
+                return self._get_obs()
+        return reset(self, task_config, seed, options)
+
+    de.DesktopEnv.reset = reset_claiming
     if os.environ.get("DRUMS_OSWORLD_SANDBOX", "1") != "0":
         from . import osworld_sandbox
 

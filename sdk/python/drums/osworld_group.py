@@ -63,6 +63,10 @@ def _member(
         env.setup_controller.reset_cache_dir(env.cache_dir)
         replay = [s for s in (task.get("config") or []) if s.get("type") in REPLAY_IN_COPY]
         if replay:
+            if mode == "disk":  # the source's app locks came with the copied files (drums.osworld_pool)
+                from .osworld_pool import clear_app_locks
+
+                clear_app_locks(env, task)
             env.setup_controller.setup(replay, False)
             env.is_environment_used = True
         m["replayed"] = [s["type"] for s in replay]

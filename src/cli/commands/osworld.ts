@@ -58,6 +58,21 @@ export function registerOsworld(program: Command): void {
       process.exitCode = await osworldAssets('standins', tasks, o);
     });
   osworld
+    .command('pool')
+    .description('a pool of this task already set up: declare it (refused if the task cannot run here), then fill it by one setup and forks (docs/pools.md)')
+    .argument('<task>', 'a task JSON file')
+    .requiredOption('--name <name>', 'the pool name')
+    .requiredOption('--size <n>', 'how many set-up sessions to keep ready')
+    .option('--cache <dir>', 'the asset cache (default $DRUMS_OSWORLD_CACHE or <state dir>/osworld-cache)')
+    .option('--image <name>', 'the image (default $DRUMS_OSWORLD_IMAGE or osworld)')
+    .option('--allow-internet', 'a task that needs the internet (the template gets egress)')
+    .option('--watch <seconds>', 'keep filling: top the pool up every this many seconds until interrupted')
+    .option('--osworld-src <dir>', 'use the desktop_env of this OSWorld checkout')
+    .action(async (task: string, o: import('../../osworld/run.ts').PoolOptions) => {
+      const { osworldPool } = await import('../../osworld/run.ts');
+      process.exitCode = await osworldPool(task, o);
+    });
+  osworld
     .command('exec')
     .description("run one of OSWorld's own scripts (e.g. scripts/python/run_multienv.py --provider_name drums ...) with the drums provider")
     .argument('<script>')
