@@ -8,7 +8,10 @@ Drums daemon per node (drums.ray.DrumsNodes), and measures in one run:
 - the spread of sessions per node after ``--spread`` creates through the cluster client;
 - a node failure in the middle of a rollout: every held session acts in a loop, one node's
   daemon is SIGKILLed, and it records the time until the client declared its sessions
-  lost, how many were lost, and how many of the creates issued right after the kill failed.
+  lost, how many were lost, and how many of the creates issued right after the kill failed;
+- a claim from a warm pool through the cluster client against a direct claim (``claim``), and
+  ``ClusterSession.fork(n)`` against the same source's direct fork (``fork``).
+``--arms`` picks arms (default all).
 Every session, daemon and Ray process it made is gone at the end.
 """
 
@@ -79,8 +82,77 @@ async def _latency(nodes: DrumsNodes, rounds: int) -> dict[str, Any]:
         "createMs": {"cluster": cc, "direct": cd, "ratioP50": cc["p50"] / cd["p50"]},
         "actMs": {"cluster": ac, "direct": ad, "ratioP50": ac["p50"] / ad["p50"]},
         "placementDecisionUs": _stats(decide),
-        "note": "claims are creates until warm pools land (POST /v1/sessions with pool= goes the same path)",
     }
+
+
+async def _pool_ready(c: AsyncClient, name: str, size: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while (await c.pools.get(name))["ready"] < size:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pool {name} did not refill to {size} within {timeout:g} s")
+        await asyncio.sleep(0.2)
+
+
+async def _claim(nodes: DrumsNodes, rounds: int, size: int = 2) -> dict[str, Any]:
+    """A claim from a warm pool through the cluster client (placed on a host whose report shows a
+    ready session) against a direct claim on one host, interleaved; every claim a hit (the pools are
+    refilled and the reports re-read between rounds, untimed)."""
+    name = f"bench{os.getpid()}"
+    clients = [AsyncClient(ep.url, ep.token) for ep in nodes.endpoints]
+    via_cluster, direct, hits = [], [], {"cluster": 0, "direct": 0}
+    try:
+        for c in clients:
+            await c.pools.put(name, size=size, **SPEC)
+        async with nodes.cluster(rng=random.Random(2)) as cluster:
+            for _ in range(rounds):
+                await asyncio.gather(*(_pool_ready(c, name, size) for c in clients))
+                await cluster.refresh()
+                t0 = time.perf_counter()
+                cs = await cluster.claim(name, onEmpty="fail")
+                via_cluster.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                ds = await clients[0].pools.claim(name, on_empty="fail")
+                direct.append((time.perf_counter() - t0) * 1000)
+                hits["cluster"] += cs.info["labels"].get("drums.pool") == name
+                hits["direct"] += bool(ds.pool_hit)
+                await cs.destroy()
+                await ds.destroy()
+    finally:
+        for c in clients:
+            try:
+                await c.pools.delete(name)
+            finally:
+                await c.aclose()
+    cl, di = _stats(via_cluster), _stats(direct)
+    return {"claimMs": {"cluster": cl, "direct": di, "ratioP50": cl["p50"] / di["p50"]}, "hits": hits, "poolSize": size}
+
+
+async def _fork(nodes: DrumsNodes, counts: list[int]) -> dict[str, Any]:
+    """``ClusterSession.fork(n)`` (copies on the source's host, tracked) against the same source's
+    direct ``AsyncSession.fork(n)``, disk mode, for each n; the copies destroyed between."""
+    out: dict[str, Any] = {}
+    async with nodes.cluster() as cluster:
+        src = await cluster.create(**SPEC)
+        try:
+            for n in counts:
+                t0 = time.perf_counter()
+                copies = await src.fork(n)
+                c_ms = (time.perf_counter() - t0) * 1000
+                same_host = all(c.host is src.host for c in copies) and all(c.id in src.host.sessions for c in copies)
+                await asyncio.gather(*(c.destroy() for c in copies))
+                t0 = time.perf_counter()
+                raw = await src.session.fork(n)
+                d_ms = (time.perf_counter() - t0) * 1000
+                await asyncio.gather(*(c.destroy() for c in raw))
+                out[str(n)] = {
+                    "clusterMs": c_ms,
+                    "directMs": d_ms,
+                    "ratio": c_ms / d_ms,
+                    "onSourceHostAndTracked": same_host,
+                }
+        finally:
+            await src.destroy()
+    return out
 
 
 async def _spread(nodes: DrumsNodes, n: int) -> dict[str, Any]:
@@ -143,8 +215,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--spread", type=int, default=9)
+    ap.add_argument("--claims", type=int, default=20, help="claim arm: rounds (cluster and direct each)")
+    ap.add_argument("--fork-counts", default="1,4", help="fork arm: copies per fork, comma-separated")
+    ap.add_argument("--arms", default="latency,spread,failure,claim,fork", help="which arms, comma-separated")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
+    arms = set(a.arms.split(","))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     temp_dir = tempfile.mkdtemp(prefix="drums-ray-", dir="/tmp")  # Ray's session files, removed at the end
     # ray.cluster_utils writes the head's address to /tmp/ray whatever temp_dir says: it must exist.
@@ -175,9 +251,16 @@ def main(argv: list[str] | None = None) -> None:
         nodes = DrumsNodes.start(
             a.drums_bin, subnet_pool=lambda i: f"10.240.{16 * i}.0/20", env={"DRUMS_MAX_SESSIONS": "8"}
         )
-        rec["latency"] = asyncio.run(_latency(nodes, a.rounds))
-        rec["spread"] = asyncio.run(_spread(nodes, a.spread))
-        rec["failure"] = asyncio.run(_failure(nodes, 9, 3))
+        if "latency" in arms:
+            rec["latency"] = asyncio.run(_latency(nodes, a.rounds))
+        if "claim" in arms:
+            rec["claim"] = asyncio.run(_claim(nodes, a.claims))
+        if "fork" in arms:
+            rec["fork"] = asyncio.run(_fork(nodes, [int(x) for x in a.fork_counts.split(",")]))
+        if "spread" in arms:
+            rec["spread"] = asyncio.run(_spread(nodes, a.spread))
+        if "failure" in arms:  # last: it kills a node's daemon
+            rec["failure"] = asyncio.run(_failure(nodes, 9, 3))
     finally:
         if nodes is not None:
             nodes.stop()

@@ -224,3 +224,53 @@ async def test_bad_hosts_are_skipped_and_reported(nodes):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+async def test_fork_stays_on_its_host_and_a_group_claims_from_a_pool(nodes):
+    # A pool on one (undrained) host only: a group claim with pool= goes there, all of it.
+    async with nodes.cluster(wait_s=30) as cluster:
+        target = next(h for h in cluster.hosts if h.report and not h.report["draining"])
+        name = f"p{os.getpid()}"
+        await target.client.pools.put(name, size=2, image="minimal", screen="320x240")
+        made: list = []
+        try:
+            deadline = time.monotonic() + 120
+            while _ready(target, name) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                await cluster.refresh()
+            assert _ready(target, name) == 2, target.report and target.report.get("pools")
+            group = await cluster.create_group(2, pool=name, onEmpty="fail")
+            made += group
+            assert all(s.host is target for s in group), [s.host.name for s in group]
+            assert all(s.info["labels"]["drums.pool"] == name for s in group)
+            # The pool goes (its refills with it: this host holds 4), the claimed pair stays.
+            await target.client.pools.delete(name)
+            deadline = time.monotonic() + 120
+            while (await target.client.host())["sessions"]["held"] > 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            # A fork's copies are on the source's host and tracked like any placed session.
+            copies = await group[0].fork(1)
+            made += copies
+            assert copies[0].host is target and copies[0].id in target.sessions
+            assert cluster.spread()[target.name] == 3
+            await copies[0].act({"type": "move", "x": 5, "y": 5})
+            # Lost with the host: the copy's handle raises SessionLost like the rest, and when the
+            # host reports again with the same instance the client destroys what it gave up on.
+            cluster._lose_host(target, "test: host declared lost")
+            with pytest.raises(SessionLost):
+                await copies[0].act({"type": "move", "x": 6, "y": 6})
+            assert copies[0].id in cluster.lost and group[0].id in cluster.lost
+            await cluster.refresh()
+            left = {s.id for s in await target.client.sessions.list()}
+            assert not left & {s.id for s in made}, left
+            made = []
+        finally:
+            await asyncio.gather(*(s.destroy() for s in made), return_exceptions=True)
+            if any(p["name"] == name for p in await target.client.pools.list()):
+                await target.client.pools.delete(name)
+
+
+def _ready(h, pool: str) -> int:
+    from drums.integrations.cluster import _pool_ready
+
+    return _pool_ready(h, pool)

@@ -178,6 +178,12 @@ class ClusterSession:
             else:
                 raise
 
+    async def fork(self, n: int = 1, *, mode: str = "disk") -> list["ClusterSession"]:
+        """``n`` copies of this session, on its host (a fork is host-local), tracked like any session
+        the cluster placed: counted in that host's placements until its next report, listed in
+        :attr:`AsyncClusterClient.spread`, and lost with the host (:class:`SessionLost`)."""
+        return await self._cluster._fork(self, n, mode)
+
     async def destroy(self) -> None:
         if self.id in self._cluster.lost:
             return
@@ -403,12 +409,12 @@ class AsyncClusterClient:
         return "; ".join(parts) or "no hosts"
 
     async def _place(
-        self, need: int, make: Callable[[Host], Awaitable[list[AsyncSession]]]
+        self, need: int, make: Callable[[Host], Awaitable[list[AsyncSession]]], pool: str | None = None
     ) -> tuple[Host, list[AsyncSession]]:
         deadline = time.monotonic() + self.wait_s
         tried: dict[str, str] = {}
         while True:
-            h = self._choose(need, set(tried))
+            h = self._choose(need, set(tried), pool)
             if h is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -440,8 +446,15 @@ class AsyncClusterClient:
             h.load.placed = len(h.placed_at)
             return h, made
 
-    def _choose(self, need: int, exclude: set[str]) -> Host | None:
+    def _choose(self, need: int, exclude: set[str], pool: str | None = None) -> Host | None:
         by_key = {id(h.load): h for h in self.hosts}
+        if pool is not None:
+            # A claim goes to a host whose report shows that pool with enough ready sessions (power
+            # of two choices among those); with none, to any host (its pool makes fresh ones or refuses).
+            ready = [h.load for h in self.hosts if _pool_ready(h, pool) >= need]
+            load = self.placer.choose(ready, need, exclude) if ready else None
+            if load is not None:
+                return by_key[id(load)]
         load = self.placer.choose([h.load for h in self.hosts], need, exclude)
         return by_key[id(load)] if load is not None else None
 
@@ -452,8 +465,9 @@ class AsyncClusterClient:
         return out
 
     async def create(self, **spec: Any) -> ClusterSession:
-        """Places one session (same arguments as ``AsyncClient.sessions.create``; a pool claim is ``pool=NAME``)."""
-        h, made = await self._place(1, lambda h: _one(h, spec))
+        """Places one session (same arguments as ``AsyncClient.sessions.create``; a pool claim is ``pool=NAME``,
+        placed on a host whose report shows that pool with a ready session when there is one)."""
+        h, made = await self._place(1, lambda h: _one(h, spec), spec.get("pool"))
         return self._adopt(h, made)[0]
 
     async def claim(self, pool: str, **spec: Any) -> ClusterSession:
@@ -461,13 +475,39 @@ class AsyncClusterClient:
         return await self.create(pool=pool, **spec)
 
     async def create_group(self, n: int, **spec: Any) -> list[ClusterSession]:
-        """``n`` sessions on one host (a GRPO group: forks are host-local). All or none."""
-        h, made = await self._place(n, lambda h: _group(h, n, spec))
+        """``n`` sessions on one host (a GRPO group: forks are host-local). All or none. With
+        ``pool=NAME`` the ``n`` are claims from that pool (e.g. a pool of set-up tasks, docs/pools.md),
+        on a host whose report shows ``n`` ready in it when there is one."""
+        h, made = await self._place(n, lambda h: _group(h, n, spec), spec.get("pool"))
         return self._adopt(h, made)
+
+    async def _fork(self, src: ClusterSession, n: int, mode: str) -> list[ClusterSession]:
+        h = src.host
+        h.load.inflight += n
+        try:
+            copies = await src._call(lambda: src.session.fork(n, mode=mode))
+        finally:
+            h.load.inflight -= n
+        if src.id in self.lost:  # the host was lost while the fork ran: its copies are lost with it
+            for c in copies:
+                self.lost[c.id] = self.lost[src.id]
+            self._raise_if_lost(src)
+        now = time.monotonic()
+        h.placed_at.extend([now] * n)
+        h.load.placed = len(h.placed_at)
+        return self._adopt(h, copies)
 
     def spread(self) -> dict[str, int]:
         """Sessions this client holds, per host."""
         return {h.name: len(h.sessions) for h in self.hosts}
+
+
+def _pool_ready(h: Host, pool: str) -> int:
+    """Ready sessions of ``pool`` in the host's last report (0 when it has no such pool)."""
+    for p in (h.report or {}).get("pools") or []:
+        if isinstance(p, dict) and p.get("name") == pool and isinstance(p.get("ready"), int):
+            return p["ready"]
+    return 0
 
 
 async def _one(h: Host, spec: dict[str, Any]) -> list[AsyncSession]:
