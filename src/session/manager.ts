@@ -324,19 +324,22 @@ export class SessionManager {
    * Creates a session. `signal` (the client's request, or a deadline: AbortSignal.timeout)
    * stops the create between steps and in the readiness wait, and undoes what was done.
    */
-  async create(
-    body: unknown,
-    opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal; standbyOf?: Session } = {},
-  ): Promise<Session> {
-    const { signal, standbyOf } = opts;
-    // A standby's spec is its owner's, already parsed (src/session/standby.ts).
-    const spec: SessionSpec = standbyOf ? standbySpec(standbyOf) : parseSpec(body, this.defaultCpus);
+  /**
+   * The spec a create of `body` would record: parsed, with the daemon's defaults (userns, disk
+   * bandwidth, the image's screen). Throws what a create would for a bad body or an unbuilt image.
+   * A task pool compares a member's spec with its template's through this (src/session/pools.ts).
+   */
+  effectiveSpec(body: unknown): SessionSpec {
+    return this._effectiveSpec(body).spec;
+  }
+
+  /** `parsed`: a spec already parsed (a standby's is its owner's), used instead of parsing `body`. */
+  private _effectiveSpec(body: unknown, parsed?: SessionSpec): { spec: SessionSpec; image: NonNullable<ReturnType<typeof findImage>> } {
+    const spec = parsed ?? parseSpec(body, this.defaultCpus);
     spec.userns ??= this.config.userns;
     // The daemon's disk bandwidth limits, unless the spec asks for less (admission refuses more); kept in the record.
     if (spec.diskReadMbps === undefined && this.config.diskReadMbps > 0) spec.diskReadMbps = this.config.diskReadMbps;
     if (spec.diskWriteMbps === undefined && this.config.diskWriteMbps > 0) spec.diskWriteMbps = this.config.diskWriteMbps;
-    if (spec.userns && !this.config.userns) this._checkUserns();
-    if (!spec.userns) this._warnHostIds('spec userns false');
     // Validate before any side effect.
     const image = findImage(spec.image, { imagesDir: this.inst.imagesDir });
     if (!image) {
@@ -345,6 +348,18 @@ export class SessionManager {
     // An image may set the default screen (recipe env DRUMS_DEFAULT_SCREEN, e.g. osworld: 1920x1080x24).
     const imageScreen = image.manifest.env?.DRUMS_DEFAULT_SCREEN;
     if (imageScreen && (body as { screen?: unknown } | null | undefined)?.screen === undefined) spec.screen = parseScreen(imageScreen, 'image screen');
+    return { spec, image };
+  }
+
+  async create(
+    body: unknown,
+    opts: { seedUpper?: string; seedBase?: number; restore?: RestoreSeed; signal?: AbortSignal; standbyOf?: Session } = {},
+  ): Promise<Session> {
+    const { signal, standbyOf } = opts;
+    // A standby's spec is its owner's, already parsed (src/session/standby.ts).
+    const { spec, image } = this._effectiveSpec(body, standbyOf ? standbySpec(standbyOf) : undefined);
+    if (spec.userns && !this.config.userns) this._checkUserns();
+    if (!spec.userns) this._warnHostIds('spec userns false');
     if (this._sessions.size >= this._opts.maxSessions) {
       throw new DrumsError('pool_exhausted', `this daemon holds at most ${this._opts.maxSessions} sessions (DRUMS_MAX_SESSIONS); destroy one first`);
     }

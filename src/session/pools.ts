@@ -134,6 +134,12 @@ function specKey(spec: SessionSpec): string {
   return canonicalJson(rest);
 }
 
+/** What a task pool's member must share with the template: all of the spec but labels and TTL. */
+function memberKey(spec: SessionSpec): string {
+  const { ttlSeconds: _t, labels: _l, ...rest } = spec;
+  return canonicalJson(rest);
+}
+
 export class PoolManager {
   private readonly _pools = new Map<string, Pool>();
   /**
@@ -439,10 +445,13 @@ export class PoolManager {
         details: { field: 'session' },
       });
     if (s.state !== 'ready') throw new DrumsError('session_busy', `session '${id}' is ${s.state}; add it when it is ready`);
-    if (s.spec.image !== pool.spec.image)
-      throw new DrumsError('invalid_request', `session '${id}' runs image '${s.spec.image}'; pool '${name}' is of image '${pool.spec.image}'`, {
-        details: { field: 'session' },
-      });
+    // A claimer gets what the template says (image, screen, limits, egress...): labels and TTL aside.
+    if (memberKey(s.spec) !== memberKey(this.mgr.effectiveSpec(pool.template)))
+      throw new DrumsError(
+        'invalid_request',
+        `session '${id}' was not made from pool '${name}'s template (image, screen, limits, egress and the rest must match; labels may differ)`,
+        { details: { field: 'session' } },
+      );
     if (pool.idle.length >= pool.size)
       throw new DrumsError('pool_full', `pool '${name}' already holds its ${pool.size} ready member(s); destroy this session or raise the pool's size`, {
         details: { pool: name, size: pool.size },

@@ -181,6 +181,12 @@ describe('warm pools', () => {
       assert.equal((await d.client.getPool('tp')).creating, 0, 'the daemon does not fill a task pool');
       assert.equal((await add('mini', s.id)).code, 'invalid_request'); // a template pool takes no members
       assert.equal((await add('tp', s.id, 'copied')).code, 'invalid_request');
+      const other = await d.client.createSession({ image: 'minimal', labels: { kind: 'task' }, egress: true });
+      try {
+        assert.equal((await add('tp', other.id)).code, 'invalid_request'); // not the template's spec
+      } finally {
+        await d.client.destroySession(other.id);
+      }
       await d.client.request('PUT', '/v1/pools/tp', { size: 0, template, task });
       assert.deepEqual([(await add('tp', s.id)).status, (await add('tp', s.id)).code], [409, 'pool_full']);
       await d.client.request('PUT', '/v1/pools/tp', { size: 1, template, task });

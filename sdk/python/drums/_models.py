@@ -277,7 +277,7 @@ class PoolTask(_PoolTaskRequired, total=False):
 
 
 class PoolMember(TypedDict):
-    session: str  # A ready session the filler set up (not from any pool), of the template's image.
+    session: str  # A ready session the filler set up (not from any pool), made from the template (labels may differ).
     origin: Literal["setup", "fork-disk", "fork-memory"]  # How it was made: the task's setup, or a fork of a set-up session.
 
 

@@ -189,7 +189,7 @@ export type PoolTask = {
 };
 
 export type PoolMember = {
-  /** A ready session the filler set up (not from any pool), of the template's image. */
+  /** A ready session the filler set up (not from any pool), made from the template (labels may differ). */
   session: string;
   /** How it was made: the task's setup, or a fork of a set-up session. */
   origin: "setup" | "fork-disk" | "fork-memory";
