@@ -261,6 +261,9 @@ def claim_into(env: Any, task: dict) -> bool:
     prov.trust_ready = True  # a pool member is ready and set up: no screenshot poll
     try:
         env._start_emulator()  # controllers for the claimed session's guest contract
+    except BaseException:
+        prov.session = old  # _start_emulator destroyed the claimed one; the env keeps (and closes) its own
+        raise
     finally:
         prov.trust_ready = False
     env._traj_no += 1
