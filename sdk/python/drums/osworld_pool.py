@@ -132,6 +132,9 @@ def _detach(env: Any) -> Optional[str]:
 #: hostname) and stops at a dialog: LibreOffice asks "another instance is accessing your personal
 #: settings", Thunderbird says it is already running, Chrome that the profile is in use.
 _CLEAR_LOCKS = (
+    # LibreOffice also lists the documents it had open as to recover, and the copy's restarted Writer
+    # would stop at "Document Recovery" instead of opening the replayed file.
+    "sed -i '/org.openoffice.Office.Recovery\\/RecoveryList/d' \"$HOME/.config/libreoffice/4/user/registrymodifications.xcu\" 2>/dev/null; "
     'rm -f "$HOME/.config/libreoffice/4/.lock" "$HOME"/.config/google-chrome/Singleton* '
     '"$HOME"/.thunderbird/*/lock "$HOME"/.thunderbird/*/.parentlock; '
     'for f in "$@"; do rm -f "$(dirname "$f")/.~lock.$(basename "$f")#"; done'
