@@ -39,7 +39,7 @@ QUIET=(
 )
 VM_FILE=tests/vm/cgroup-v2-vm.test.ts
 # The longest pytest files go first, so the two streams end close together; the rest follow by name.
-PY_FIRST=(test_osworld_oracles.py test_fuzz.py test_osworld_scripts.py test_osworld_cache_run.py test_osworld_standins_run.py test_osworld_metric_sandbox.py test_fuzz_guest.py)
+PY_FIRST=(test_osworld_oracles.py test_fuzz.py test_osworld_scripts.py test_osworld_cache_run.py test_osworld_pool.py test_osworld_standins_run.py test_osworld_metric_sandbox.py test_fuzz_guest.py)
 
 tiers=() files=()
 while (($#)); do
