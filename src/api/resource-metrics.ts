@@ -1,4 +1,5 @@
-import { cgroupPressure, hostPressure, memoryUsage, oomKills, type Pressure } from '../host/resources.ts';
+import { cgroupPressure, memoryUsage, oomKills, type Pressure } from '../host/cgroup-fs.ts';
+import { hostPressure } from '../host/resources.ts';
 import type { SessionManager } from '../session/manager.ts';
 import { idleCollections } from './metrics.ts';
 

@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { log } from '../common/log.ts';
-import { cgroupMode } from './oci-runtime.ts';
+import { CGROUP_ROOT, cgroupMode } from './cgroup-fs.ts';
 
 /**
  * Read bandwidth of a session (DRUMS_DISK_READ_MBPS, a spec's diskReadMbps):
@@ -39,7 +39,7 @@ export interface BlockDevice {
   minor: number;
 }
 
-const V1_ROOT = '/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device';
+const V1_ROOT = `${CGROUP_ROOT}/blkio/blkio.throttle.write_bps_device`;
 const LOOP_MAJOR = 7;
 
 /** major:minor of a block device node. */

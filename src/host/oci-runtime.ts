@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../common/exec.ts';
 import { DrumsError, HostError } from '../common/errors.ts';
+import { cgroupMode } from './cgroup-fs.ts';
 
 /**
  * The OCI runtime (runc, or crun where the host allows it), driven through its
@@ -13,14 +14,6 @@ import { DrumsError, HostError } from '../common/errors.ts';
 export interface RuntimeInfo {
   name: 'runc' | 'crun';
   path: string;
-}
-
-export function cgroupMode(): 'v1' | 'hybrid' | 'v2' {
-  if (existsSync('/sys/fs/cgroup/cgroup.controllers')) {
-    const ctrls = readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8');
-    return ctrls.includes('memory') ? 'v2' : 'hybrid';
-  }
-  return existsSync('/sys/fs/cgroup/unified') ? 'hybrid' : 'v1';
 }
 
 function which(bin: string): string | undefined {

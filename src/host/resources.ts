@@ -3,7 +3,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
 import { instanceCgroup } from './instance.ts';
-import { cgroupMode } from './oci-runtime.ts';
+import { CGROUP_ROOT, cgroupMode, type Pressure, readPressure } from './cgroup-fs.ts';
 
 /**
  * CPU and memory fairness on the host, for cgroup v1 (and the hybrid layout)
@@ -14,8 +14,7 @@ import { cgroupMode } from './oci-runtime.ts';
  *    CPU for itself (weights are work-conserving: it takes only what it uses);
  *  - a client on the same host (a bench's harness) may join a sibling with the
  *    daemon's weight, `drums-<inst>/client`;
- *  - per-session OOM kills are read from the session's memory cgroup;
- *  - host and cgroup pressure (PSI) for /metrics.
+ *  - host pressure (PSI) for /metrics (a session's: cgroup-fs.ts).
  * Only the CPU controllers are touched for the daemon: its memory cgroup is
  * whatever the service manager gave it.
  */
@@ -40,8 +39,8 @@ export function clientCgroupName(instName: string): string {
 
 /** The roots of the hierarchies that hold the CPU controllers (v1: cpu and cpuacct; v2: the unified one). */
 function cpuRoots(): string[] {
-  if (cgroupMode() === 'v2') return ['/sys/fs/cgroup'];
-  return V1_CPU_CONTROLLERS.map((c) => join('/sys/fs/cgroup', c)).filter((d) => existsSync(d));
+  if (cgroupMode() === 'v2') return [CGROUP_ROOT];
+  return V1_CPU_CONTROLLERS.map((c) => join(CGROUP_ROOT, c)).filter((d) => existsSync(d));
 }
 
 /** One CPU cgroup's directories (`name` relative to the root, e.g. `drums-<inst>/daemon`). */
@@ -52,7 +51,7 @@ function cpuCgroupDirs(name: string): string[] {
 /** v2: the cpu controller enabled for the children of each level from the root down to `name`'s parent. */
 function enableCpuDown(name: string): void {
   if (cgroupMode() !== 'v2') return;
-  let dir = '/sys/fs/cgroup';
+  let dir = CGROUP_ROOT;
   for (const part of name.split('/').slice(0, -1)) {
     if (!readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('cpu')) writeFileSync(join(dir, 'cgroup.subtree_control'), '+cpu');
     dir = join(dir, part);
@@ -237,70 +236,12 @@ export function removeInstanceCpuCgroups(instName: string): string[] {
   return names.flatMap(removeCpuCgroup);
 }
 
-/** Whether the runtime can turn swap off for a session (v1 needs swap accounting: memory.memsw.*). */
-export function swapLimitSupported(): boolean {
-  return cgroupMode() === 'v2' || existsSync('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes');
-}
-
 /** The default CPU quota of a session: the configured one (DRUMS_DEFAULT_CPUS; 0 = none), else half the host's cores, at least one core. */
 export function defaultSessionCpus(configured?: number): number {
   return configured ?? Math.max(1, cpus().length / 2);
 }
 
-/** OOM kills inside one session's memory cgroup (`/drums-<inst>/sessions/<id>`), 0 if unknown. */
-export function oomKills(cgroupPath: string): number {
-  try {
-    const file = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.events') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.oom_control');
-    const m = /^oom_kill (\d+)$/m.exec(readFileSync(file, 'utf8'));
-    return m ? Number(m[1]) : 0;
-  } catch {
-    return 0;
-  }
-}
-
-/** Memory the session's cgroup uses now, in bytes (0 if unknown). */
-export function memoryUsage(cgroupPath: string): number {
-  try {
-    const file =
-      cgroupMode() === 'v2' ? join('/sys/fs/cgroup', cgroupPath, 'memory.current') : join('/sys/fs/cgroup/memory', cgroupPath, 'memory.usage_in_bytes');
-    return Number(readFileSync(file, 'utf8').trim()) || 0;
-  } catch {
-    return 0;
-  }
-}
-
-export interface Pressure {
-  resource: 'cpu' | 'memory' | 'io';
-  kind: 'some' | 'full';
-  avg10: number;
-  avg60: number;
-  /** Total stall time, seconds. */
-  totalSeconds: number;
-}
-
-/** Parses a PSI file (/proc/pressure/* or a v2 cgroup's *.pressure); [] where the kernel has no PSI. */
-export function readPressure(file: string, resource: Pressure['resource']): Pressure[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch {
-    return [];
-  }
-  const out: Pressure[] = [];
-  for (const line of text.split('\n')) {
-    const m = /^(some|full) avg10=([\d.]+) avg60=([\d.]+) avg300=[\d.]+ total=(\d+)$/.exec(line.trim());
-    if (m) out.push({ resource, kind: m[1] as 'some' | 'full', avg10: Number(m[2]), avg60: Number(m[3]), totalSeconds: Number(m[4]) / 1e6 });
-  }
-  return out;
-}
-
 /** Host-wide PSI. */
 export function hostPressure(): Pressure[] {
   return (['cpu', 'memory', 'io'] as const).flatMap((r) => readPressure(`/proc/pressure/${r}`, r));
-}
-
-/** A cgroup's PSI (cgroup v2 only; v1 has none). */
-export function cgroupPressure(cgroupPath: string): Pressure[] {
-  if (cgroupMode() !== 'v2') return [];
-  return (['cpu', 'memory', 'io'] as const).flatMap((r) => readPressure(join('/sys/fs/cgroup', cgroupPath, `${r}.pressure`), r));
 }

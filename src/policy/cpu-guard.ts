@@ -2,8 +2,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus } from 'node:os';
 import { join } from 'node:path';
 import { log } from '../common/log.ts';
-import { CGROUP_ROOT, CPU_FILES_V1 as V1, CPU_FILES_V2 as V2 } from '../host/cgroup.ts';
-import { cgroupMode } from '../host/oci-runtime.ts';
+import { CGROUP_ROOT, CPU_FILES_V1 as V1, CPU_FILES_V2 as V2, cgroupMode } from '../host/cgroup-fs.ts';
 import { judge, type Rates, type RuleOptions, release } from './cpu-rules.ts';
 
 /**

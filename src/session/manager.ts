@@ -25,7 +25,7 @@ import { claimSubnet, createNetwork, deleteNetwork, parsePool, releaseSubnet, ty
 import { addSessionRules, installTable, removeSessionRules, type SessionRules } from '../host/nftables.ts';
 import { ROOT_CAPS } from '../host/oci-spec.ts';
 import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
-import { releaseCpu, removeCgroup } from '../host/cgroup.ts';
+import { oomKills, releaseCpu, removeCgroup } from '../host/cgroup-fs.ts';
 import { mountOverlayRelative, mountRuntimeTmpfs, mountSessionTmpfs, unmountOverlay } from '../host/overlay.ts';
 import { makeSessionDisk, unmountSessionDisk } from '../host/disk.ts';
 import { removeTree } from '../host/safe-fs.ts';
@@ -40,7 +40,7 @@ import {
   type UidRange,
 } from '../host/userns.ts';
 import { Admission, admissionConfig, diskImagePath, type Capacity } from './admission.ts';
-import { defaultSessionCpus, oomKills } from '../host/resources.ts';
+import { defaultSessionCpus } from '../host/resources.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { planAdoption, writeRecord, type RecordPhase, type SessionRecord } from './adopt.ts';
 import { findImage } from '../image/index.ts';

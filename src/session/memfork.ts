@@ -4,11 +4,10 @@ import { join } from 'node:path';
 import { DrumsError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
-import { cgroupBases } from '../host/cgroup.ts';
+import { cgroupBases, cgroupDir } from '../host/cgroup-fs.ts';
 import { CGROUP_ENV, type Criu, criuLogTail, DUMP_GID_ENV, DUMP_UID_ENV, installCriu, USERNS_ENV, adoptTaskNamespaces } from '../host/criu.ts';
 import { shiftOwnership } from '../host/userns.ts';
 import { copyTree, readCapped, relinkBeneath, removeSockets, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
-import { cgroupMode } from '../host/oci-runtime.ts';
 import { findImage } from '../image/index.ts';
 import { DESKTOP_GID, DESKTOP_HOME, DESKTOP_UID } from './desktop-user.ts';
 import type { RestoreSeed, Session, SessionManager } from './manager.ts';
@@ -78,7 +77,7 @@ const MAPS_BUDGET = 1024 ** 2;
  * refuses the dump (409 memory_fork_refused) for that session alone.
  */
 async function hostShmMappers(src: Session): Promise<number[]> {
-  const dir = cgroupMode() === 'v2' ? join('/sys/fs/cgroup', src.names.cgroup) : join('/sys/fs/cgroup/memory', src.names.cgroup);
+  const dir = cgroupDir('memory', src.names.cgroup);
   let pids: string[];
   try {
     pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);

@@ -9,7 +9,7 @@ import { OciRuntime, detectRuntime } from '../host/oci-runtime.ts';
 import { mountsUnder } from '../host/overlay.ts';
 import { detachLoops } from '../host/disk.ts';
 import { clearFreeLoopThrottles } from '../host/disk-throttle.ts';
-import { cgroupBases } from '../host/cgroup.ts';
+import { cgroupBases } from '../host/cgroup-fs.ts';
 import { identify, isAlive } from '../host/proc.ts';
 import { removeInstanceCpuCgroups } from '../host/resources.ts';
 import { removeTree } from '../host/safe-fs.ts';

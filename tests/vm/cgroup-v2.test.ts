@@ -7,7 +7,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CPU_GUARD_DEFAULTS } from '../../src/policy/cpu-guard.ts';
-import { cgroupMode } from '../../src/host/oci-runtime.ts';
+import { cgroupMode } from '../../src/host/cgroup-fs.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 const MiB = 1024 ** 2;

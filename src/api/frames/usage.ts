@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cgroupBases } from '../../host/cgroup.ts';
+import { cgroupBases } from '../../host/cgroup-fs.ts';
 import type { Session } from '../../session/manager.ts';
 
 function read(path: string): string | undefined {

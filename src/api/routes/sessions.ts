@@ -6,7 +6,7 @@ import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../request.ts';
 import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
-import { memoryUsage, oomKills } from '../../host/resources.ts';
+import { memoryUsage, oomKills } from '../../host/cgroup-fs.ts';
 import { parseClaim, poolsOf } from '../../session/pools.ts';
 import { standbyView } from '../../session/standby.ts';
 
