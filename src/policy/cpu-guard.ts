@@ -32,7 +32,7 @@ import { judge, type Rates, type RuleOptions, release } from './cpu-rules.ts';
  * `capCores`. cpu.idle and the weight rank it only among its sibling sessions; the quota takes it
  * off the CPU. A reset ends a demotion, so does stop() (a daemon handing its sessions on); one
  * found demoted at the start (a daemon that died) is taken as demoted now. Same rules on cgroup v1
- * and v2 (the files: CPU_FILES_V1/V2 in host/cgroup.ts).
+ * and v2 (the files: CPU_FILES_V1/V2 in host/cgroup-fs.ts).
  */
 export interface CpuGuardOptions extends RuleOptions {
   windowS: number;
