@@ -204,6 +204,10 @@ export function joinClientCgroupFor(instName: string, pid: number, callerUid: nu
     if (callerUid !== 0 && (uids.length !== 4 || uids.some((u) => u !== callerUid)))
       throw new ClientJoinError('not_owned', `process ${pid} is not yours (uid ${callerUid}): only a process whose every uid is the caller's may be moved`);
     if (pid === process.pid) throw new ClientJoinError('not_owned', 'the daemon itself cannot join the client cgroup');
+    // A kernel thread (kthreadd and its children: only root passes the uid check for them) cannot
+    // change cgroup; the write would fail with EINVAL. It is a bad pid, not the host's fault.
+    if (isKernelThread(read('stat')))
+      throw new ClientJoinError('not_owned', `process ${pid} is a kernel thread, not a client: pass the pid of a program of yours`);
     // Any Drums instance's cgroup (sessions, daemon) but the client's own: a session's process must keep its limits.
     const cgroups = read('cgroup');
     if (/:\/drums-[^/\n]+\/(sessions|daemon)(\/|$)/m.test(cgroups) || /:\/drums-[^/\n]+-daemon$/m.test(cgroups))
@@ -219,6 +223,12 @@ export function joinClientCgroupFor(instName: string, pid: number, callerUid: nu
   } finally {
     closeSync(fd);
   }
+}
+
+/** PF_KTHREAD in the flags of /proc/<pid>/stat (the 9th field; the 2nd, comm, may hold spaces and parentheses). */
+export function isKernelThread(stat: string): boolean {
+  const flags = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[6]);
+  return Number.isFinite(flags) && (flags & 0x00200000) !== 0;
 }
 
 /** Moves a child the client started (one that is not part of the instrument) out of the client cgroup to the root. */

@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { clientCgroupProbe, cpuCgroupOf, joinAs } from '../../src/bench/host-probes/client-cgroup.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
@@ -32,6 +33,15 @@ describe('the client cgroup', () => {
     // The pid may have been taken meanwhile by a process that is not 65534's: 403, still a refusal.
     assert.ok((status === 404 && code === 'process_not_found') || (status === 403 && code === 'process_not_owned'), text);
     for (const body of ['{"pid":-1}', '{"pid":"1"}', '{"pid":1,"x":1}']) assert.deepEqual(joinAs(d, 65534, body).slice(0, 2), [400, 'invalid_request'], body);
+  });
+
+  it('a kernel thread is refused (403), not a 503: it cannot change cgroup', () => {
+    // kthreadd is pid 2 on Linux; only root passes the owner check for it (the fuzzer found the 503).
+    const before = readFileSync('/proc/2/cgroup', 'utf8');
+    const [status, code, text] = joinAs(d, 0, '{"pid":2}');
+    assert.deepEqual([status, code], [403, 'process_not_owned'], text);
+    assert.match(text, /kernel thread/);
+    assert.equal(readFileSync('/proc/2/cgroup', 'utf8'), before);
   });
 
   it('drums client run: the command runs in the client cgroup, with its exit code', () => {
