@@ -249,9 +249,10 @@ recap() {
       echo "==> failures in $(basename "$f"):"
       sed -n '/^✖ failing tests:/,$p' "$f" | head -150
     fi
-    if grep -qE '^(FAILED|ERROR) ' "$f"; then
+    # pytest: FAILED/ERROR lines (-ra), SUBFAIL for a failed subtest (the fuzz tests), and the E lines.
+    if grep -qE '^(FAILED|ERROR) | SUBFAIL |^E  ' "$f"; then
       echo "==> pytest failures in $(basename "$f"):"
-      grep -E '^(FAILED|ERROR) |^E  ' "$f" | head -80
+      grep -E '^(FAILED|ERROR) | SUBFAIL |^E  ' "$f" | head -80
     fi
   done
 }
