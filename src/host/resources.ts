@@ -204,6 +204,7 @@ export function joinClientCgroupFor(instName: string, pid: number, callerUid: nu
     if (callerUid !== 0 && (uids.length !== 4 || uids.some((u) => u !== callerUid)))
       throw new ClientJoinError('not_owned', `process ${pid} is not yours (uid ${callerUid}): only a process whose every uid is the caller's may be moved`);
     if (pid === process.pid) throw new ClientJoinError('not_owned', 'the daemon itself cannot join the client cgroup');
+    if (pid === 1) throw new ClientJoinError('not_owned', "process 1 is the host's init, not a client: pass the pid of a program of yours");
     // A kernel thread (kthreadd and its children: only root passes the uid check for them) cannot
     // change cgroup; the write would fail with EINVAL. It is a bad pid, not the host's fault.
     if (isKernelThread(read('stat')))

@@ -35,13 +35,17 @@ describe('the client cgroup', () => {
     for (const body of ['{"pid":-1}', '{"pid":"1"}', '{"pid":1,"x":1}']) assert.deepEqual(joinAs(d, 65534, body).slice(0, 2), [400, 'invalid_request'], body);
   });
 
-  it('a kernel thread is refused (403), not a 503: it cannot change cgroup', () => {
+  it('a kernel thread and the host init are refused (403), not a 503, and stay where they are', () => {
     // kthreadd is pid 2 on Linux; only root passes the owner check for it (the fuzzer found the 503).
     const before = readFileSync('/proc/2/cgroup', 'utf8');
     const [status, code, text] = joinAs(d, 0, '{"pid":2}');
     assert.deepEqual([status, code], [403, 'process_not_owned'], text);
     assert.match(text, /kernel thread/);
     assert.equal(readFileSync('/proc/2/cgroup', 'utf8'), before);
+    // Nor is the host's init (a root caller passes the owner check for it too).
+    const init = readFileSync('/proc/1/cgroup', 'utf8');
+    assert.deepEqual(joinAs(d, 0, '{"pid":1}').slice(0, 2), [403, 'process_not_owned']);
+    assert.equal(readFileSync('/proc/1/cgroup', 'utf8'), init);
   });
 
   it('drums client run: the command runs in the client cgroup, with its exit code', () => {

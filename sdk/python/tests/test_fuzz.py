@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 
 import pytest
@@ -70,9 +71,19 @@ def test_api_never_5xx(case, daemon, live):
     if _op_spent.get(op, 0.0) > OP_SHARE_S:
         return  # this operation's share of the budget is used up
     t0 = time.monotonic()
+    child = None
+    pid = case.body.get("pid") if isinstance(case.body, dict) else None
+    if op == ("POST", "/v1/host/client-cgroup") and type(pid) is int and pid > 0:
+        # The test runs as root, and root may move any host process (init, a shell) into the client
+        # cgroup: a generated pid would move a process this test did not start. Its own child instead.
+        child = subprocess.Popen(["sleep", "60"])
+        case.body = {**case.body, "pid": child.pid}
     try:
         _fuzz_one(case, daemon, live)
     finally:
+        if child is not None:
+            child.kill()
+            child.wait()
         _op_spent[op] = _op_spent.get(op, 0.0) + time.monotonic() - t0
 
 
