@@ -90,16 +90,7 @@ export type WalkOptions = {
 };
 
 /** One object's own data as a mirror keeps it: everything a walk reads of it but its extents. */
-export type MirrorEntry = {
-  role: string;
-  name: string;
-  description?: string;
-  states: string[];
-  attributes: Record<string, string>;
-  interfaces: string[];
-  text?: string;
-  value?: A11yValue;
-  actions?: A11yAction[];
+export type MirrorEntry = Pick<A11yNode, 'role' | 'name' | 'description' | 'states' | 'attributes' | 'interfaces' | 'text' | 'value' | 'actions'> & {
   childCount: number | undefined;
   /** The child list as read at `maxWidth` (absent: not read yet, or not to be kept). */
   children?: { refs: Array<{ bus: string; path: string }>; truncated: boolean; maxWidth: number };
