@@ -200,3 +200,12 @@ export async function apiError(p: Promise<unknown> | (() => Promise<unknown>)): 
   }
   throw new Error('expected an API error');
 }
+
+/** SIGKILL of a test daemon's process (bin/drums runs it under tini, which exits with it); waits for the exit. */
+export async function killDaemon(d: TestDaemon): Promise<void> {
+  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
+  const exited = new Promise((r) => d.proc.once('exit', r));
+  const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
+  process.kill(pid, 'SIGKILL');
+  await exited;
+}

@@ -4,16 +4,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SessionInfo } from '../../src/client/client.ts';
-import { apiError, startDaemon, type TestDaemon } from '../helpers.ts';
-
-/** SIGKILL of the daemon process (bin/drums runs it under tini, which exits with it). */
-async function killDaemon(d: TestDaemon): Promise<void> {
-  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
-  const exited = new Promise((r) => d.proc.once('exit', r));
-  const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
-  process.kill(pid, 'SIGKILL');
-  await exited;
-}
+import { apiError, startDaemon, type TestDaemon, killDaemon } from '../helpers.ts';
 
 // One recorded session (minimal image, OSWorld endpoint by label) through API and guest calls, a reset, an
 // outcome, an export, a daemon kill -9 and restart, and its quota; one unrecorded session beside it.

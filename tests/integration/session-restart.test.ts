@@ -4,20 +4,11 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DrumsApiError } from '../../src/client/client.ts';
-import { residue, startDaemon, type TestDaemon } from '../helpers.ts';
+import { residue, startDaemon, type TestDaemon, killDaemon } from '../helpers.ts';
 
 // Every step of a create (src/session/manager.ts): 'userns' runs for the default session (DRUMS_USERNS=1), a host-ids session skips it.
 const CREATE_STEPS = ['record', 'userns', 'network', 'firewall', 'egress', 'rootfs', 'bundle', 'container', 'ready'];
 const RESET_STEPS = ['stop', 'rootfs', 'bundle', 'container', 'ready'];
-
-/** SIGKILL of the daemon process (bin/drums runs it under tini, which exits with it). */
-async function killDaemon(d: TestDaemon): Promise<void> {
-  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
-  const exited = new Promise((r) => d.proc.once('exit', r));
-  const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
-  process.kill(pid, 'SIGKILL');
-  await exited;
-}
 
 /** A waits for its daemon to die by itself (a test hook SIGKILLs it mid-operation). */
 async function died(d: TestDaemon): Promise<void> {

@@ -1,8 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { residue, startDaemon, TIME_SCALE, type TestDaemon } from '../helpers.ts';
+import { residue, startDaemon, TIME_SCALE, type TestDaemon, killDaemon } from '../helpers.ts';
 
 // A reset served by a standby (src/session/standby.ts, docs/pools.md "Standbys"): the session keeps
 // its id and OSWorld endpoint, its generation goes up, nothing of the earlier attempt is left, the
@@ -18,15 +18,6 @@ type View = {
   osworld?: { serverPort: number; chromiumPort: number; address: string };
   standbys?: { target: number; ready: number; making: number; lastError?: string };
 };
-
-/** SIGKILL of the daemon process (bin/drums runs it under tini, which exits with it). */
-async function killDaemon(d: TestDaemon): Promise<void> {
-  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return;
-  const exited = new Promise((r) => d.proc.once('exit', r));
-  const { pid } = JSON.parse(readFileSync(join(d.stateDir, 'daemon.json'), 'utf8')) as { pid: number };
-  process.kill(pid, 'SIGKILL');
-  await exited;
-}
 
 describe('reset by standby', () => {
   let d: TestDaemon;
