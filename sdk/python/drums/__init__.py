@@ -28,7 +28,7 @@ from ._models import (
     WindowsView,
 )
 from ._models import Session as SessionInfo
-from .client import AsyncClient, AsyncSession, Client, Files, Session
+from .client import AsyncClient, AsyncFiles, AsyncSession, Client, Files, Session
 from .errors import DrumsError
 
 __version__ = "0.1.0"
@@ -38,6 +38,7 @@ __all__ = [
     "Session",
     "AsyncSession",
     "Files",
+    "AsyncFiles",
     "DrumsError",
     "errors",
     "models",

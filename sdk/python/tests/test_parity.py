@@ -19,9 +19,18 @@ pytestmark = pytest.mark.fast  # pure: npm run check runs it
 INFO = {"id": "s1", "generation": 1, "attempt": {"token": "t"}, "state": "ready", "screen": {"width": 8, "height": 8}}
 
 
+def _public_vars(o: object) -> set[str]:
+    return {k for k in vars(o) if not k.startswith("_")}
+
+
+#: (sync class, async class) -> the public attributes each instance's __init__ set
+ATTRS: dict[tuple[type, type], tuple[set[str], set[str]]] = {}
+
+
 def _twins() -> list[tuple[type, type]]:
     """The clients and sessions, then every object they hang on a public attribute (sessions, pools,
-    files, and whatever is added later), pair by pair. Builds them without the network."""
+    files, and whatever is added later), pair by pair. Builds them without the network. An attribute
+    only one side has is kept in ATTRS (test_twins_have_the_same_attributes), not skipped."""
     sc, ac = c.Client("http://127.0.0.1:9", "t"), c.AsyncClient("http://127.0.0.1:9", "t")
     todo = [(sc, ac), (c.Session(sc, INFO), c.AsyncSession(ac, INFO))]  # type: ignore[arg-type]
     pairs: list[tuple[type, type]] = []
@@ -29,9 +38,11 @@ def _twins() -> list[tuple[type, type]]:
         while todo:
             s, a = todo.pop(0)
             pairs.append((type(s), type(a)))
-            for k in sorted(vars(s)):
+            ps, pa = _public_vars(s), _public_vars(a)
+            ATTRS[(type(s), type(a))] = (ps, pa)
+            for k in sorted(ps & pa):
                 v = getattr(s, k)
-                if not k.startswith("_") and type(v).__module__.startswith("drums.") and hasattr(a, k):
+                if type(v).__module__.startswith("drums."):
                     todo.append((v, getattr(a, k)))
     finally:
         sc.close()
@@ -54,7 +65,10 @@ _ASYNC_NAMES = [("AsyncIterator", "Iterator"), *((a.__name__, s.__name__) for s,
 def _members(cls: type) -> dict[str, object]:
     out = {}
     for name, v in inspect.getmembers(cls):
-        if (not name.startswith("_") or name in RENAMED or name in RENAMED.values()) and callable(v):
+        # Methods and properties (a property one side computes and the other lacks is drift too).
+        if (not name.startswith("_") or name in RENAMED or name in RENAMED.values()) and (
+            callable(v) or isinstance(v, property)
+        ):
             out[name] = v
     return out
 
@@ -81,6 +95,9 @@ def test_twins_have_the_same_signatures(sync, aio):
         g = am.get(RENAMED.get(name, name))
         if g is None:
             continue
+        if isinstance(f, property) or isinstance(g, property):
+            assert isinstance(f, property) and isinstance(g, property), f"{name}: a property on one side only"
+            continue
         assert _norm(inspect.signature(f)) == _norm(inspect.signature(g)), f"{sync.__name__}.{name}"
         # The async side awaits: coroutines (or an async generator for events()).
         if name not in ("__init__",):
@@ -95,16 +112,20 @@ def test_the_twins_found():
         assert a.__name__ == "Async" + s.__name__, (s, a)
 
 
-def test_twins_have_the_same_attributes():
-    """What __init__ sets (sessions, pools, files, ...): no network, the clients only build httpx clients."""
-    sc, ac = c.Client("http://127.0.0.1:9", "t"), c.AsyncClient("http://127.0.0.1:9", "t")
-    try:
-        pairs = [(sc, ac), (sc.sessions, ac.sessions), (sc.pools, ac.pools)]
-        ss, asess = c.Session(sc, INFO), c.AsyncSession(ac, INFO)  # type: ignore[arg-type]
-        pairs += [(ss, asess), (ss.files, asess.files)]
-        for s, a in pairs:
-            pub = lambda o: sorted(k for k in vars(o) if not k.startswith("_"))  # noqa: E731
-            assert pub(s) == pub(a), type(s).__name__
-    finally:
-        sc.close()
-        asyncio.run(ac.aclose())
+@pytest.mark.parametrize("sync,aio", TWINS, ids=[s.__name__ for s, _ in TWINS])
+def test_twins_have_the_same_attributes(sync, aio):
+    """What __init__ sets (sessions, pools, episodes, files, url, id, ...), on every pair found."""
+    ps, pa = ATTRS[(sync, aio)]
+    assert sorted(ps - pa) == [], f"{aio.__name__} lacks attributes {sync.__name__} has"
+    assert sorted(pa - ps) == [], f"{sync.__name__} lacks attributes {aio.__name__} has"
+
+
+def test_the_package_exports_twins_together():
+    """`from drums import X` works for a sync class exactly when it works for its async twin."""
+    import drums
+
+    for s, a in TWINS:
+        assert (s.__name__ in drums.__all__) == (a.__name__ in drums.__all__), (s.__name__, a.__name__)
+        for cls in (s, a):
+            if cls.__name__ in drums.__all__:
+                assert getattr(drums, cls.__name__) is cls
