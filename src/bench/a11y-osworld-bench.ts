@@ -5,7 +5,7 @@ import { runPythonDriver } from './python-driver.ts';
 
 /**
  * `drums bench a11y-osworld`: the observation measures of issue 28, per OSWorld app, through an OSWorld checkout's
- * own desktop_env (the driver: sdk/python/drums/osworld_observe.py). Beside `drums bench a11y` (src/bench/a11y-bench.ts,
+ * own desktop_env (the driver: sdk/python/bench/osworld_observe.py). Beside `drums bench a11y` (src/bench/a11y-bench.ts,
  * issue 30's reference walk vs fast read through the HTTP API on its 7-app desktop), this one reads as OSWorld's
  * agents do (the guest contract's /accessibility, through desktop_env's controller) with each app opened by a real
  * task's setup on stand-in files, at OSWorld's 1920x1080:
@@ -33,7 +33,7 @@ export async function runA11yOsworldBench(o: A11yOsworldBenchOptions) {
   const t0 = performance.now();
   const args = ['--checkout', checkout, '--apps', o.apps.join(','), '--rounds', String(o.rounds), '--reads', String(o.reads)];
   args.push('--sessions', String(o.sessions), '--screen', o.screen);
-  const { result, failure } = await runPythonDriver('drums.osworld_observe', args, { checkout, progress: o.progress });
+  const { result, failure } = await runPythonDriver('osworld_observe', args, { checkout, progress: o.progress });
   const g = gitState();
   const record = {
     schemaVersion: 1,

@@ -8,7 +8,7 @@ import { runPythonDriver } from './python-driver.ts';
  * `drums bench osworld-scripts`: OSWorld's own scripts, unchanged, as its users run them against Drums: the
  * checkout's `run.py` and `scripts/python/run_multienv.py --num_envs 4`, each over the same few `os` tasks (default
  * three) under each observation type, `atOnce` runs at a time (default 2: an observation type's two scripts) on one private daemon, with PromptAgent talking to the model
- * double of sdk/python/drums/osworld_script_runs.py (the only double). The record says, per run, what it left in
+ * double of sdk/python/bench/osworld_script_runs.py (the only double). The record says, per run, what it left in
  * OSWorld's results directory (traj.jsonl, the step screenshots, result.txt, recording.mp4) and its wall time.
  * lib_run_single sleeps ~80 s per task whatever the provider, which is why this is a bench and the suite
  * (sdk/python/tests/test_osworld_scripts.py) runs one task per run.
@@ -48,7 +48,7 @@ export async function runOsworldScriptsBench(o: OsworldScriptsBenchOptions) {
     String(o.atOnce),
     ...(o.tasks?.length ? ['--tasks', o.tasks.join(',')] : []),
   );
-  const { result: driver, failure } = await runPythonDriver('drums.osworld_script_runs', args, { progress });
+  const { result: driver, failure } = await runPythonDriver('osworld_script_runs', args, { progress });
   const g = gitState();
   const record = {
     schemaVersion: 1,

@@ -5,12 +5,17 @@ import { fileURLToPath } from 'node:url';
 import { startPrivateDaemon } from '../client/private-daemon.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const PYTHON = join(REPO, '.runtime', 'venv', 'bin', 'python');
+export const PYTHON = join(REPO, '.runtime', 'venv', 'bin', 'python');
+
+/** A driver's PYTHONPATH: that OSWorld checkout's desktop_env first, then the SDK and its benches (sdk/python/bench). */
+export function driverPythonPath(checkout?: string): string {
+  return [...(checkout ? [checkout] : []), join(REPO, 'sdk', 'python'), join(REPO, 'sdk', 'python', 'bench')].join(':');
+}
 
 /**
- * Runs a Python bench driver (`python -m <module> ... --out FILE`) against a private daemon of its own: the SDK on
- * PYTHONPATH and, with `checkout`, that OSWorld checkout's desktop_env first (as `drums osworld run --osworld-src`
- * does). Each stdout line is progress. Resolves with the driver's JSON (null when it wrote none) and why not.
+ * Runs a Python bench driver (`python -m <module> ... --out FILE`, a module of sdk/python/bench: the benches are not
+ * in the shipped package) against a private daemon of its own: the SDK and its benches on PYTHONPATH and, with
+ * `checkout`, that OSWorld checkout's desktop_env first (as `drums osworld run --osworld-src` does). Each stdout line is progress. Resolves with the driver's JSON (null when it wrote none) and why not.
  */
 export async function runPythonDriver(
   module: string,
@@ -21,13 +26,12 @@ export async function runPythonDriver(
   const out = join(tmp, 'out.json');
   const d = await startPrivateDaemon();
   try {
-    const path = [...(o.checkout ? [o.checkout] : []), join(REPO, 'sdk', 'python')];
     const child = spawn(PYTHON, ['-m', module, ...args, '--out', out], {
       env: {
         ...process.env,
         DRUMS_URL: d.url,
         DRUMS_TOKEN: d.token,
-        PYTHONPATH: path.join(':'),
+        PYTHONPATH: driverPythonPath(o.checkout),
         ...(o.checkout ? { DRUMS_OSWORLD_SRC: o.checkout } : {}),
       },
       stdio: ['ignore', 'pipe', 'pipe'],

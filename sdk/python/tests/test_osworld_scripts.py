@@ -30,7 +30,7 @@ import pytest
 from _data import missing_checkout, missing_tasks, need, osworld_checkout, osworld_tasks
 
 # The model double, the tasks it knows and how a script is started: shared with `drums bench osworld-scripts`.
-from drums.osworld_script_runs import (
+from osworld_script_runs import (
     BANNERS,
     BLUETOOTH,
     DIM,
@@ -48,7 +48,7 @@ from drums.osworld_script_runs import (
     png_size,
     prepare,
 )
-from drums.osworld_script_runs import start as start_script
+from osworld_script_runs import start as start_script
 
 
 @pytest.fixture(scope="module")

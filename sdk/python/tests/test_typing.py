@@ -47,6 +47,9 @@ def test_the_wheel_ships_py_typed_and_no_bench(wheel):
     assert BENCH, "sdk/python/bench has no bench modules"
     shipped = {Path(n).stem for n in names if n.endswith(".py")}
     assert not shipped & set(BENCH), f"bench modules inside the wheel: {sorted(shipped & set(BENCH))}"
+    with zipfile.ZipFile(wheel) as z:
+        inside = [n for n in names if n.endswith(".py") and b"def bench_main(" in z.read(n)]
+    assert not inside, f"bench code inside the wheel: {inside}"
 
 
 def _mypy(env: Path, code: str) -> subprocess.CompletedProcess[str]:

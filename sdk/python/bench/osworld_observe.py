@@ -65,9 +65,9 @@ def tree_facts(tree: Any) -> dict:
 
 def pick_task(checkout: str, app: str, cache: str) -> tuple[Optional[dict], str]:
     """The app's task (stand-ins made into ``cache``), or None and why not."""
-    from . import osworld as ow
-    from . import osworld_standins as standins
-    from .osworld_apps import expected_apps
+    from drums import osworld as ow
+    from drums import osworld_standins as standins
+    from drums.osworld_apps import expected_apps
 
     domain, app_name, _ = APPS[app]
     folder = os.path.join(checkout, "evaluation_examples", "examples", domain)
@@ -127,7 +127,7 @@ class Env:
     def __init__(self, cache: str, screen: tuple[int, int]):
         from desktop_env.desktop_env import DesktopEnv
 
-        from . import osworld_assets as assets
+        from drums import osworld_assets as assets
 
         _time_controller_calls()
         self.base = tempfile.mkdtemp(prefix="observe-")
@@ -170,7 +170,7 @@ class Env:
     def wait_up(self, app: str, timeout: float) -> dict:
         """Seconds until the app's window is up, then from there until a tree read holding its application returns
         (None: not by timeout)."""
-        from .osworld_apps import wait_for_app_windows
+        from drums.osworld_apps import wait_for_app_windows
 
         t0 = time.monotonic()
         _, missing = wait_for_app_windows(self.env.provider.handle(), [APPS[app][1]], timeout)
@@ -289,9 +289,9 @@ def concurrent(
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
 
-    from . import osworld as ow
+    from drums import osworld as ow
 
-    ap = argparse.ArgumentParser(prog="python -m drums.osworld_observe")
+    ap = argparse.ArgumentParser(prog="python -m osworld_observe")
     ap.add_argument("--checkout", required=True)
     ap.add_argument("--apps", default=",".join(APPS))
     ap.add_argument("--rounds", type=int, default=20, help="resets per app")

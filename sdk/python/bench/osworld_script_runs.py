@@ -11,9 +11,9 @@ test double of the model: what sdk/python/tests/test_osworld_scripts.py and ``dr
   and the environment a script runs with.
 - ``start`` / ``finish``: one script in its own working directory through ``drums osworld exec --osworld-src``;
   ``left``: what it left in OSWorld's results directory.
-- ``main`` (``python -m drums.osworld_script_runs``): the bench's driver (src/bench/osworld-scripts-bench.ts): each
-  script under each observation type over a few tasks, a few runs at a time, and a JSON record of what each run left and its
-  wall time. lib_run_single sleeps ~80 s per task whatever the provider, which is why the 3-task runs are a bench.
+- ``main`` (``python -m osworld_script_runs``, sdk/python/bench on the path): the bench's driver
+  (src/bench/osworld-scripts-bench.ts): each script under each observation type over a few tasks, a few runs at a
+  time, and a JSON record of what each run left and its wall time. lib_run_single sleeps ~80 s per task whatever the provider, which is why the 3-task runs are a bench.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     import argparse
     import tempfile
 
-    ap = argparse.ArgumentParser(prog="python -m drums.osworld_script_runs")
+    ap = argparse.ArgumentParser(prog="python -m osworld_script_runs")
     ap.add_argument("--checkout", required=True, help="an OSWorld checkout (its scripts, desktop_env and task files)")
     ap.add_argument("--observations", default=",".join(OBSERVATIONS))
     ap.add_argument("--scripts", default="run,multienv", help="run (run.py), multienv (run_multienv.py --num_envs 4)")

@@ -1,0 +1,32 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { driverPythonPath, PYTHON } from '../../src/bench/python-driver.ts';
+
+// `bin/drums bench` runs its Python drivers as `python -m NAME` (src/bench/python-driver.ts). They are benches, so
+// they live in sdk/python/bench, out of the shipped package (sdk/python/tests/test_typing.py checks the wheel): each
+// name a bench passes must start with the PYTHONPATH the driver gives it, and must not be a module of drums.
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+test('every Python bench driver starts from sdk/python/bench with the path the bench gives it', () => {
+  const dir = join(REPO, 'src', 'bench');
+  const names = readdirSync(dir)
+    .filter((f) => f.endsWith('.ts'))
+    .flatMap((f) => [...readFileSync(join(dir, f), 'utf8').matchAll(/runPythonDriver\(\s*'([\w.]+)'/g)].map((m) => m[1]));
+  assert.ok(names.length >= 2, `found ${names.join(', ')}`);
+  for (const name of names) {
+    assert.ok(existsSync(join(REPO, 'sdk', 'python', 'bench', `${name}.py`)), `${name}: not in sdk/python/bench`);
+    assert.ok(!name.startsWith('drums.'), `${name}: a module of the shipped package`);
+    const r = spawnSync(PYTHON, ['-m', name, '--help'], {
+      cwd: '/',
+      env: { ...process.env, PYTHONPATH: driverPythonPath() },
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    assert.equal(r.status, 0, `${name}: ${r.stderr}`);
+    assert.match(r.stdout, /^usage: /, name);
+  }
+});
