@@ -6,7 +6,8 @@
 #   quiet   node --test: the integration files that judge the CPU or disk the host gives right now, or turn
 #           host-wide knobs (QUIET below); run when nothing else of this run is running
 #   vm      tests/vm/cgroup-v2-vm.test.ts: the resource tests on cgroup v2, in a QEMU VM (TCG, one host thread)
-#   python  pytest over sdk/python/tests, one pytest per file: the SDK, the gym env, OSWorld, the fuzz runs
+#   python  pytest over sdk/python/tests, one pytest per file: the SDK, the gym env, OSWorld, the fuzz runs; with
+#           the fast tier in the run, less the pure tests (@pytest.mark.fast) that check.ts has run already
 #   slow    tests/slow/*.test.ts: outside the default run
 #
 #   scripts/test.sh                    set-up, then the default tiers: fast main quiet vm python
@@ -129,12 +130,17 @@ tier_files() {
 # The python tier is a queue of pytest files ($logs/pyq); a worker renames one into $logs/pyrun to take
 # it (a rename happens once), runs pytest on it and writes its exit code next to it. Each pytest
 # starts its own private daemon (sdk/python/tests/conftest.py), as the whole directory's run did.
+# With the fast tier in this run, its pure tests (@pytest.mark.fast, run by check.ts) are not run again: a file
+# marked fast whole (`pytestmark = pytest.mark.fast`) stays out of the queue, the others run with -m 'not fast'.
+py_fast=()
 python_queue() {
   mkdir -p "$logs/pyq" "$logs/pyrun"
   local f n=0 seen=" "
+  want fast && py_fast=(-m 'not fast')
   for f in "${PY_FIRST[@]/#/sdk/python/tests/}" sdk/python/tests/test_*.py; do
     [[ -f $f && $seen != *" $f "* ]] || continue
     seen+="$f "
+    if want fast && grep -q '^pytestmark = pytest\.mark\.fast' "$f"; then continue; fi
     n=$((n + 1))
     echo "$f" >"$logs/pyq/$(printf %03d "$n")"
   done
@@ -149,7 +155,7 @@ python_worker() {
     f=$(cat "$logs/pyrun/$n")
     echo "==> python: $f" >&2
     rc=0 t0=$SECONDS
-    if [[ $n == none ]]; then echo "$f" >&2; rc=5; else "${pytest[@]}" "$f" || rc=$?; fi
+    if [[ $n == none ]]; then echo "$f" >&2; rc=5; else "${pytest[@]}" "${py_fast[@]}" "$f" || rc=$?; fi
     echo "$rc" >"$logs/pyrun/$n.rc"
     echo "==> python: $f exit $rc in $((SECONDS - t0)) s" >&2
     echo "$SECONDS" >"$logs/python.end"

@@ -5,7 +5,10 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.fast  # pure (inner pytest runs, no daemon): npm run check runs it
 
 HERE = Path(__file__).resolve().parent
 

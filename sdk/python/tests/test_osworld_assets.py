@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-import drums.osworld as osw
+# drums.osworld itself (needs_internet, the CLI) is imported by the tests that use it: importing it imports
+# desktop_env, which scripts/test.sh installs after the fast tier, where the other tests here run.
 from drums import osworld_assets as assets
 
 from osworld_store import Store
@@ -68,6 +69,8 @@ def tree_digest(root) -> dict:
 def test_layout_is_desktop_envs(tmp_path, monkeypatch):
     """desktop_env itself finds the files where task_assets puts them, and fetches nothing."""
     import requests
+
+    import drums.osworld  # noqa: F401 (as a user does first: the provider and the stand-ins of optional packages)
     from desktop_env.controllers.setup import SetupController
     from desktop_env.evaluators.getters.file import get_cloud_file
 
@@ -106,6 +109,7 @@ def test_layout_is_desktop_envs(tmp_path, monkeypatch):
     assert get_cloud_file(Env, t["evaluator"]["expected"]) == str(cache / "t1" / "gold.xlsx")
 
 
+@pytest.mark.fast  # pure: npm run check runs it
 def test_malformed_file_lists_are_task_errors():
     with pytest.raises(assets.AssetError, match="task id"):
         assets.task_assets(task(tid="../etc"))
@@ -119,6 +123,7 @@ def test_malformed_file_lists_are_task_errors():
         )
 
 
+@pytest.mark.fast
 def test_fonts_for_impress_tasks_only():
     assert not any(a.kind == "fonts" for a in assets.task_assets(task()))
     imp = assets.task_assets(task(related_apps=["libreoffice_impress"]))
@@ -126,6 +131,8 @@ def test_fonts_for_impress_tasks_only():
 
 
 def test_internet_classes_without_cache_files():
+    import drums.osworld as osw
+
     assert osw.needs_internet(task()) is None  # downloads and cloud_file come from the cache
     assert (
         osw.needs_internet({"config": [], "evaluator": {"func": "f", "result": {"type": "rule_relativeTime"}}}) is None
@@ -170,6 +177,7 @@ def test_fetch_check_resume_and_sizes(tmp_path, store):
     assert assets.check_task(cache, t)["bad"] == []
 
 
+@pytest.mark.fast
 def test_fetch_without_range_support_and_missing_url(tmp_path, store):
     cache = str(tmp_path / "cache")
     t = task()
@@ -204,6 +212,8 @@ def test_materialize_copies_not_links(tmp_path, store):
 def test_cli_check_and_fetch(tmp_path, store):
     """`python -m drums.osworld_cli assets ...` (what `drums osworld assets` runs): exit 1 and the URLs while
     missing. The first check runs the older spelling, `python -m drums.osworld assets`: the same CLI."""
+    import drums.osworld as osw
+
     cache = str(tmp_path / "cache")
     tf = tmp_path / "t1.json"
     tf.write_text(json.dumps(task()))

@@ -199,6 +199,7 @@ def test_gold_sheet_has_the_sheets_and_charts_the_rules_name():
     assert "Sheet2" in gold.sheetnames and gold["Sheet2"]._charts and "Sheet2" not in inp.sheetnames
 
 
+@pytest.mark.fast  # no app library, no daemon: npm run check runs it
 def test_unknown_type_names_the_task_and_url():
     url = STORE + "weird.qqq"
     with pytest.raises(st.StandinError) as e:
@@ -254,6 +255,7 @@ def test_archives_hold_what_the_steps_open_below_the_unpack_dir(tmp_path):
     )
 
 
+@pytest.mark.fast  # no app library, no daemon: npm run check runs it
 def test_thunderbird_profile_tar_is_a_profile_thunderbird_uses():
     data = st.make("thunderbird-profile.tar.gz", "input", {"id": "t"}, STORE + "thunderbird-profile.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(data)) as t:
@@ -280,6 +282,7 @@ def test_cache_layout_manifest_and_check(tmp_path):
     assert again["made"] == 0 and again["present"] == 2
 
 
+@pytest.mark.fast  # no app library, no daemon: npm run check runs it
 def test_shared_cache_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("DRUMS_OSWORLD_CACHE", str(tmp_path / "shared"))
     with pytest.raises(st.StandinError, match="shared asset cache"):
@@ -287,6 +290,7 @@ def test_shared_cache_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "shared").exists()
 
 
+@pytest.mark.fast  # no app library, no daemon: npm run check runs it
 def test_every_task_file_has_a_maker_or_a_stated_reason():
     """Over ../shared/osworld-tasks: every file a task fetches has a type the generator makes, or one
     it refuses with a reason (the legacy binary Office formats); no unknown type."""
