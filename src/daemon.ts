@@ -85,6 +85,7 @@ export async function startDaemon(opts: ServeOptions = {}) {
   const fair = new FairScheduler(fairShareOf(config));
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
   const episodeFrames = startEpisodeFrames(() => mgr.list(), display, fair);
+  mgr.hooks.recording.push(() => episodeFrames.wake());
   const osworld = new OsworldService(mgr, display, fair);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));

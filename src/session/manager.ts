@@ -96,8 +96,15 @@ export class SessionManager {
   readonly admission: Admission;
   /** Recorded episodes (spec `record`; src/session/episodes.ts). */
   readonly episodes: EpisodeStore;
-  /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
-  readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
+  /**
+   * Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone,
+   * `recording` when a generation's episode opens (the episode frames' timer wakes on it).
+   */
+  readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[]; recording: ((s: Session) => void)[] } = {
+    ready: [],
+    destroyed: [],
+    recording: [],
+  };
   private readonly _queue: (() => void)[] = [];
   private _poller?: NodeJS.Timeout;
   private _retention?: NodeJS.Timeout;
@@ -599,7 +606,9 @@ export class SessionManager {
 
   /** Starts recording the session's current generation, if its spec asks (`record`). */
   private _openEpisode(s: Session): void {
-    if (s.spec.record) s._episode = this.episodes.open(s.id, s.generation, s.spec.record);
+    if (!s.spec.record) return;
+    s._episode = this.episodes.open(s.id, s.generation, s.spec.record);
+    for (const h of this.hooks.recording) h(s);
   }
 
   private async _closeEpisode(s: Session, reason: string): Promise<void> {
