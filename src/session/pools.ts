@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
+import { episodeStoreFull } from './episodes.ts';
 import type { Session, SessionManager } from './manager.ts';
 import { type PoolDefs, poolStorePath, readPoolStore, writePoolStore } from './pool-store.ts';
 import { parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
@@ -347,6 +348,10 @@ export class PoolManager {
    */
   async claim(c: Claim): Promise<{ session: Session; hit: boolean }> {
     const pool = this._get(c.pool);
+    // A recorded pool with the episode store full: refused like a create asking for `record` (507), before a member
+    // is taken. The claimer asked for recorded attempts; a session whose recording stopped before its first step
+    // would lose the attempt silently (its only sign `recording.stopped`). The idle members stay in the pool.
+    if (pool.spec.record && this.mgr.episodes.hostFull()) throw episodeStoreFull(this.mgr.episodes, pool.name);
     const t0 = performance.now();
     pool.claims++;
     let s: Session | undefined;
@@ -354,7 +359,9 @@ export class PoolManager {
       const id = pool.idle.shift()!;
       this._idle.delete(id);
       const cand = this.mgr.list().find((x) => x.id === id);
-      if (cand?.state === 'ready') s = cand;
+      // A member made while the store was full has a recorder stopped since its start: it would record nothing of
+      // the attempt, so it is discarded (the pool makes a new one) rather than handed out.
+      if (cand?.state === 'ready' && !(cand.spec.record && cand._episode?.stopped)) s = cand;
       else if (cand) this._discard(id);
     }
     const hit = !!s;
