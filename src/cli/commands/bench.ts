@@ -149,6 +149,8 @@ const BENCHES: RecordBench[] = [
       ['--resets <n>', 'resets per arm', '20'],
       ['--held <n>', 'sessions held open during the run', '0'],
       ['--held-image <name>', 'image of the held sessions', 'default'],
+      // Held sessions only wait: a small disk each lets --held 100 pass disk admission (100 x the default 512 MiB did not).
+      ['--held-disk-mb <n>', "each held session's diskMb (its writable layer)", '128'],
       ['--idle-seconds <n>', "window for the standby's idle cost", '10'],
       ['--settle-ms <n>', "wait after each refill (the old generation's teardown)", '2000'],
       OUT,
@@ -161,6 +163,7 @@ const BENCHES: RecordBench[] = [
         resets: num(o.resets),
         held: num(o.held),
         heldImage: String(o.heldImage),
+        heldDiskMb: num(o.heldDiskMb),
         idleSeconds: num(o.idleSeconds),
         settleMs: num(o.settleMs),
         outDir: String(o.out),
