@@ -21,6 +21,8 @@ import type { Session as SessionView } from '../protocol/generated/types.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import { FAIR_RETRY_AFTER_S, type FairScheduler } from '../policy/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
+import type { VncServers } from '../session/vnc-server.ts';
+import type { PoolManager } from '../pools/pools.ts';
 import { metrics } from './metrics.ts';
 import type { UiLogins } from './ui-login.ts';
 
@@ -368,6 +370,10 @@ export interface RouteContext {
   display: DisplayService;
   /** The daemon's fair share between sessions (src/policy/fair-share.ts), shared with the OSWorld guest routes. */
   fair: FairScheduler;
+  /** The warm pools (src/pools/pools.ts), built by the daemon. */
+  pools: PoolManager;
+  /** The sessions' on-demand x11vnc servers (src/session/vnc-server.ts), built by the daemon. */
+  vnc: VncServers;
   maxBodyBytes: number;
   /** The public view of a session (with the fields features add through `AppOptions.viewExtras`). */
   view(s: Session): SessionView;
@@ -387,14 +393,14 @@ export interface RouteContext {
 export function createRouteContext(
   mgr: SessionManager,
   display: DisplayService,
-  fair: FairScheduler,
+  services: { fair: FairScheduler; pools: PoolManager; vnc: VncServers },
   maxBodyBytes: number,
   view: (s: Session) => SessionView,
 ): RouteContext {
   return {
     mgr,
     display,
-    fair,
+    ...services,
     maxBodyBytes,
     view,
     async body(c) {

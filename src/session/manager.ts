@@ -334,7 +334,7 @@ export class SessionManager {
   /**
    * The spec a create of `body` would record: parsed, with the daemon's defaults (userns, disk
    * bandwidth, the image's screen). Throws what a create would for a bad body or an unbuilt image.
-   * A task pool compares a member's spec with its template's through this (src/session/pools.ts).
+   * A task pool compares a member's spec with its template's through this (src/pools/pools.ts).
    */
   effectiveSpec(body: unknown): SessionSpec {
     return this._effectiveSpec(body).spec;
@@ -477,7 +477,7 @@ export class SessionManager {
     return s;
   }
 
-  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/session/pools.ts). */
+  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/pools/pools.ts). */
   armTtl(s: Session, ttlSeconds: number): void {
     clearTimeout(s._ttlTimer);
     s._ttlTimer = undefined;
