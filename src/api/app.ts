@@ -3,7 +3,11 @@ import { DrumsError } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { SessionManager } from '../session/manager.ts';
 import { sessionRoutes, sessionView, type ViewExtras } from './routes/sessions.ts';
-import { displayRoutes } from './routes/display.ts';
+import { observeRoutes } from './routes/observe.ts';
+import { actionRoutes } from './routes/actions.ts';
+import { windowRoutes } from './routes/windows.ts';
+import { execRoutes } from './routes/exec.ts';
+import { fileRoutes } from './routes/files.ts';
 import { errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import { FairScheduler, fairShareOf } from '../policy/fair-share.ts';
@@ -93,7 +97,11 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).
-  app.route('/', displayRoutes(ctx));
+  app.route('/', observeRoutes(ctx));
+  app.route('/', actionRoutes(ctx));
+  app.route('/', windowRoutes(ctx));
+  app.route('/', execRoutes(ctx));
+  app.route('/', fileRoutes(ctx));
   app.route('/', sessionRoutes(ctx));
   app.route('/', poolRoutes(ctx));
   app.route('/', forkRoutes(ctx));

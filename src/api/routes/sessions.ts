@@ -46,7 +46,7 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
   } satisfies SessionView;
 }
 
-/** Session lifecycle and the simple screenshot (exec is in display.ts). */
+/** Session lifecycle (observe, actions, windows, exec and files have a route module each). */
 export function sessionRoutes(ctx: RouteContext) {
   const { mgr, display, pools } = ctx;
   const app = new Hono();
