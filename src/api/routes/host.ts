@@ -7,7 +7,7 @@ import { DrumsError, ValidationError } from '../../common/errors.ts';
 import { checkBody } from '../spec-validate.ts';
 import { loopbackPeerUid } from '../../common/peer-uid.ts';
 import { ClientJoinError, joinClientCgroupFor } from '../../host/resources.ts';
-import { listImages } from '../../image/build.ts';
+import { listImages } from '../../image/store.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
 import { listPools, type PoolManager } from '../../pools/pools.ts';
