@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
-import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions.ts';
+import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions/index.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../../display/screenshot.ts';
 import { captureResolved, type ResolvedShot, resolveShot } from '../../display/frames.ts';
 import type { ActionsRequest } from '../../protocol/generated/types.ts';
