@@ -81,7 +81,9 @@ export async function startDaemon(opts: ServeOptions = {}) {
     onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason),
     a11yMirrorIdleS: config.a11yMirrorIdleS,
     a11yDeadlineMs: config.a11yDeadlineMs,
+    storedFrame: config.benchStoredFrame,
   });
+  if (config.benchStoredFrame) log('warn', 'DRUMS_BENCH_STORED_FRAME=1: API screenshots are stored frames, not the screen (a bench ceiling arm only)');
   // One fair share between sessions of their observe/act work: the API's routes, the OSWorld guest's, episode frames.
   const fair = new FairScheduler(fairShareOf(config));
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).

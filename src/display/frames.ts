@@ -450,9 +450,11 @@ export async function captureScreenshot(c: XConnection, options: ScreenshotOptio
 export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<ScreenshotResult> {
   const { region, scale, format, quality } = o;
   const f = scale && o.boxScale ? boxFactor(region, scale) : 0;
+  const t0 = performance.now();
   let img = f
     ? sharp(shrinkBgrx(bgrxPlus, region.width, region.height, f), { raw: { width: scale!.width, height: scale!.height, channels: 3 } })
     : rgbPipeline(bgrxPlus, region.width, region.height);
+  const t1 = performance.now();
   if (scale && !f) {
     // Flatten to 3 bands before the resize, so the spare byte never acts as alpha.
     const rgb = await img.raw().toBuffer();
@@ -480,6 +482,7 @@ export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<Scr
     height: scale ? scale.height : region.height,
     format,
     mimeType: MIME[format],
+    timing: { cursor: 0, grab: 0, draw: 0, colour: t1 - t0, encode: performance.now() - t1 },
   };
   if (scale) {
     out.scaleX = region.width / scale.width;
@@ -551,10 +554,20 @@ function planRows(p: BandPlan, height: number): Array<[number, number]> {
 
 function encodeBands(p: BandPlan, bgrx: Buffer, o: ResolvedShot, seq: number): ScreenshotResult {
   const r = o.region;
+  const t0 = performance.now();
   const out = p.e.enc.encode(bgrx, (k) => p.need[k]!);
   p.e.seq = seq;
   p.e.cursorRows = p.cur;
-  return { data: out.png, width: r.width, height: r.height, format: 'png', mimeType: MIME.png };
+  // What is not filter or deflate (the chunks, their CRC, the concatenation) counts as encode.
+  const rest = performance.now() - t0 - out.filterMs - out.deflateMs;
+  return {
+    data: out.png,
+    width: r.width,
+    height: r.height,
+    format: 'png',
+    mimeType: MIME.png,
+    timing: { cursor: 0, grab: 0, draw: 0, colour: out.filterMs, encode: out.deflateMs + rest, bands: [out.changedBands, out.bands] },
+  };
 }
 
 /** One frame: from the cache when nothing changed, else captured and encoded. */
@@ -563,6 +576,7 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
   let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
+  const t0 = performance.now();
   if (o.wantCursor)
     cursor = await c.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => c.fixes.GetCursorImage(cb)).catch(() => null);
   else await c.sync();
@@ -571,7 +585,8 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   const hit = st.lookup(key, cursorKey);
   if (hit) {
     st.cacheHits++;
-    return { ...hit, cached: true };
+    const { timing: _, ...kept } = hit;
+    return { ...kept, cached: true };
   }
   let epoch = st.epoch;
   let seq = 0;
@@ -579,6 +594,7 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   const banded = o.format === 'png' && !o.scale && st.rowSeq !== null;
   let plan: BandPlan | null = null;
   let result: ScreenshotResult;
+  const t1 = performance.now();
   try {
     const bgrx = await captureBgrx(
       c,
@@ -599,9 +615,12 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
         : undefined,
     );
     st.captures++;
+    const t2 = performance.now();
     // The pointer's rows are always in a plan's bands, so the cursor lands on rows that were read.
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
+    const t3 = performance.now();
     result = banded ? encodeBands(plan ?? planBands(st, o, cursor), bgrx, o, seq) : await encodeBgrx(bgrx, o);
+    if (result.timing) Object.assign(result.timing, { cursor: t1 - t0, grab: t2 - t1, draw: t3 - t2 });
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
     scratch.give(buf);

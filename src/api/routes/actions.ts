@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
 import { normalizeBatch, runCanonical, type ActionResult } from '../../display/actions/index.ts';
 import type { ScreenshotOptions, ScreenshotResult } from '../../display/screenshot.ts';
-import { captureResolved, type ResolvedShot, resolveShot } from '../../display/frames.ts';
+import { type ResolvedShot, resolveShot } from '../../display/frames.ts';
 import type { ActionsRequest } from '../../protocol/generated/types.ts';
 import type { Session } from '../../session/manager.ts';
 import { displayCall, type RouteContext } from '../request.ts';
@@ -19,6 +19,18 @@ import { bad } from './params.ts';
 
 function screenOf(s: Session) {
   return { width: s.spec.screen.width, height: s.spec.screen.height };
+}
+
+/**
+ * W3C Server-Timing of a frame: `capture` (all of it, in the daemon), then its stages when it
+ * was captured rather than reused (FrameTiming: cursor, grab, draw, colour, encode).
+ */
+export function serverTiming(shot: ScreenshotResult, totalMs: number): string {
+  const parts = [`capture;dur=${totalMs.toFixed(2)}`];
+  const t = shot.timing;
+  if (t) for (const k of ['cursor', 'grab', 'draw', 'colour', 'encode'] as const) parts.push(`${k};dur=${t[k].toFixed(2)}`);
+  if (t?.bands) parts.push(`bands;desc="${t.bands[0]}/${t.bands[1]}"`);
+  return parts.join(', ');
 }
 
 /** Validates screenshot options fully (region against the screen too) before any capture; the resolved frame. */
@@ -122,9 +134,14 @@ export function actionRoutes(ctx: RouteContext) {
     // A client that goes away stops the batch between actions (and cuts a wait short).
     let results: ActionResult[];
     let shot: ScreenshotResult | undefined;
+    let actMs = 0,
+      shotMs = 0;
     try {
       results = await displayCall(() => runCanonical(d, steps, { signal: c.req.raw.signal }));
-      shot = shotOpts ? await displayCall(() => captureResolved(d.conn, shotOpts)) : undefined;
+      const t1 = performance.now();
+      actMs = t1 - t0;
+      shot = shotOpts ? await displayCall(() => display.frame(s, d, shotOpts)) : undefined;
+      shotMs = performance.now() - t1;
     } catch (e) {
       const err = e instanceof DrumsError ? { code: e.code, message: e.message } : { code: 'internal', message: String(e) };
       rec?.actions({ at, ms: performance.now() - t0, actions: b.actions, steps: canonical, results: null, error: err });
@@ -138,6 +155,7 @@ export function actionRoutes(ctx: RouteContext) {
       results: results.map((r) => ({ ...resultJson(r), screenshot: undefined })),
       shot,
     });
+    c.header('server-timing', `actions;dur=${actMs.toFixed(2)}${shot ? `, ${serverTiming(shot, shotMs)}` : ''}`);
     if (shot && wantsBinary(c.req.header('accept'), shot.mimeType)) {
       // Image bytes as the body, the JSON in a header (wantsBinary above).
       const meta = asciiJson({ generation, results: results.map(resultJson) });

@@ -1,10 +1,9 @@
 import { Hono, type Context } from 'hono';
-import { captureResolved } from '../../display/frames.ts';
 import type { Region } from '../../display/screenshot.ts';
 import { toOsworldXml, terminalText } from '../../a11y/osworld-xml.ts';
 import type { Session } from '../../session/manager.ts';
 import { displayCall, type RouteContext } from '../request.ts';
-import { checkShot, imageHeaders } from './actions.ts';
+import { checkShot, imageHeaders, serverTiming } from './actions.ts';
 import { bad, parseBool } from './params.ts';
 
 /** Observe: the screenshot (GET; one with actions is POST /actions), the accessibility tree and a terminal's text. */
@@ -62,12 +61,12 @@ export function observeRoutes(ctx: RouteContext) {
       cursor: parseBool(c.req.query('cursor'), 'cursor'),
     });
     const t0 = performance.now();
-    const shot = await displayCall(async () => captureResolved((await display.connection(s)).conn, resolved));
+    const shot = await displayCall(async () => display.frame(s, await display.connection(s), resolved));
     s._episode?.screenshot(shot, Date.now());
     const h = {
       ...imageHeaders(shot, s.generation),
-      // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing).
-      'server-timing': `capture;dur=${(performance.now() - t0).toFixed(2)}`,
+      // Capture + encode time in the daemon, apart from the transfer (W3C Server-Timing), then its stages.
+      'server-timing': serverTiming(shot, performance.now() - t0),
     };
     return c.body(new Uint8Array(shot.data), 200, h);
   });
