@@ -14,8 +14,9 @@
  * Cost at 1280x800 (2-core host, CPU): per changed 16-row band ~0.13 ms (BGRX → filtered RGB
  * and its Adler-32 in one JS pass, then zlib). A pointer move changes 2–4 bands: well under
  * 1 ms instead of libvips' ~6.3 ms for the whole frame. A whole new screen costs about what
- * libvips does (~7 ms), on the event loop: it is synchronous, so encodes never interleave.
- * Moving the deflates to the thread pool was measured: zlib's async calls cost ~0.1 ms each
+ * libvips does (~7 ms). encode() is synchronous; the daemon runs encodeBandsOf() on a worker
+ * thread instead (band-pool.ts: one message per frame) and assemble()s here. Moving the deflates
+ * to the thread pool one zlib call per band was measured: zlib's async calls cost ~0.1 ms each
  * more than the work they move (60% more CPU for a full screen).
  */
 import * as zlib from 'node:zlib';
