@@ -16,7 +16,8 @@ import { startIdleGc, watchEventLoop } from './api/metrics.ts';
 import { FairScheduler, fairShareOf } from './policy/fair-share.ts';
 import { DisplayService } from './session/display-service.ts';
 import { SessionManager, type Session } from './session/manager.ts';
-import { poolsOf } from './session/pools.ts';
+import { PoolManager } from './pools/pools.ts';
+import { VncServers } from './session/vnc-server.ts';
 import { OsworldService } from './osworld/service.ts';
 import { startEpisodeFrames } from './session/episode-frames.ts';
 import { daemonFile, liveDaemon, sweepInstance } from './session/sweep.ts';
@@ -80,25 +81,31 @@ export async function startDaemon(opts: ServeOptions = {}) {
     onLost: (s, generation, reason) => mgr.markBroken(s, generation, reason),
     a11yMirrorIdleS: config.a11yMirrorIdleS,
     a11yDeadlineMs: config.a11yDeadlineMs,
+    storedFrame: config.benchStoredFrame,
   });
+  if (config.benchStoredFrame) log('warn', 'DRUMS_BENCH_STORED_FRAME=1: API screenshots are stored frames, not the screen (a bench ceiling arm only)');
   // One fair share between sessions of their observe/act work: the API's routes, the OSWorld guest's, episode frames.
   const fair = new FairScheduler(fairShareOf(config));
   // Damage-driven frames of sessions recorded with `record.frames` (docs/episodes.md).
   const episodeFrames = startEpisodeFrames(() => mgr.list(), display, fair);
+  mgr.hooks.recording.push(() => episodeFrames.wake());
   const osworld = new OsworldService(mgr, display, fair);
   mgr.hooks.ready.push((s) => osworld.attach(s));
   mgr.hooks.destroyed.push((id) => osworld.detach(id));
   await mgr.announceAdopted();
   // Warm pools from DRUMS_POOLS / DRUMS_POOLS_FILE, then those saved from the API (pools.json); they start filling in the background.
-  poolsOf(mgr).loadConfig();
-  poolsOf(mgr).loadSaved();
+  const pools = new PoolManager(mgr);
+  pools.loadConfig();
+  pools.loadSaved();
+  // On-demand x11vnc per session, for the API's VNC WebSocket.
+  const vnc = new VncServers(mgr);
   const port = config.port;
   const allowedHosts = [...new Set([...LOOPBACK, host])];
   const viewExtras = (s: Session) => {
     const endpoint = osworld.endpointOf(s.id);
     return endpoint ? { osworld: endpoint } : {};
   };
-  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), cpuGuard, fair });
+  const app = createApp(mgr, display, { token, allowedHosts, viewExtras, rateLimit: rateLimitOf(config), cpuGuard, fair, pools, vnc });
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);
@@ -128,7 +135,8 @@ export async function startDaemon(opts: ServeOptions = {}) {
       stopLoopWatch();
       cpuGuard.stop();
       episodeFrames.stop();
-      await poolsOf(mgr).stop();
+      await pools.stop();
+      vnc.closeAll();
       osworld.closeAll();
       display.closeAll();
       if (keepSessions) {

@@ -3,10 +3,16 @@ import { DrumsError } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import type { SessionManager } from '../session/manager.ts';
 import { sessionRoutes, sessionView, type ViewExtras } from './routes/sessions.ts';
-import { displayRoutes } from './routes/display.ts';
+import { observeRoutes } from './routes/observe.ts';
+import { actionRoutes } from './routes/actions.ts';
+import { windowRoutes } from './routes/windows.ts';
+import { execRoutes } from './routes/exec.ts';
+import { fileRoutes } from './routes/files.ts';
 import { errorBody, statusFor } from './errors.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import { FairScheduler, fairShareOf } from '../policy/fair-share.ts';
+import { PoolManager } from '../pools/pools.ts';
+import { VncServers } from '../session/vnc-server.ts';
 import { FIELDS } from '../common/config.ts';
 import {
   bodyLimit,
@@ -45,6 +51,10 @@ export interface AppOptions {
   cpuGuard?: CpuGuardView;
   /** The fair share between sessions (default: one from DRUMS_FAIR_SLOTS / DRUMS_FAIR_QUEUE's defaults). */
   fair?: FairScheduler;
+  /** The warm pools (default: a new set over `mgr`, nothing loaded). */
+  pools?: PoolManager;
+  /** The sessions' x11vnc servers (default: a new set over `mgr`). */
+  vnc?: VncServers;
 }
 
 export { sessionView } from './routes/sessions.ts';
@@ -65,7 +75,8 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
   // per-token rate limit, body limit, fair share, then idempotency (create) and the generation.
   const extras = takeoverExtras(display, opts.viewExtras);
   const fair = opts.fair ?? new FairScheduler(fairShareOf());
-  const ctx = createRouteContext(mgr, display, fair, maxBody, (s) => sessionView(s, extras));
+  const services = { fair, pools: opts.pools ?? new PoolManager(mgr), vnc: opts.vnc ?? new VncServers(mgr) };
+  const ctx = createRouteContext(mgr, display, services, maxBody, (s) => sessionView(s, extras));
   app.use('*', observe());
   // Dashboard logins (one-time codes from `drums ui`, then a cookie) live as long as this daemon (a unit test's fake manager has no instance).
   const logins = new UiLogins(mgr.inst?.name ?? 'drums');
@@ -86,7 +97,11 @@ export function createApp(mgr: SessionManager, display: DisplayService, opts: Ap
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Route modules, one per area (each file owns its routes).
-  app.route('/', displayRoutes(ctx));
+  app.route('/', observeRoutes(ctx));
+  app.route('/', actionRoutes(ctx));
+  app.route('/', windowRoutes(ctx));
+  app.route('/', execRoutes(ctx));
+  app.route('/', fileRoutes(ctx));
   app.route('/', sessionRoutes(ctx));
   app.route('/', poolRoutes(ctx));
   app.route('/', forkRoutes(ctx));

@@ -17,10 +17,13 @@ import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
 import type { DaemonConfig } from '../common/config.ts';
 import { DrumsError } from '../common/errors.ts';
+import { DisplayError } from '../display/errors.ts';
 import type { Session as SessionView } from '../protocol/generated/types.ts';
 import type { DisplayService } from '../session/display-service.ts';
 import { FAIR_RETRY_AFTER_S, type FairScheduler } from '../policy/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
+import type { VncServers } from '../session/vnc-server.ts';
+import type { PoolManager } from '../pools/pools.ts';
 import { metrics } from './metrics.ts';
 import type { UiLogins } from './ui-login.ts';
 
@@ -368,6 +371,10 @@ export interface RouteContext {
   display: DisplayService;
   /** The daemon's fair share between sessions (src/policy/fair-share.ts), shared with the OSWorld guest routes. */
   fair: FairScheduler;
+  /** The warm pools (src/pools/pools.ts), built by the daemon. */
+  pools: PoolManager;
+  /** The sessions' on-demand x11vnc servers (src/session/vnc-server.ts), built by the daemon. */
+  vnc: VncServers;
   maxBodyBytes: number;
   /** The public view of a session (with the fields features add through `AppOptions.viewExtras`). */
   view(s: Session): SessionView;
@@ -378,6 +385,11 @@ export interface RouteContext {
   /** Throws 409 session_resetting / session_broken unless the session is ready. */
   usable(s: Session): void;
   /**
+   * The session named by `:id`, ready. An expected generation in the query or header was checked
+   * once, by the pipeline; one in the body (`fromBody`) is checked here.
+   */
+  ready(c: Context, fromBody?: unknown): Session;
+  /**
    * Checks an optional expected generation (query `generation` or header
    * `x-drums-generation`): a stale one gets 409 stale_generation.
    */
@@ -387,14 +399,20 @@ export interface RouteContext {
 export function createRouteContext(
   mgr: SessionManager,
   display: DisplayService,
-  fair: FairScheduler,
+  services: { fair: FairScheduler; pools: PoolManager; vnc: VncServers },
   maxBodyBytes: number,
   view: (s: Session) => SessionView,
 ): RouteContext {
+  const session = (c: Context): Session => {
+    const id = c.req.param('id') ?? '';
+    if (!ID_RE.test(id)) throw new DrumsError('session_not_found', `no session '${id.slice(0, 64)}' (ids look like s0123456789)`);
+    // A session waiting unclaimed in a warm pool does not exist for clients (the registry's lookup).
+    return mgr.lookup(id);
+  };
   return {
     mgr,
     display,
-    fair,
+    ...services,
     maxBodyBytes,
     view,
     async body(c) {
@@ -407,13 +425,30 @@ export function createRouteContext(
         throw new DrumsError('invalid_json', `request body is not valid JSON: ${(e as Error).message}`);
       }
     },
-    session(c) {
-      const id = c.req.param('id') ?? '';
-      if (!ID_RE.test(id)) throw new DrumsError('session_not_found', `no session '${id.slice(0, 64)}' (ids look like s0123456789)`);
-      // A session waiting unclaimed in a warm pool does not exist for clients (the registry's lookup).
-      return mgr.lookup(id);
-    },
+    session,
     usable: (s) => mgr.requireReady(s),
+    ready(c, fromBody) {
+      const s = session(c);
+      if (fromBody !== undefined && fromBody !== null) checkGeneration(c, s, fromBody);
+      mgr.requireReady(s);
+      return s;
+    },
     checkGeneration,
   };
+}
+
+/** A display-layer call, its error rethrown with JSON-safe details (no image buffers, no socket path). */
+export async function displayCall<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (!(e instanceof DisplayError)) throw e;
+    const d = { ...(e.details ?? {}) } as Record<string, unknown>;
+    if (Array.isArray(d.results)) {
+      d.completed = d.results.length;
+      delete d.results;
+    }
+    delete d.socketPath;
+    throw new DrumsError(e.code, e.message, { details: d, cause: e });
+  }
 }

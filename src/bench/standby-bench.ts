@@ -20,6 +20,11 @@ export interface StandbyBenchOptions {
   resets: number;
   held: number;
   heldImage: string;
+  /**
+   * The held sessions' diskMb: they only wait, and admission counts each one's whole quota against the free disk,
+   * so the default 512 MiB stopped `--held 100` at admission on a host with less than 50 GiB free.
+   */
+  heldDiskMb: number;
   idleSeconds: number;
   /** The wait after a refill, for the old generation's teardown to end (ms). */
   settleMs: number;
@@ -94,8 +99,10 @@ export async function runStandbyBench(o: StandbyBenchOptions) {
   const made: string[] = [];
   try {
     if (o.held > 0) {
-      o.progress?.(`holding ${o.held} ${o.heldImage} sessions`);
-      const held = await Promise.all(Array.from({ length: o.held }, () => c.createSession({ image: o.heldImage, labels: { bench: 'held' } })));
+      o.progress?.(`holding ${o.held} ${o.heldImage} sessions of ${o.heldDiskMb} MiB disk`);
+      const held = await Promise.all(
+        Array.from({ length: o.held }, () => c.createSession({ image: o.heldImage, diskMb: o.heldDiskMb, labels: { bench: 'held' } })),
+      );
       made.push(...held.map((s) => s.id));
     }
     const withSb = (await c.createSession({ ...template, standbys: 1, labels: { bench: 'standby' } } as never)) as unknown as View;
@@ -161,7 +168,7 @@ export async function runStandbyBench(o: StandbyBenchOptions) {
       started,
       image: o.image,
       url: o.url ?? null,
-      held: { n: o.held, image: o.heldImage },
+      held: { n: o.held, image: o.heldImage, diskMb: o.heldDiskMb },
       host: hostFacts(),
       noise: {
         loadavgBefore: loadBefore,

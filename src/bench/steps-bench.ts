@@ -28,10 +28,21 @@ import { judge, loadBars } from './bars.ts';
 /** summary() plus p99 (tail latency is the point here). */
 const dist = (xs: number[]) => ({ ...summary(xs), ...(xs.length ? { p99: quantile(xs, 0.99) } : {}) });
 
+/** The ceiling arm's name: this checkout's daemon with DRUMS_BENCH_STORED_FRAME=1. */
+export const CEILING_ARM = 'ceiling';
+export type StepFormat = 'png' | 'jpeg';
+
 export interface StepsOptions {
-  /** Arms: name → bin/drums of a checkout. */
-  arms: { name: string; bin: string; description: string }[];
+  /**
+   * Arms: name → bin/drums of a checkout, and the daemon's extra environment (the ceiling arm:
+   * DRUMS_BENCH_STORED_FRAME=1, every screenshot the session's first: no capture, no encode).
+   */
+  arms: { name: string; bin: string; description: string; env?: NodeJS.ProcessEnv }[];
   sessions: number[];
+  /** Screen sizes (`WxH`, the sessions' `screen`): every arm runs at each. */
+  screens: string[];
+  /** Screenshot formats of the closed-loop step (JPEG at quality 80). */
+  formats: StepFormat[];
   clients: number;
   seconds: number;
   offered: number;
@@ -83,11 +94,15 @@ function hostBusy(): { loadavg1: number } {
 
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
-async function closedLoop(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number) {
+async function closedLoop(c: DrumsClient, ids: string[], clients: number, seconds: number, pid: number, format: StepFormat = 'png') {
   const lat: number[] = [];
   let steps = 0,
     errors = 0,
-    k = 0;
+    k = 0,
+    same = 0;
+  // Per session, its last image: the share of steps that got the same bytes again shows whether
+  // frames were stored (the ceiling arm: all but the first) or captured (a click moves the pointer).
+  const last = new Map<string, Buffer>();
   const cpu0 = cpuMs(pid);
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
@@ -100,10 +115,15 @@ async function closedLoop(c: DrumsClient, ids: string[], clients: number, second
         const n = k++;
         const t = performance.now();
         try {
-          const r = await c.actImage(id, { actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }], screenshot: { format: 'png' } });
+          const r = await c.actImage(id, {
+            actions: [{ type: 'click', x: 200 + ((n * 37) % 900), y: 300 + ((n * 13) % 400) }],
+            screenshot: { format, ...(format === 'jpeg' ? { quality: 80 } : {}) },
+          });
           if (!r.image || r.image.data.length < 100) throw new Error('no image');
           steps++;
           lat.push(performance.now() - t);
+          if (last.get(id)?.equals(r.image.data)) same++;
+          last.set(id, r.image.data);
         } catch {
           errors++;
         }
@@ -118,6 +138,7 @@ async function closedLoop(c: DrumsClient, ids: string[], clients: number, second
     stepsPerSec: round(steps / wall),
     daemonCpuMsPerStep: round((cpuMs(pid) - cpu0) / Math.max(1, steps), 2),
     latency: dist(lat),
+    sameImageAsPrevious: round(same / Math.max(1, steps - last.size), 3),
     samples: lat,
   };
 }
@@ -313,216 +334,258 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
   const throughput: { arm: string; trial: number; points: { n: number; stepsPerSec: number }[] }[] = [];
   const failures: string[] = [];
   const maxN = Math.max(...o.sessions);
-  const perArm: Record<string, Record<string, unknown>[]> = {};
-  for (let t = 0; t < o.trials; t++) {
-    const order = t % 2 === 0 ? o.arms : [...o.arms].reverse();
-    for (const arm of order) {
-      const t0 = performance.now();
-      const startedAt = new Date().toISOString();
-      const data: Record<string, unknown> = { busyBefore: hostBusy() };
-      let valid = true,
-        reason: string | undefined;
-      o.progress(`${arm.name} trial ${t}: starting the daemon`);
-      const d = await startPrivateDaemon({}, { bin: arm.bin });
-      const pid = daemonNodePid(d.pid);
-      const made: SessionInfo[] = [];
-      try {
-        o.progress(`${arm.name} trial ${t}: creating ${maxN} Chromium sessions`);
-        const c0 = performance.now();
-        for (let i = 0; i < maxN; i += 4) {
-          // One retry per session: on a loaded shared host a browser can miss the 60 s readiness deadline.
-          // A small disk quota: disk admission promises no more than the state filesystem holds
-          // (100 × the default 512 MiB is more than this host's), and the page writes nothing. A
-          // checkout older than disk quotas refuses the field (400), so it gets the plain spec.
-          const create = () =>
-            d.client
-              .createSession({ image: 'default', url: PAGE, screen: '1280x800', diskMb: BENCH_DISK_MB })
-              .catch((e: { status?: number; message?: string }) => {
-                if (e.status === 400 && /diskMb/.test(e.message ?? '')) return d.client.createSession({ image: 'default', url: PAGE, screen: '1280x800' });
+  for (const screen of o.screens)
+    for (let t = 0; t < o.trials; t++) {
+      const order = t % 2 === 0 ? o.arms : [...o.arms].reverse();
+      for (const arm of order) {
+        const t0 = performance.now();
+        const startedAt = new Date().toISOString();
+        const data: Record<string, unknown> = { screen, busyBefore: hostBusy() };
+        const tag = `${arm.name} ${screen} trial ${t}`;
+        let valid = true,
+          reason: string | undefined;
+        o.progress(`${tag}: starting the daemon`);
+        const d = await startPrivateDaemon(arm.env ?? {}, { bin: arm.bin });
+        const pid = daemonNodePid(d.pid);
+        const made: SessionInfo[] = [];
+        try {
+          o.progress(`${tag}: creating ${maxN} Chromium sessions`);
+          const c0 = performance.now();
+          for (let i = 0; i < maxN; i += 4) {
+            // One retry per session: on a loaded shared host a browser can miss the 60 s readiness deadline.
+            // A small disk quota: disk admission promises no more than the state filesystem holds
+            // (100 × the default 512 MiB is more than this host's), and the page writes nothing. A
+            // checkout older than disk quotas refuses the field (400), so it gets the plain spec.
+            const create = () =>
+              d.client.createSession({ image: 'default', url: PAGE, screen, diskMb: BENCH_DISK_MB }).catch((e: { status?: number; message?: string }) => {
+                if (e.status === 400 && /diskMb/.test(e.message ?? '')) return d.client.createSession({ image: 'default', url: PAGE, screen });
                 throw e;
               });
-          const batch = await Promise.allSettled(
-            Array.from({ length: Math.min(4, maxN - i) }, () =>
-              create().catch((e) => {
-                failures.push(`${arm.name} trial ${t}: create retried: ${String((e as Error).message).slice(0, 160)}`);
-                return create();
-              }),
-            ),
-          );
-          for (const b of batch)
-            if (b.status === 'fulfilled') made.push(b.value);
-            else failures.push(`${arm.name} trial ${t}: create failed: ${String((b.reason as Error)?.message ?? b.reason).slice(0, 200)}`);
-          o.progress(`${arm.name} trial ${t}: ${made.length}/${maxN} sessions`);
-        }
-        data.createAllSeconds = round((performance.now() - c0) / 1000);
-        data.sessions = made.length;
-        if (made.length < maxN) {
+            const batch = await Promise.allSettled(
+              Array.from({ length: Math.min(4, maxN - i) }, () =>
+                create().catch((e) => {
+                  failures.push(`${tag}: create retried: ${String((e as Error).message).slice(0, 160)}`);
+                  return create();
+                }),
+              ),
+            );
+            for (const b of batch)
+              if (b.status === 'fulfilled') made.push(b.value);
+              else failures.push(`${tag}: create failed: ${String((b.reason as Error)?.message ?? b.reason).slice(0, 200)}`);
+            o.progress(`${tag}: ${made.length}/${maxN} sessions`);
+          }
+          data.createAllSeconds = round((performance.now() - c0) / 1000);
+          data.sessions = made.length;
+          if (made.length < maxN) {
+            valid = false;
+            reason = `only ${made.length} of ${maxN} sessions created`;
+          }
+          const ids = made.map((s) => s.id);
+          // Warm-up: one step per session and format (the ceiling arm stores these frames).
+          for (const f of o.formats)
+            for (const id of ids)
+              await d.client
+                .actImage(id, { actions: [{ type: 'move', x: 10, y: 10 }], screenshot: { format: f, ...(f === 'jpeg' ? { quality: 80 } : {}) } })
+                .catch(() => {});
+          const ladder: Record<string, Record<string, unknown>> = {};
+          const pts: { n: number; stepsPerSec: number }[] = [];
+          for (const n of o.sessions.filter((x) => x <= ids.length))
+            for (const f of o.formats) {
+              o.progress(`${tag}: closed loop, ${o.clients} clients, N=${n}, ${f}`);
+              const r = await closedLoop(d.client, ids.slice(0, n), o.clients, o.seconds, pid, f);
+              const { samples, ...rest } = r;
+              (ladder[f] ??= {})[String(n)] = rest;
+              if (f === 'png') pts.push({ n, stepsPerSec: r.stepsPerSec });
+              if (n === maxN)
+                latencyPlot.push({ arm: arm.name, metric: `step closed loop N=${n} ${f} ${screen}`, samples: samples.slice(0, 4000).map((x) => round(x)) });
+              // The ceiling arm must have served stored frames (every step's image the same as its session's last).
+              if (arm.name === CEILING_ARM && r.steps > 2 * n && r.sameImageAsPrevious < 0.95) {
+                valid = false;
+                reason = `the ceiling arm's frames changed (${r.sameImageAsPrevious} the same as before): DRUMS_BENCH_STORED_FRAME not honoured`;
+              }
+            }
+          throughput.push({ arm: `${arm.name} ${screen}`, trial: t, points: pts });
+          data.closedLoop = ladder;
+          o.progress(`${tag}: open loop at ${o.offered} steps/s`);
+          const ol = await openLoop(d.client, ids, o.offered, o.seconds);
+          const { samples: olSamples, ...olRest } = ol;
+          data.openLoop = olRest;
+          latencyPlot.push({ arm: arm.name, metric: `step at ${o.offered}/s offered ${screen}`, samples: olSamples.slice(0, 4000).map((x) => round(x)) });
+          // CPU by format and streaming measure capture and encode: nothing to see in the ceiling arm.
+          if (arm.name !== CEILING_ARM) {
+            o.progress(`${tag}: daemon CPU per step by format`);
+            data.cpuPerFormat = await cpuPerFormat(d.client, ids, Math.min(4, o.clients), Math.max(3, o.seconds / 2), pid);
+            o.progress(`${tag}: streaming`);
+            const probe = await fetch(`${d.client.url}/v1/streams`, { headers: { authorization: `Bearer ${d.token}` } });
+            data.streaming = probe.ok ? await streaming(d, d.client.url, ids, o.seconds, pid) : { skipped: 'this checkout has no frame stream' };
+          }
+        } catch (e) {
           valid = false;
-          reason = `only ${made.length} of ${maxN} sessions created`;
+          reason = `failed: ${(e as Error).message}`;
+          failures.push(`${tag}: ${(e as Error).message}`);
+        } finally {
+          o.progress(`${tag}: destroying`);
+          for (const s of made) await d.client.destroySession(s.id).catch(() => {});
+          await d.stop();
         }
-        const ids = made.map((s) => s.id);
-        // Warm-up: one step per session.
-        for (const id of ids) await d.client.actImage(id, { actions: [{ type: 'move', x: 10, y: 10 }], screenshot: { format: 'png' } }).catch(() => {});
-        const ladder: Record<string, unknown> = {};
-        const pts: { n: number; stepsPerSec: number }[] = [];
-        for (const n of o.sessions.filter((x) => x <= ids.length)) {
-          o.progress(`${arm.name} trial ${t}: closed loop, ${o.clients} clients, N=${n}`);
-          const r = await closedLoop(d.client, ids.slice(0, n), o.clients, o.seconds, pid);
-          const { samples, ...rest } = r;
-          ladder[String(n)] = rest;
-          pts.push({ n, stepsPerSec: r.stepsPerSec });
-          if (n === maxN) latencyPlot.push({ arm: arm.name, metric: `step closed loop N=${n}`, samples: samples.slice(0, 4000).map((x) => round(x)) });
-        }
-        throughput.push({ arm: arm.name, trial: t, points: pts });
-        data.closedLoop = ladder;
-        o.progress(`${arm.name} trial ${t}: open loop at ${o.offered} steps/s`);
-        const ol = await openLoop(d.client, ids, o.offered, o.seconds);
-        const { samples: olSamples, ...olRest } = ol;
-        data.openLoop = olRest;
-        latencyPlot.push({ arm: arm.name, metric: `step at ${o.offered}/s offered`, samples: olSamples.slice(0, 4000).map((x) => round(x)) });
-        o.progress(`${arm.name} trial ${t}: daemon CPU per step by format`);
-        data.cpuPerFormat = await cpuPerFormat(d.client, ids, Math.min(4, o.clients), Math.max(3, o.seconds / 2), pid);
-        o.progress(`${arm.name} trial ${t}: streaming`);
-        const probe = await fetch(`${d.client.url}/v1/streams`, { headers: { authorization: `Bearer ${d.token}` } });
-        data.streaming = probe.ok ? await streaming(d, d.client.url, ids, o.seconds, pid) : { skipped: 'this checkout has no frame stream' };
-      } catch (e) {
-        valid = false;
-        reason = `failed: ${(e as Error).message}`;
-        failures.push(`${arm.name} trial ${t}: ${(e as Error).message}`);
-      } finally {
-        o.progress(`${arm.name} trial ${t}: destroying`);
-        for (const s of made) await d.client.destroySession(s.id).catch(() => {});
-        await d.stop();
+        data.busyAfter = hostBusy();
+        trials.push({
+          arm: arm.name,
+          trial: t,
+          warmup: false,
+          valid,
+          ...(reason ? { reason: `${screen}: ${reason}` } : {}),
+          startedAt,
+          durationMs: Math.round(performance.now() - t0),
+          data,
+        });
       }
-      data.busyAfter = hostBusy();
-      trials.push({
-        arm: arm.name,
-        trial: t,
-        warmup: false,
-        valid,
-        ...(reason ? { reason } : {}),
-        startedAt,
-        durationMs: Math.round(performance.now() - t0),
-        data,
-      });
-      (perArm[arm.name] ??= []).push(data);
     }
-  }
 
-  // Results: medians over valid trials.
+  // Results: medians over valid trials, per screen. Metric names end in `.<format>.<screen>`;
+  // at 1280x800 the PNG ones are also given under the names without the suffix (the bars' and
+  // earlier records' names).
   const med = (xs: number[]) => (xs.length ? quantile(xs, 0.5) : null);
-  const val = (arm: string, f: (d: Record<string, any>) => number | undefined) =>
+  const ofArm = (arm: string, screen: string) => trials.filter((t) => t.arm === arm && t.valid && t.data.screen === screen);
+  const val = (arm: string, screen: string, f: (d: Record<string, any>) => number | undefined) =>
     med(
-      trials
-        .filter((t) => t.arm === arm && t.valid)
+      ofArm(arm, screen)
         .map((t) => f(t.data as Record<string, any>))
         .filter((x): x is number => typeof x === 'number'),
     );
-  const row = (arm: string, metric: string, value: number | null, unit: string, note?: string): ResultRow => ({
+  const row = (arm: string, screen: string, metric: string, value: number | null, unit: string, note?: string): ResultRow => ({
     arm,
     metric,
     value: value === null ? null : round(value, 2),
     ci: null,
     unit,
-    n: trials.filter((t) => t.arm === arm && t.valid).length,
+    n: ofArm(arm, screen).length,
     ...(note ? { note } : {}),
   });
-  for (const a of o.arms) {
-    for (const n of o.sessions)
-      results.push(
-        row(
-          a.name,
-          `steps_per_sec.N${n}`,
-          val(a.name, (d) => d.closedLoop?.[String(n)]?.stepsPerSec),
-          'steps/s',
-          `${o.clients} closed-loop clients, click + PNG 1280x800`,
-        ),
-      );
-    results.push(
-      row(
+  const LEGACY_SCREEN = '1280x800';
+  /** A metric at one screen; at 1280x800 also under its bare name (`legacy`: the bars' names). */
+  const push = (arm: string, screen: string, metric: string, legacy: string | null, value: number | null, unit: string, note?: string) => {
+    results.push(row(arm, screen, `${metric}.${screen}`, value, unit, note));
+    if (legacy && screen === LEGACY_SCREEN) results.push(row(arm, screen, legacy, value, unit, note));
+  };
+  const hasCeiling = o.arms.some((a) => a.name === CEILING_ARM);
+  for (const screen of o.screens)
+    for (const a of o.arms) {
+      const cl = (f: string, n: number) => (d: Record<string, any>) => d.closedLoop?.[f]?.[String(n)];
+      for (const f of o.formats) {
+        for (const n of o.sessions) {
+          const png = f === 'png';
+          const note = `${o.clients} closed-loop clients, click + ${f} ${screen}`;
+          push(
+            a.name,
+            screen,
+            `steps_per_sec.N${n}.${f}`,
+            png ? `steps_per_sec.N${n}` : null,
+            val(a.name, screen, (d) => cl(f, n)(d)?.stepsPerSec),
+            'steps/s',
+            note,
+          );
+          for (const q of ['p50', 'p95', 'p99'])
+            push(
+              a.name,
+              screen,
+              `step_ms.${q}.N${n}.${f}`,
+              png && n === maxN && q !== 'p95' ? `step_ms.${q}.N${n}` : null,
+              val(a.name, screen, (d) => cl(f, n)(d)?.latency?.[q]),
+              'ms',
+            );
+          push(
+            a.name,
+            screen,
+            `daemon_cpu_ms_per_step.N${n}.${f}`,
+            png && n === maxN ? 'daemon_cpu_ms_per_step.closed_loop' : null,
+            val(a.name, screen, (d) => cl(f, n)(d)?.daemonCpuMsPerStep),
+            'ms',
+            'utime+stime of the daemon over the closed loop ÷ steps (actions, HTTP, capture, encode, and its background)',
+          );
+          if (hasCeiling && a.name !== CEILING_ARM) {
+            const mine = val(a.name, screen, (d) => cl(f, n)(d)?.stepsPerSec);
+            const top = val(CEILING_ARM, screen, (d) => cl(f, n)(d)?.stepsPerSec);
+            push(
+              a.name,
+              screen,
+              `ratio_to_ceiling.steps_per_sec.N${n}.${f}`,
+              null,
+              mine !== null && top ? mine / top : null,
+              '×',
+              `${a.name} ÷ ${CEILING_ARM} (the same load with stored frames), same run`,
+            );
+          }
+          const p50 = val(a.name, screen, (d) => cl(f, n)(d)?.latency?.p50);
+          const p99 = val(a.name, screen, (d) => cl(f, n)(d)?.latency?.p99);
+          push(a.name, screen, `p99_over_p50.N${n}.${f}`, null, p50 && p99 !== null ? p99 / p50 : null, '×');
+        }
+      }
+      push(
         a.name,
-        `step_ms.p50.N${maxN}`,
-        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p50),
-        'ms',
-      ),
-    );
-    results.push(
-      row(
-        a.name,
-        `step_ms.p99.N${maxN}`,
-        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.latency?.p99),
-        'ms',
-      ),
-    );
-    results.push(
-      row(
-        a.name,
-        'daemon_cpu_ms_per_step.closed_loop',
-        val(a.name, (d) => d.closedLoop?.[String(maxN)]?.daemonCpuMsPerStep),
-        'ms',
-      ),
-    );
-    results.push(
-      row(
-        a.name,
+        screen,
         `open_loop_step_ms.p50@${o.offered}`,
-        val(a.name, (d) => d.openLoop?.latency?.p50),
+        `open_loop_step_ms.p50@${o.offered}`,
+        val(a.name, screen, (d) => d.openLoop?.latency?.p50),
         'ms',
-      ),
-    );
-    results.push(
-      row(
-        a.name,
-        `open_loop_step_ms.p99@${o.offered}`,
-        val(a.name, (d) => d.openLoop?.latency?.p99),
-        'ms',
-      ),
-    );
-    for (const f of [...FORMATS, 'unchanged'])
-      results.push(
-        row(
-          a.name,
-          `daemon_cpu_ms_per_step.${f}`,
-          val(a.name, (d) => d.cpuPerFormat?.[f]?.daemonCpuMsPerStep),
-          'ms',
-        ),
       );
-    results.push(
-      row(
+      push(
         a.name,
+        screen,
+        `open_loop_step_ms.p99@${o.offered}`,
+        `open_loop_step_ms.p99@${o.offered}`,
+        val(a.name, screen, (d) => d.openLoop?.latency?.p99),
+        'ms',
+      );
+      if (a.name === CEILING_ARM) continue;
+      for (const f of [...FORMATS, 'unchanged'])
+        push(
+          a.name,
+          screen,
+          `daemon_cpu_ms_per_step.${f}`,
+          `daemon_cpu_ms_per_step.${f}`,
+          val(a.name, screen, (d) => d.cpuPerFormat?.[f]?.daemonCpuMsPerStep),
+          'ms',
+        );
+      push(
+        a.name,
+        screen,
         'daemon_cpu_ms_per_s.idle',
-        val(a.name, (d) => d.cpuPerFormat?.idle?.daemonCpuMsPerSec),
+        'daemon_cpu_ms_per_s.idle',
+        val(a.name, screen, (d) => d.cpuPerFormat?.idle?.daemonCpuMsPerSec),
         'ms/s',
         `the daemon's own CPU with ${maxN} sessions and no requests`,
-      ),
-    );
-    results.push(
-      row(
-        a.name,
-        'daemon_cpu_ms_per_step.png.net_of_idle',
-        val(a.name, (d) => d.cpuPerFormat?.png?.netOfIdleMsPerStep),
-        'ms',
-      ),
-    );
-    for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent'])
-      results.push(
-        row(
-          a.name,
-          `streaming.${k}`,
-          val(a.name, (d) => d.streaming?.[k]),
-          k.endsWith('Percent') ? '% of a core' : 'frames/s',
-        ),
       );
-  }
-  const [head, base] = o.arms;
-  if (head && base) {
-    for (const m of [`steps_per_sec.N${maxN}`, 'daemon_cpu_ms_per_step.png', `open_loop_step_ms.p99@${o.offered}`]) {
-      const h = results.find((x) => x.arm === head.name && x.metric === m)?.value;
-      const b = results.find((x) => x.arm === base.name && x.metric === m)?.value;
-      results.push(row(head.name, `ratio.${m}`, h && b ? h / b : null, '×', `${head.name} ÷ ${base.name}, same run`));
+      push(
+        a.name,
+        screen,
+        'daemon_cpu_ms_per_step.png.net_of_idle',
+        'daemon_cpu_ms_per_step.png.net_of_idle',
+        val(a.name, screen, (d) => d.cpuPerFormat?.png?.netOfIdleMsPerStep),
+        'ms',
+      );
+      for (const k of ['thumbnailFramesPerSec', 'watchedFramesPerSec', 'daemonCpuPercent'])
+        push(
+          a.name,
+          screen,
+          `streaming.${k}`,
+          `streaming.${k}`,
+          val(a.name, screen, (d) => d.streaming?.[k]),
+          k.endsWith('Percent') ? '% of a core' : 'frames/s',
+        );
     }
-  }
+  const [head, ...rest] = o.arms;
+  const base = rest.find((a) => a.name !== CEILING_ARM);
   const get = (arm: string, m: string) => results.find((x) => x.arm === arm && x.metric === m)?.value ?? null;
+  if (head && base) {
+    for (const screen of o.screens)
+      for (const m of [`steps_per_sec.N${maxN}.png`, 'daemon_cpu_ms_per_step.png', `open_loop_step_ms.p99@${o.offered}`]) {
+        const h = get(head.name, `${m}.${screen}`);
+        const b = get(base.name, `${m}.${screen}`);
+        const legacy = m === `steps_per_sec.N${maxN}.png` ? `ratio.steps_per_sec.N${maxN}` : `ratio.${m}`;
+        push(head.name, screen, `ratio.${m}`, legacy, h && b ? h / b : null, '×', `${head.name} ÷ ${base.name}, same run`);
+      }
+  }
   // Judged against the bars frozen in bench/bars/steps.json (issue 13's goals) before measuring.
   const { bars, sha256: barsSha } = loadBars('steps');
   const full = maxN >= 100;
@@ -553,7 +616,7 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     kind: 'drums-bench-record',
     experiment: 'steps',
     description:
-      'The step hot path (click + PNG screenshot through POST /actions) of this checkout against another checkout in the same run, plus daemon CPU per step by format and frame streaming.',
+      'The step hot path (click + screenshot through POST /actions) of this checkout against another checkout and against its own ceiling (the same load with stored frames: no capture, no encode) in the same run, at each screen size and format, plus daemon CPU per step by format and frame streaming.',
     mode: o.quick ? 'quick' : 'full',
     status:
       !allValid || verdicts.some((v) => v.pass === null)
@@ -574,8 +637,9 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     host: { ...hostFacts(), loadavg1BeforeAfterPerTrial: busy },
     method: {
       arms: o.arms.map((a) => `${a.name}: ${a.description}`).join('; '),
-      sessions: `default image (Chromium), 1280x800, diskMb ${BENCH_DISK_MB} where the checkout has disk quotas, a page with a clock ticking once a second; created 4 at a time`,
-      closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: png} with Accept: image/png (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64)`,
+      sessions: `default image (Chromium), screen ${o.screens.join(' then ')} (every arm at each), diskMb ${BENCH_DISK_MB} where the checkout has disk quotas, a page with a clock ticking once a second; created 4 at a time`,
+      closedLoop: `${o.clients} clients, each stepping its share of the sessions round robin for ${o.seconds} s at each N (${o.sessions.join(', ')}); step = POST /actions {click at a new place, screenshot: ${o.formats.join(' or ')} (jpeg at quality 80)} with Accept: the image type (DrumsClient.actImage; the old daemon answers JSON and the client decodes its base64); formats measured one after the other at each N`,
+      ceiling: `arm '${CEILING_ARM}' (when present): this checkout's daemon started with DRUMS_BENCH_STORED_FRAME=1, so each session's screenshots are the frame it first captured with those options (warm-up step), kept by the daemon: the same clients, HTTP path, fair share and XTEST actions, no capture and no encode. sameImageAsPrevious in each closed loop proves it (≈1 there, ≈0 for the real arms, whose pointer moves). ratio_to_ceiling = arm ÷ ceiling steps/s, same run, same screen, format and N`,
       openLoop: `${o.offered} steps/s sent on schedule over all sessions for ${o.seconds} s; latency from the scheduled send time (no coordinated omission)`,
       cpu: `utime+stime of the daemon node process (/proc/PID/stat) ÷ steps, per window; ${CPU_WINDOWS} windows per format, formats interleaved window by window, the median window reported (windowsMsPerStep has them all; netOfIdleMsPerStep subtracts the daemon's rate in a ${IDLE_WINDOW_S} s idle window before); formats with a pointer move per step; unchanged = GET /screenshot png of an unchanged screen and cursor`,
       streaming:
@@ -583,7 +647,7 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
       noise:
         'the host is shared (7 engineers on 2 cores): load averages before/after each trial are in host.loadavg1BeforeAfterPerTrial; arms alternate and the order rotates per trial, so both arms see the same noise',
     },
-    config: { sessions: o.sessions, clients: o.clients, seconds: o.seconds, offered: o.offered, trials: o.trials },
+    config: { sessions: o.sessions, screens: o.screens, formats: o.formats, clients: o.clients, seconds: o.seconds, offered: o.offered, trials: o.trials },
     arms: o.arms.map((a) => ({
       name: a.name,
       description: a.description,
@@ -595,10 +659,20 @@ export async function runStepsBench(o: StepsOptions): Promise<{ record: BenchRec
     trials,
     results,
     verdicts,
-    summary:
-      head && base
-        ? `${head.name}: ${get(head.name, `steps_per_sec.N${maxN}`) ?? '–'} steps/s at N=${maxN} (${base.name}: ${get(base.name, `steps_per_sec.N${maxN}`) ?? '–'}, ratio ${get(head.name, `ratio.steps_per_sec.N${maxN}`) ?? '–'}); daemon CPU per PNG step ${get(head.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms vs ${get(base.name, 'daemon_cpu_ms_per_step.png') ?? '–'} ms; p99 at ${o.offered}/s offered ${get(head.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms vs ${get(base.name, `open_loop_step_ms.p99@${o.offered}`) ?? '–'} ms.`
-        : 'one arm only',
+    summary: o.screens
+      .flatMap((screen) =>
+        o.formats.map((f) => {
+          const m = (arm: string, k: string) => get(arm, `${k}.N${maxN}.${f}.${screen}`) ?? '–';
+          const arms = o.arms
+            .map(
+              (a) =>
+                `${a.name} ${m(a.name, 'steps_per_sec')} steps/s (p50 ${m(a.name, 'step_ms.p50')}, p95 ${m(a.name, 'step_ms.p95')}, p99 ${m(a.name, 'step_ms.p99')} ms, ${m(a.name, 'daemon_cpu_ms_per_step')} ms CPU/step${a.name !== CEILING_ARM && hasCeiling ? `, ${m(a.name, 'ratio_to_ceiling.steps_per_sec')} of ceiling` : ''})`,
+            )
+            .join('; ');
+          return `${screen} ${f} N=${maxN}: ${arms}.`;
+        }),
+      )
+      .join('\n'),
     surprises: [],
     limitations: [
       ...(full

@@ -64,6 +64,7 @@ export interface DaemonConfig {
   testHooks: boolean;
   browserZygote: boolean;
   benchHooks: boolean;
+  benchStoredFrame: boolean;
 }
 
 interface Field<T> {
@@ -374,6 +375,14 @@ export const FIELDS: { [K in keyof DaemonConfig]: Field<DaemonConfig[K]> } = {
   benchHooks: {
     env: 'DRUMS_BENCH_HOOKS',
     doc: "`1` honours the bench's `drums.bench.*` labels (the bench's private daemon)",
+    default: false,
+    defaultDoc: '`0`',
+    parse: bool,
+    audience: 'test',
+  },
+  benchStoredFrame: {
+    env: 'DRUMS_BENCH_STORED_FRAME',
+    doc: "bench only (`drums bench steps`' ceiling arm): `1` makes every screenshot of a session the one it first captured with the same options, so a step costs the HTTP path and its actions but no capture or encode; screenshots go stale, never set it for real use",
     default: false,
     defaultDoc: '`0`',
     parse: bool,

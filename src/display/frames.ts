@@ -10,7 +10,8 @@
  *     bands that damage or the pointer touched since its last frame (encodeBands), or
  *   - anything else: swap32 in place (BGRX → XRGB, native) → the buffer read from byte 1 is
  *     RGBX → sharp: drop the 4th band, resize, encode (libvips' thread pool).
- * Per-pixel work on the event loop is only the PNG bands that changed (~0.13 ms each). PNG and
+ * The PNG bands that changed are filtered and deflated on a worker thread (band-pool.ts), the
+ * rest in libvips' pool: per-pixel work on the event loop is the cursor's rectangle. PNG and
  * raw are exact: they decode to the same RGB bytes as the earlier all-JS path
  * (tests/integration/display-frames.test.ts checks that).
  *
@@ -27,6 +28,8 @@ import * as fs from 'node:fs';
 import sharp from 'sharp';
 import { DisplayError } from './errors.ts';
 import { BAND_ROWS, BandPngEncoder } from './png-bands.ts';
+import { bandPool } from './band-pool.ts';
+import { Lock } from './x-connection.ts';
 import type { XConnection } from './x-connection.ts';
 import type { CursorImage, Region, ScreenshotFormat, ScreenshotOptions, ScreenshotResult } from './image-types.ts';
 
@@ -77,6 +80,11 @@ class FrameState {
   rowSeq: Float64Array | null = null;
   /** Banded PNG encoders by region and cursor, with the sequence number of their last capture. */
   readonly png = new Map<string, { enc: BandPngEncoder; seq: number; cursorRows: [number, number] | null }>();
+  /**
+   * Banded PNG frames one at a time (plan, capture, encode on a worker, assemble): a frame planned
+   * while another's bands are on the worker would assemble bands of two moments.
+   */
+  readonly pngLock = new Lock();
   private _ext: any = null;
   private _damage = 0;
   private _raw = 0;
@@ -187,7 +195,8 @@ class ScratchPool {
     for (let i = 0; i < this._free.length; i++) if (this._free[i].length >= bytes && (best < 0 || this._free[i].length < this._free[best].length)) best = i;
     if (best >= 0) return this._free.splice(best, 1)[0].subarray(0, bytes);
     this.allocated++;
-    return Buffer.allocUnsafeSlow(bytes);
+    // Shared memory: the band encoder's worker reads the frame in place (band-pool.ts).
+    return Buffer.from(new SharedArrayBuffer(bytes));
   }
 
   give(b: Buffer): void {
@@ -450,9 +459,11 @@ export async function captureScreenshot(c: XConnection, options: ScreenshotOptio
 export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<ScreenshotResult> {
   const { region, scale, format, quality } = o;
   const f = scale && o.boxScale ? boxFactor(region, scale) : 0;
+  const t0 = performance.now();
   let img = f
     ? sharp(shrinkBgrx(bgrxPlus, region.width, region.height, f), { raw: { width: scale!.width, height: scale!.height, channels: 3 } })
     : rgbPipeline(bgrxPlus, region.width, region.height);
+  const t1 = performance.now();
   if (scale && !f) {
     // Flatten to 3 bands before the resize, so the spare byte never acts as alpha.
     const rgb = await img.raw().toBuffer();
@@ -480,6 +491,7 @@ export async function encodeBgrx(bgrxPlus: Buffer, o: ResolvedShot): Promise<Scr
     height: scale ? scale.height : region.height,
     format,
     mimeType: MIME[format],
+    timing: { cursor: 0, grab: 0, draw: 0, colour: t1 - t0, encode: performance.now() - t1 },
   };
   if (scale) {
     out.scaleX = region.width / scale.width;
@@ -549,12 +561,30 @@ function planRows(p: BandPlan, height: number): Array<[number, number]> {
   return out;
 }
 
-function encodeBands(p: BandPlan, bgrx: Buffer, o: ResolvedShot, seq: number): ScreenshotResult {
+async function encodeBands(p: BandPlan, bgrx: Buffer, o: ResolvedShot, seq: number): Promise<ScreenshotResult> {
   const r = o.region;
-  const out = p.e.enc.encode(bgrx, (k) => p.need[k]!);
+  const t0 = performance.now();
+  const enc = p.e.enc;
+  // The changed bands are filtered and deflated on a worker (the event loop only dispatches and
+  // concatenates); a buffer that is not shared (none today) is encoded here.
+  const todo = enc.todo((k) => p.need[k]!);
+  let out: ReturnType<BandPngEncoder['encode']>;
+  if (bgrx.buffer instanceof SharedArrayBuffer && todo.length) {
+    const w = await bandPool.encode(bgrx, enc.width, enc.height, todo);
+    out = { ...enc.assemble(w.bands), filterMs: w.filterMs, deflateMs: w.deflateMs };
+  } else out = enc.encode(bgrx, (k) => p.need[k]!);
   p.e.seq = seq;
   p.e.cursorRows = p.cur;
-  return { data: out.png, width: r.width, height: r.height, format: 'png', mimeType: MIME.png };
+  // What is not filter or deflate (the message, the chunks, their CRC, the concatenation) counts as encode.
+  const rest = performance.now() - t0 - out.filterMs - out.deflateMs;
+  return {
+    data: out.png,
+    width: r.width,
+    height: r.height,
+    format: 'png',
+    mimeType: MIME.png,
+    timing: { cursor: 0, grab: 0, draw: 0, colour: out.filterMs, encode: out.deflateMs + rest, bands: [out.changedBands, out.bands] },
+  };
 }
 
 /** One frame: from the cache when nothing changed, else captured and encoded. */
@@ -563,6 +593,7 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   await st.ready();
   // The round trip that makes the epoch current: the cursor request, or a sync.
   let cursor: (CursorImage & { cursorSerial?: number }) | null = null;
+  const t0 = performance.now();
   if (o.wantCursor)
     cursor = await c.request<CursorImage & { cursorSerial?: number }>('XFixesGetCursorImage', (cb) => c.fixes.GetCursorImage(cb)).catch(() => null);
   else await c.sync();
@@ -571,12 +602,30 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
   const hit = st.lookup(key, cursorKey);
   if (hit) {
     st.cacheHits++;
-    return { ...hit, cached: true };
+    const { timing: _, ...kept } = hit;
+    return { ...kept, cached: true };
   }
+  const banded = o.format === 'png' && !o.scale && st.rowSeq !== null;
+  const cursorMs = performance.now() - t0;
+  return banded
+    ? st.pngLock.run(() => captureFresh(c, st, o, cursor, cursorKey, key, true, cursorMs))
+    : captureFresh(c, st, o, cursor, cursorKey, key, false, cursorMs);
+}
+
+async function captureFresh(
+  c: XConnection,
+  st: FrameState,
+  o: ResolvedShot,
+  cursor: (CursorImage & { cursorSerial?: number }) | null,
+  cursorKey: string,
+  key: string,
+  banded: boolean,
+  cursorMs: number,
+): Promise<ScreenshotResult> {
   let epoch = st.epoch;
   let seq = 0;
+  const t1 = performance.now();
   const buf = scratch.take(o.region.width * o.region.height * 4 + 4);
-  const banded = o.format === 'png' && !o.scale && st.rowSeq !== null;
   let plan: BandPlan | null = null;
   let result: ScreenshotResult;
   try {
@@ -599,9 +648,12 @@ export async function captureFrame(c: XConnection, o: ResolvedShot, _opts?: Scre
         : undefined,
     );
     st.captures++;
+    const t2 = performance.now();
     // The pointer's rows are always in a plan's bands, so the cursor lands on rows that were read.
     if (cursor) compositeCursorBgrx(bgrx, o.region.width, o.region.height, cursor, o.region.x, o.region.y);
-    result = banded ? encodeBands(plan ?? planBands(st, o, cursor), bgrx, o, seq) : await encodeBgrx(bgrx, o);
+    const t3 = performance.now();
+    result = banded ? await encodeBands(plan ?? planBands(st, o, cursor), bgrx, o, seq) : await encodeBgrx(bgrx, o);
+    if (result.timing) Object.assign(result.timing, { cursor: cursorMs, grab: t2 - t1, draw: t3 - t2 });
   } finally {
     // libvips has finished reading the buffer once toBuffer() settled.
     scratch.give(buf);

@@ -35,6 +35,24 @@ export interface ScreenshotResult {
   /** Multiply an x in this image by scaleX (and add region.x) to get a screen x. Only when scaled. */
   scaleX?: number;
   scaleY?: number;
+  /** Where the frame's time went in the daemon (ms, wall; absent for a cached frame). */
+  timing?: FrameTiming;
+}
+
+/**
+ * A frame's stages (ms of wall time): `cursor` the XFixes round trip (or a sync), `grab` the
+ * ShmGetImage round trip and the copy out of the segment, `draw` the pointer drawn in, `colour`
+ * BGRX → RGB (the banded PNG's filter pass with its Adler-32; swap32 otherwise), `encode` the
+ * compression (zlib's deflate per band; libvips' whole encode otherwise, which runs on libuv's
+ * pool, so this is its wait). `bands`: PNG bands encoded anew of all.
+ */
+export interface FrameTiming {
+  cursor: number;
+  grab: number;
+  draw: number;
+  colour: number;
+  encode: number;
+  bands?: [number, number];
 }
 
 export interface CursorImage {

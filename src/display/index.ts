@@ -7,6 +7,6 @@ export type { ScreenshotOptions, ScreenshotResult, ScreenshotFormat, Region } fr
 export type { MouseButton, ClickOptions, DragOptions, ScrollOptions } from './input.ts';
 export { XConnection } from './x-connection.ts';
 export type { WindowInfo, WaitForWindowOptions } from './windows.ts';
-export { normalizeAction, normalizeActions, runActions, runAction } from './actions.ts';
-export type { CanonicalAction, NormalizeOptions, ActionResult } from './actions.ts';
+export { normalizeAction, normalizeActions, runActions, runAction } from './actions/index.ts';
+export type { CanonicalAction, NormalizeOptions, ActionResult } from './actions/index.ts';
 export { keysymFromName } from './keysyms.ts';

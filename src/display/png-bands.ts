@@ -14,8 +14,9 @@
  * Cost at 1280x800 (2-core host, CPU): per changed 16-row band ~0.13 ms (BGRX → filtered RGB
  * and its Adler-32 in one JS pass, then zlib). A pointer move changes 2–4 bands: well under
  * 1 ms instead of libvips' ~6.3 ms for the whole frame. A whole new screen costs about what
- * libvips does (~7 ms), on the event loop: it is synchronous, so encodes never interleave.
- * Moving the deflates to the thread pool was measured: zlib's async calls cost ~0.1 ms each
+ * libvips does (~7 ms). encode() is synchronous; the daemon runs encodeBandsOf() on a worker
+ * thread instead (band-pool.ts: one message per frame) and assemble()s here. Moving the deflates
+ * to the thread pool one zlib call per band was measured: zlib's async calls cost ~0.1 ms each
  * more than the work they move (60% more CPU for a full screen).
  */
 import * as zlib from 'node:zlib';
@@ -72,18 +73,53 @@ interface Band {
   len: number;
 }
 
+/** One band encoded, wherever it was (this thread or a worker: band-pool.ts). */
+export interface EncodedBand {
+  k: number;
+  body: Uint8Array;
+  adler: number;
+  len: number;
+}
+
+let scratchRows = Buffer.alloc(0);
+
+/**
+ * Bands `ks` of a BGRX frame, each filtered and deflated on its own (what a PNG of BandPngEncoder
+ * concatenates). Synchronous; the rows scratch is per thread. `filterMs`/`deflateMs`: the time in each.
+ */
+export function encodeBandsOf(bgrx: Uint8Array, width: number, height: number, ks: number[]): { bands: EncodedBand[]; filterMs: number; deflateMs: number } {
+  const need = BAND_ROWS * (width * 3 + 1);
+  if (scratchRows.length < need) scratchRows = Buffer.allocUnsafe(need);
+  const buf = Buffer.from(bgrx.buffer, bgrx.byteOffset, bgrx.byteLength);
+  const bands: EncodedBand[] = [];
+  let filterMs = 0,
+    deflateMs = 0;
+  for (const k of ks) {
+    const t0 = performance.now();
+    const { rows, adler } = filterRows(buf, width, k * BAND_ROWS, Math.min(height, (k + 1) * BAND_ROWS), scratchRows);
+    const t1 = performance.now();
+    bands.push({ k, body: ownBytes(zlib.deflateRawSync(rows, DEFLATE_OPTS)), adler, len: rows.length });
+    filterMs += t1 - t0;
+    deflateMs += performance.now() - t1;
+  }
+  return { bands, filterMs, deflateMs };
+}
+
 export interface BandEncodeResult {
   png: Buffer;
   /** Bands encoded anew for this frame (all of them for the first). */
   changedBands: number;
   bands: number;
+  /** ms spent in the filter pass (BGRX → filtered RGB and its Adler-32) and in deflate. */
+  filterMs: number;
+  deflateMs: number;
 }
 
 /**
  * BGRX rows y0..y1 → filtered RGB rows (filter byte 0) in `out`, and their Adler-32, summed in
  * the same pass (a separate pass costs as much again as the conversion).
  */
-function filterRows(bgrx: Buffer, width: number, y0: number, y1: number, out: Buffer): { rows: Buffer; adler: number } {
+export function filterRows(bgrx: Buffer, width: number, y0: number, y1: number, out: Buffer): { rows: Buffer; adler: number } {
   const rows = out.subarray(0, (y1 - y0) * (width * 3 + 1));
   if (bgrx.byteOffset % 4 !== 0) {
     let o = y0 * width * 4,
@@ -143,8 +179,6 @@ function chunk(type: string, data: Buffer[], length: number): Buffer {
   return out;
 }
 
-let scratchRows = Buffer.alloc(0);
-
 /**
  * `b` in an ArrayBuffer of its own size. zlib's sync calls return a view of their output chunk
  * (a 64 KiB allocation, 16 KiB of it per call), so a kept band of a few hundred bytes held 16
@@ -180,13 +214,6 @@ export class BandPngEncoder {
     // Kept for the encoder's life: not a view of the shared Buffer pool (it would pin an 8 KiB slab).
     this._ihdr = ownBytes(chunk('IHDR', [h], 13));
     this.bands = Math.ceil(height / BAND_ROWS);
-  }
-
-  /** The band scratch (filtered rows before deflate), shared: encode() is synchronous. */
-  private get _scratch(): Buffer {
-    const need = BAND_ROWS * (this.width * 3 + 1);
-    if (scratchRows.length < need) scratchRows = Buffer.allocUnsafe(need);
-    return scratchRows;
   }
 
   /**
@@ -229,15 +256,30 @@ export class BandPngEncoder {
    * encoded yet are encoded whatever it says.
    */
   encode(bgrx: Buffer, changed: (band: number) => boolean): BandEncodeResult {
-    const { width, height } = this;
-    const n = this.bands;
+    const todo = this.todo(changed);
+    const { bands, filterMs, deflateMs } = encodeBandsOf(bgrx, this.width, this.height, todo);
+    return { ...this.assemble(bands), filterMs, deflateMs };
+  }
+
+  /** The bands encode() with this `changed` would encode (changed, or never encoded). */
+  todo(changed: (band: number) => boolean): number[] {
     const todo: number[] = [];
-    for (let k = 0; k < n; k++) if (!this._bands[k] || changed(k)) todo.push(k);
+    for (let k = 0; k < this.bands; k++) if (!this._bands[k] || changed(k)) todo.push(k);
+    return todo;
+  }
+
+  /**
+   * Keeps bands encoded elsewhere (encodeBandsOf, here or in a worker) in place of the old ones,
+   * then makes the PNG of all bands. The caller encoded exactly todo()'s bands of one frame.
+   */
+  assemble(encoded: EncodedBand[]): Omit<BandEncodeResult, 'filterMs' | 'deflateMs'> {
+    const n = this.bands;
     const bands = this._bands;
-    for (const k of todo) {
-      const { rows, adler } = filterRows(bgrx, width, k * BAND_ROWS, Math.min(height, (k + 1) * BAND_ROWS), this._scratch);
-      bands[k] = { body: ownBytes(zlib.deflateRawSync(rows, DEFLATE_OPTS)), adler, len: rows.length };
+    for (const e of encoded) {
+      const body = Buffer.from(e.body.buffer, e.body.byteOffset, e.body.byteLength);
+      bands[e.k] = { body: ownBytes(body), adler: e.adler, len: e.len };
     }
+    for (let k = 0; k < n; k++) if (!bands[k]) throw new Error(`band ${k} was never encoded`);
     let adler = 1,
       len = ZLIB_HEADER.length + FINAL_BLOCK.length + 4;
     const parts: Buffer[] = [ZLIB_HEADER];
@@ -252,6 +294,6 @@ export class BandPngEncoder {
     tail.writeUInt32BE(adler, FINAL_BLOCK.length);
     parts.push(tail);
     const png = Buffer.concat([SIGNATURE, this._ihdr, chunk('IDAT', parts, len), IEND]);
-    return { png, changedBands: todo.length, bands: n };
+    return { png, changedBands: encoded.length, bands: n };
   }
 }

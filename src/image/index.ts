@@ -17,20 +17,19 @@ export {
   type RecipeOptions,
   type ResolvedRecipe,
 } from './recipe.ts';
+export { buildImage, type BuildOptions } from './build.ts';
+export { debianMirrors } from './apt.ts';
 export {
-  buildImage,
   findImage,
   listImages,
   removeImage,
-  debianMirrors,
   imagesDirOf,
   DEFAULT_IMAGES_DIR,
   type BuiltImage,
   type ListedImage,
   type ImageManifest,
-  type BuildOptions,
   type ImageDirOptions,
-} from './build.ts';
+} from './store.ts';
 export { renderProgressToStderr, type BuildProgress, type ProgressCallback } from './progress.ts';
 export { ImageError, RecipeError, ImageBuildError, type ImageErrorCode } from './errors.ts';
 export { acquireLock, processStartTime, type LockHandle, type LockOptions } from './lock.ts';

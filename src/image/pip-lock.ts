@@ -4,7 +4,7 @@
  * x86_64 glibc Linux or for any platform), as the package index lists them (its PEP 691 JSON
  * API, what pip itself reads). Nothing is downloaded or run; the hashes are the index's.
  * Review the diff (names and versions) and commit it; the image build installs with
- * --require-hashes --no-deps (src/image/build.ts), so the recipe's pip list must be the whole
+ * --require-hashes --no-deps (src/image/plan.ts), so the recipe's pip list must be the whole
  * closure beyond what the image's Debian packages provide (the build's `pip check` says if not).
  *
  *   drums image pip-lock <recipe> [--python 3.11] [--index https://pypi.org/simple]

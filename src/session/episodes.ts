@@ -901,11 +901,11 @@ function duBytes(dir: string): number {
 }
 
 /** The refusal of a recorded session when the instance's episode store is full (DRUMS_EPISODE_MAX_MB). */
-export function episodeStoreFull(store: EpisodeStore): DrumsError {
+export function episodeStoreFull(store: EpisodeStore, pool?: string): DrumsError {
   const mb = (n: number) => Math.round(n / 1024 ** 2);
   return new DrumsError(
     'episode_store_full',
-    `the episode store holds ${mb(store.totalBytes)} of its ${mb(store.limits.hostBytes)} MiB (DRUMS_EPISODE_MAX_MB): delete episodes (drums episodes rm, DELETE /v1/sessions/{id}/episodes/{generation}), let retention delete closed ones (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP), or create the session without record`,
-    { details: { bytes: store.totalBytes, maxBytes: store.limits.hostBytes } },
+    `the episode store holds ${mb(store.totalBytes)} of its ${mb(store.limits.hostBytes)} MiB (DRUMS_EPISODE_MAX_MB): delete episodes (drums episodes rm, DELETE /v1/sessions/{id}/episodes/{generation}), let retention delete closed ones (DRUMS_EPISODE_KEEP_DAYS, DRUMS_EPISODE_KEEP), or ${pool ? `claim from a pool whose template has no record (pool '${pool}' records)` : 'create the session without record'}`,
+    { details: { bytes: store.totalBytes, maxBytes: store.limits.hostBytes, ...(pool ? { pool } : {}) } },
   );
 }

@@ -96,8 +96,15 @@ export class SessionManager {
   readonly admission: Admission;
   /** Recorded episodes (spec `record`; src/session/episodes.ts). */
   readonly episodes: EpisodeStore;
-  /** Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone. */
-  readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[] } = { ready: [], destroyed: [] };
+  /**
+   * Observers (e.g. the OSWorld endpoints): `ready` after a create succeeds, `destroyed` when a session is gone,
+   * `recording` when a generation's episode opens (the episode frames' timer wakes on it).
+   */
+  readonly hooks: { ready: ((s: Session) => Promise<void>)[]; destroyed: ((id: string) => void)[]; recording: ((s: Session) => void)[] } = {
+    ready: [],
+    destroyed: [],
+    recording: [],
+  };
   private readonly _queue: (() => void)[] = [];
   private _poller?: NodeJS.Timeout;
   private _retention?: NodeJS.Timeout;
@@ -327,7 +334,7 @@ export class SessionManager {
   /**
    * The spec a create of `body` would record: parsed, with the daemon's defaults (userns, disk
    * bandwidth, the image's screen). Throws what a create would for a bad body or an unbuilt image.
-   * A task pool compares a member's spec with its template's through this (src/session/pools.ts).
+   * A task pool compares a member's spec with its template's through this (src/pools/pools.ts).
    */
   effectiveSpec(body: unknown): SessionSpec {
     return this._effectiveSpec(body).spec;
@@ -470,7 +477,7 @@ export class SessionManager {
     return s;
   }
 
-  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/session/pools.ts). */
+  /** Restarts a session's TTL from now (0 = none): a claim from a warm pool (src/pools/pools.ts). */
   armTtl(s: Session, ttlSeconds: number): void {
     clearTimeout(s._ttlTimer);
     s._ttlTimer = undefined;
@@ -599,7 +606,9 @@ export class SessionManager {
 
   /** Starts recording the session's current generation, if its spec asks (`record`). */
   private _openEpisode(s: Session): void {
-    if (s.spec.record) s._episode = this.episodes.open(s.id, s.generation, s.spec.record);
+    if (!s.spec.record) return;
+    s._episode = this.episodes.open(s.id, s.generation, s.spec.record);
+    for (const h of this.hooks.recording) h(s);
   }
 
   private async _closeEpisode(s: Session, reason: string): Promise<void> {

@@ -57,7 +57,7 @@ export interface Session {
   /** Private: status watcher of the current generation. */
   _watcher?: StatusWatcher;
   _ttlTimer?: NodeJS.Timeout;
-  /** Private: a writable layer to start the first generation from (a disk fork, src/session/fork.ts). */
+  /** Private: a writable layer to start the first generation from (a disk fork, src/pools/fork.ts). */
   _seedUpper?: string;
   /** Private: the host uid base the seed's files are owned by (0: host ids). */
   _seedBase?: number;

@@ -117,6 +117,20 @@ test('an unchanged screen reuses the last encoding; damage and cursor moves reca
   assert.ok(p2.data.equals(e.data));
 });
 
+test('a captured frame says where its time went; a reused one does not', async () => {
+  await paintNoise(0, 0, 1280, 40);
+  const png = await d.screenshot({ format: 'png' });
+  const t = png.timing;
+  assert.ok(t, 'a captured PNG carries its stages');
+  for (const k of ['cursor', 'grab', 'draw', 'colour', 'encode'] as const) assert.ok(Number.isFinite(t[k]) && t[k] >= 0, `${k}: ${t[k]}`);
+  // The painted rows (bands 0-2) at least, never more than all 50 bands of 1280x800.
+  assert.ok(t.bands && t.bands[0] >= 3 && t.bands[1] === 50, JSON.stringify(t.bands));
+  const again = await d.screenshot({ format: 'png' });
+  assert.equal(again.timing, undefined, 'a frame from the cache has no stages');
+  const jpeg = await d.screenshot({ format: 'jpeg', quality: 61 });
+  assert.ok(jpeg.timing && jpeg.timing.encode > 0 && jpeg.timing.bands === undefined);
+});
+
 test('many back-to-back small changes are never missed', async () => {
   for (let i = 0; i < 20; i++) {
     await d.screenshot({ format: 'raw', region: { x: 0, y: 0, width: 32, height: 32 }, cursor: false });

@@ -9,7 +9,7 @@ import x11 from 'x11';
 import type { XClient, XEvent } from 'x11';
 import { startXvfb, waitExit, type XvfbHandle } from '../../src/testing/xvfb.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
-import { runActions } from '../../src/display/actions.ts';
+import { runActions } from '../../src/display/actions/index.ts';
 import { isDisplayError } from '../../src/display/errors.ts';
 
 let h: XvfbHandle;

@@ -174,6 +174,18 @@ describe('episodes', () => {
     assert.equal(full.code, 'episode_store_full');
     assert.match(full.message, /DRUMS_EPISODE_MAX_MB.*drums episodes rm.*DRUMS_EPISODE_KEEP_DAYS/);
     assert.equal((await apiError(d.client.deleteEpisode(s.id, 2))).code, 'episode_open');
+    // A claim from a recorded pool is refused the same way (issue 31: it handed out a member whose recording had
+    // stopped at its start), and the member made while the store was full stays in the pool, not claimed.
+    const pool = `rec-${d.instance}`;
+    await d.client.putPool(pool, { size: 1, template: { image: 'minimal', record: true } });
+    // Filled by the daemon in the background: wait on its state (a loaded host makes a session in seconds to a minute).
+    for (let t0 = Date.now(); (await d.client.getPool(pool)).ready < 1; await new Promise((r) => setTimeout(r, 200))) {
+      assert.ok(Date.now() - t0 < 180_000, 'the recorded pool did not fill in 3 minutes');
+    }
+    const claimFull = await apiError(d.client.claimSession({ pool }));
+    assert.deepEqual([claimFull.status, claimFull.code], [507, 'episode_store_full']);
+    assert.match(claimFull.message, /drums episodes rm.*claim from a pool whose template has no record/);
+    assert.equal((await d.client.getPool(pool)).ready, 1, 'the refused claim took no member');
     // An export of the open episode says where it ends.
     const open = d.cli(['episodes', 'export', s.id, '--generation', '2', '--out', join(out, 'open')]);
     assert.equal(open.status, 0, open.stderr);
@@ -194,6 +206,12 @@ describe('episodes', () => {
     const deleted = d.cli(['episodes', 'export', s.id, '--generation', '2', '--out', join(out, 'deleted')]);
     assert.notEqual(deleted.status, 0);
     assert.match(deleted.stderr, /episode_not_found/);
+    // With room again, a claim is served, and recorded (a member whose recorder had stopped would be discarded, not
+    // handed out).
+    const claimed = await d.client.claimSession({ pool });
+    assert.equal(claimed.recording!.stopped, null, 'the claimed session records');
+    await d.client.releaseSession(claimed.id, { mode: 'destroy' });
+    await d.client.deletePool(pool);
     await d.client.destroySession(plain.id);
   });
 });

@@ -1,7 +1,7 @@
 // Action normalization: every vocabulary, scaling, and every validation error path. No X needed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { normalizeAction, normalizeActions, MAX_TEXT_LENGTH, DEFAULT_WAIT_MS } from '../../src/display/actions.ts';
+import { normalizeAction, normalizeActions, MAX_TEXT_LENGTH, DEFAULT_WAIT_MS } from '../../src/display/actions/index.ts';
 import { isDisplayError } from '../../src/display/errors.ts';
 import { keysymFromName, splitChord, charToKeysyms } from '../../src/display/keysyms.ts';
 

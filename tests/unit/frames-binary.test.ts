@@ -1,7 +1,7 @@
 // Binary step responses: which Accept headers ask for image bytes, and the header-safe JSON.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { asciiJson, wantsBinary } from '../../src/api/routes/display.ts';
+import { asciiJson, wantsBinary } from '../../src/api/routes/actions.ts';
 import { parseStreamQuery } from '../../src/api/frames/stream.ts';
 
 test('Accept: the exact type, image/* for images, never JSON-only or absent', () => {

@@ -120,3 +120,32 @@ test('kept bands hold only their compressed bytes, however scattered the re-enco
   // The IHDR chunk (25 bytes) is the only other thing an encoder keeps.
   assert.ok(enc.retainedBytes() <= compressed + 64, `bands hold ${enc.retainedBytes()} bytes for ${compressed} compressed`);
 });
+
+test('bands encoded on the worker make the same PNG as encoded here', async () => {
+  const { bandPool } = await import('../../src/display/band-pool.ts');
+  const w = 300,
+    h = 70;
+  const frame = Buffer.from(new SharedArrayBuffer(w * h * 4));
+  randomBytes(w * h * 4).copy(frame);
+  const here = new BandPngEncoder(w, h).encode(frame, () => true).png;
+  const enc = new BandPngEncoder(w, h);
+  const r = await bandPool.encode(
+    frame,
+    w,
+    h,
+    enc.todo(() => true),
+  );
+  assert.ok(enc.assemble(r.bands).png.equals(here));
+  // Then one changed band, on the worker, against the same change encoded here.
+  randomBytes(w * 4 * 3).copy(frame, w * 4 * 20);
+  const ref = new BandPngEncoder(w, h);
+  ref.encode(frame, () => true);
+  const r2 = await bandPool.encode(
+    frame,
+    w,
+    h,
+    enc.todo((k) => k === 1),
+  );
+  assert.ok(enc.assemble(r2.bands).png.equals(ref.encode(frame, () => false).png));
+  await bandPool.close();
+});

@@ -2,7 +2,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { BODY_CODES, specBodies } from '../../src/api/spec-validate.ts';
-import { normalizeActions } from '../../src/display/actions.ts';
+import { normalizeActions } from '../../src/display/actions/index.ts';
 import { parseSpec } from '../../src/session/spec.ts';
 
 const v = specBodies();

@@ -50,6 +50,7 @@ from ._optional import OPTIONAL_HEAVY
 from ._optional import OptionalFinder as _OptionalFinder
 from ._optional import install_finder as _install_finder
 from .client import Client, Session
+from .osworld_tasks import load_tasks, validate_task  # noqa: F401  (public here too; light, for the assets CLI)
 
 __all__ = ["register", "DrumsProvider", "DrumsVMManager", "OPTIONAL_HEAVY"]
 
@@ -324,15 +325,32 @@ def register() -> None:
     def __init__(self, provider_name: str = "vmware", *args, **kwargs):
         if isinstance(provider_name, str) and provider_name.lower().strip() == "drums":
             making_drums.on = True
+            # The session is made after DesktopEnv's own init, which would start it first thing: so that it can
+            # wait for the first reset when a task pool may serve that reset (_defer_start).
+            self._start_emulator = _no_start
             try:
                 init(self, "docker", *args, **kwargs)
             finally:
+                del self._start_emulator
                 making_drums.on = False
             self.provider_name = "drums"
+            if _defer_start(self):
+                self._drums_deferred = True
+            else:
+                self._start_emulator()
             return
         init(self, provider_name, *args, **kwargs)
 
     de.DesktopEnv.__init__ = __init__
+
+    def __getattr__(self, name: str):
+        # A deferred env used before its first reset (its image probed, a step): its session is made now.
+        if name in _STARTED_ATTRS and self.__dict__.get("_drums_deferred"):
+            _start_deferred(self)
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    de.DesktopEnv.__getattr__ = __getattr__
 
     reset = de.DesktopEnv.reset
 
@@ -345,7 +363,12 @@ def register() -> None:
             and os.environ.get("DRUMS_OSWORLD_POOLS", "1") != "0"
         ):
             if claim_into(self, task_config):
+                self._drums_deferred = False
                 return self._get_obs()
+        # A deferred env whose first reset claimed nothing: its session is made now, then reset as usual (a fresh
+        # session is clean: no revert).
+        if self.__dict__.get("_drums_deferred"):
+            _start_deferred(self)
         return reset(self, task_config, seed, options)
 
     de.DesktopEnv.reset = reset_claiming
@@ -354,6 +377,33 @@ def register() -> None:
 
         osworld_sandbox.install()  # every metric runs in a sandbox (docs/osworld.md)
     _registered = True
+
+
+#: What DesktopEnv._start_emulator sets on an env: reading one of these starts a deferred env's session.
+_STARTED_ATTRS = frozenset({"controller", "setup_controller", "vm_ip"})
+
+
+def _no_start() -> None:
+    pass
+
+
+def _defer_start(env: Any) -> bool:
+    """Whether a new drums env waits for its first reset to make its session: only when a task pool of its image
+    exists (drums.osworld_pool), whose member that reset may claim; otherwise the session made now would be thrown
+    away by the claim (one wasted create per env). Not for an env handed a session (adopt_next) or with pools off."""
+    if getattr(_handoff, "session", None) is not None or os.environ.get("DRUMS_OSWORLD_POOLS", "1") == "0":
+        return False
+    image = _parse_path(getattr(env, "path_to_vm", None))[0]
+    try:
+        pools = env.provider.client.pools.list()
+    except errors.DrumsError:
+        return False
+    return any(p.get("task") and p.get("template", {}).get("image") == image for p in pools)
+
+
+def _start_deferred(env: Any) -> None:
+    env._drums_deferred = False
+    env._start_emulator()
 
 
 if __name__ != "__main__":
@@ -442,44 +492,6 @@ def check_observation(observation: Any) -> str:
             f"unknown observation type {observation!r}: use one of {', '.join(OBSERVATIONS)} (OSWorld run.py's --observation_type)"
         )
     return observation
-
-
-def validate_task(task: Any) -> None:
-    if not isinstance(task, dict):
-        raise ValueError("a task must be a JSON object")
-    for k in ("id", "instruction", "evaluator"):
-        if k not in task:
-            raise ValueError(f"task is missing '{k}'")
-    if not isinstance(task.get("config", []), list):
-        raise ValueError("'config' must be a list of {type, parameters} steps")
-    for i, st in enumerate(task.get("config", [])):
-        if not isinstance(st, dict) or not isinstance(st.get("type"), str):
-            raise ValueError(f"config[{i}] must be an object with a string 'type'")
-    if not isinstance(task["evaluator"], dict) or "func" not in task["evaluator"]:
-        raise ValueError("'evaluator' must be an object with 'func'")
-    from .osworld_assets import task_assets
-
-    task_assets(task)  # ids and file names that are safe as cache paths (AssetError is a ValueError)
-
-
-def load_tasks(paths: list[str]) -> list[tuple[str, Any]]:
-    """(source path, task or Exception) for each file, directories expanded to their *.json."""
-    files: list[str] = []
-    for p in paths:
-        if os.path.isdir(p):
-            files += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".json"))
-        else:
-            files.append(p)
-    out: list[tuple[str, Any]] = []
-    for f in files:
-        try:
-            with open(f) as fh:
-                t = json.load(fh)
-            validate_task(t)
-            out.append((f, t))
-        except Exception as e:  # malformed task: reported, never fatal
-            out.append((f, ValueError(f"malformed task JSON {f}: {e}")))
-    return out
 
 
 #: related_apps value (lower case, spaces as _) -> the command the image must have for the task to make sense.
@@ -650,8 +662,8 @@ def run_task(
             require_a11y_tree=observation != "screenshot",  # as run.py makes it
             cache_dir=base,
         )
+        lacking = missing_apps(task, _image_has(env))  # (starts a deferred env's session: see _defer_start)
         res["session"] = env.provider.session["id"] if env.provider.session else None
-        lacking = missing_apps(task, _image_has(env))
         if lacking:
             res["error"] = (
                 f"the session's image ({env.provider.session.get('image') if env.provider.session else '?'}) lacks the app(s) "

@@ -25,11 +25,14 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in cmds:
         print(USAGE, file=sys.stderr)
         return 2
-    try:
-        from . import osworld  # noqa: F401  (registers the drums provider: imports desktop_env)
-    except Exception as e:
-        print(cannot_import_desktop_env(e), file=sys.stderr)
-        return 2
+    # Only `run` needs the provider; `assets` reads task files and the cache and never imports desktop_env
+    # (drums.osworld_tasks), which costs tens of seconds of metric-module imports.
+    if argv[0] == "run":
+        try:
+            from . import osworld  # noqa: F401  (registers the drums provider: imports desktop_env)
+        except Exception as e:
+            print(cannot_import_desktop_env(e), file=sys.stderr)
+            return 2
     return cmds[argv[0]](argv[1:])
 
 
@@ -239,7 +242,7 @@ def standins_main(argv: list[str]) -> int:
     import argparse
 
     from . import osworld_standins as standins
-    from .osworld import load_tasks
+    from .osworld_tasks import load_tasks
 
     ap = argparse.ArgumentParser(
         prog="drums osworld assets standins",
@@ -282,7 +285,7 @@ def assets_main(argv: list[str]) -> int:
     import argparse
 
     from . import osworld_assets as assets
-    from .osworld import load_tasks
+    from .osworld_tasks import load_tasks
 
     ap = argparse.ArgumentParser(prog="drums osworld assets", description="OSWorld's asset cache (docs/osworld.md)")
     ap.add_argument("action", choices=["fetch", "check"])

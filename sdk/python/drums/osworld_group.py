@@ -144,10 +144,11 @@ def run_group(
         font_name = assets.materialize(cache, task, setup_dir)
         run = dict(task, config=assets.font_steps(font_name) + list(task.get("config") or [])) if font_name else task
         env = DesktopEnv(provider_name="drums", action_space="pyautogui", require_a11y_tree=tree, cache_dir=setup_dir)
-        res["session"] = env.provider.session["id"] if env.provider.session else None
         t1 = time.monotonic()
         env.reset(task_config=run)
         res["reset_s"] = round(time.monotonic() - t1, 2)
+        # After the reset: a deferred env (a task pool of its image exists) has its session from it.
+        res["session"] = env.provider.session["id"] if env.provider.session else None
         res["setup_ok"] = True
         res["group"]["setups"] = 1
         # Fork the set-up session before anyone acts in it.

@@ -1,7 +1,9 @@
 """A private Drums daemon for the test run (like tests/helpers.ts startDaemon):
 its own state dir (DRUMS_STATE_DIR), instance name (DRUMS_INSTANCE), token, and port 0;
 the URL is parsed from the daemon's 'serving http://...' line. At the end no session may
-be left, and the daemon is stopped with SIGTERM (it sweeps its instance).
+be left, and the daemon is stopped with SIGTERM (it sweeps its instance); then no host object
+of its instance may be left either (``residue``: netns, veths, nft table, mounts, cgroups), named
+by its instance, so another run's daemon on this host never makes this one fail.
 
 Under CI=true a skipped test is a failure (pytest_runtest_makereport below): whatever a test needs (task
 data, an app in the image, a tool) must be there, or the run is red. The one kind of skip CI accepts is
@@ -71,8 +73,51 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()  # our own child, by its handle
                 self.proc.wait()
-        if self.state_dir.startswith("/var/tmp/drums-test-"):
+        # What the stopped daemon left (the fixture asserts it is nothing). A state dir with a mount left in it is
+        # not removed: rmtree would descend into the mounted tree.
+        self.residue = residue(self.instance, self.state_dir)
+        if self.state_dir.startswith("/var/tmp/drums-test-") and not self.residue["mounts"]:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _lines(argv: list[str]) -> list[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def residue(instance: str, state_dir: str) -> dict[str, list[str]]:
+    """Every host object a stopped daemon of ``instance`` could have left, by the names the daemon gives them
+    (tests/helpers.ts ``residue`` checks the same for the TypeScript tests): network namespaces
+    ``drums-<inst>-*``, veths ``dr<inst>h*``, the nft table ``drums_<inst>``, mounts under its state dir, and
+    cgroups ``drums-<inst>`` (its top: sessions, daemon, client below it) and the older ``drums-<inst>-daemon`` /
+    ``-client`` in every v1 controller's hierarchy and in the v2 tree (src/host/cgroup-fs.ts ``cgroupBases``;
+    a hybrid host's ``unified`` is one of the listed entries). All lists empty means clean."""
+    netns = [ln.split(" ")[0] for ln in _lines(["ip", "netns", "list"]) if ln.startswith(f"drums-{instance}-")]
+    links = []
+    for ln in _lines(["ip", "-o", "link", "show"]):
+        parts = ln.split(": ")
+        if len(parts) > 1 and parts[1].split("@")[0].startswith(f"dr{instance}h"):
+            links.append(parts[1].split("@")[0])
+    tables = [ln for ln in _lines(["nft", "list", "tables"]) if ln.split(" ")[-1] == f"drums_{instance}"]
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split(" ")[4] for ln in f if len(ln.split(" ")) > 4]
+    mounts = [m for m in mounts if m == state_dir or m.startswith(state_dir.rstrip("/") + "/")]
+    root = "/sys/fs/cgroup"
+    bases, seen = [root], set()
+    if os.path.isdir(root):
+        bases += [os.path.join(root, c) for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))]
+    cgroups = []
+    for base in bases:
+        real = os.path.realpath(base)  # cpu and cpuacct may be links to one "cpu,cpuacct" hierarchy
+        if real in seen:
+            continue
+        seen.add(real)
+        for name in (f"drums-{instance}", f"drums-{instance}-daemon", f"drums-{instance}-client"):
+            if os.path.isdir(os.path.join(base, name)):
+                cgroups.append(os.path.join(base, name))
+    return {"netns": netns, "links": links, "tables": tables, "mounts": mounts, "cgroups": cgroups}
 
 
 @pytest.fixture(scope="session")
@@ -87,9 +132,10 @@ def daemon():
         assert left == [], f"sessions left behind: {left}"
     finally:
         d.stop()
-    # The instance's network namespaces are gone (the daemon swept on stop).
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"drums-{d.instance}-" not in netns
+    # Nothing of the instance is left on the host (the daemon swept on stop): namespaces, veths, nft table,
+    # mounts, cgroups.
+    left = {k: v for k, v in d.residue.items() if v}
+    assert not left, f"daemon instance {d.instance} left host objects behind: {left}"
 
 
 @pytest.fixture()

@@ -251,3 +251,28 @@ def test_cli_check_and_fetch(tmp_path, store):
     assert "fetched 2 file(s)" in r.stderr and "ok" in r.stdout
     r = subprocess.run(cmd + ["check", str(tf), "--cache", cache], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "2/2 file(s) cached" in r.stdout
+
+
+def test_assets_cli_does_not_import_desktop_env(tmp_path):
+    """`drums osworld assets` reads tasks and the cache only: it must not import desktop_env (its metric modules
+    took ~25 s at load), so the task helpers live in drums.osworld_tasks. Run in a fresh interpreter, since this
+    one imports drums.osworld (and so desktop_env) here. The names stay importable from drums.osworld."""
+    import drums.osworld as osw
+
+    tf = tmp_path / "t1.json"
+    tf.write_text(json.dumps(task()))
+    code = (
+        "import sys\n"
+        "from drums.osworld_cli import main\n"
+        "rc = main(['assets', 'check', sys.argv[1], '--cache', sys.argv[2], '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m == 'desktop_env' or m.startswith('desktop_env.') or m == 'drums.osworld')\n"
+        "print('RC', rc, 'HEAVY', ','.join(heavy) or '-')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(osw.__file__))}
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tf), str(tmp_path / "cache")], capture_output=True, text=True, env=env
+    )
+    last = r.stdout.strip().splitlines()[-1]
+    assert last == "RC 1 HEAVY -", r.stdout[-2000:] + r.stderr[-2000:]  # 1: the task's files are missing
+    assert osw.load_tasks is __import__("drums.osworld_tasks", fromlist=["x"]).load_tasks
+    assert osw.validate_task is not None

@@ -2,7 +2,8 @@
 Writer task (download a .docx, open it) with its files from stand-ins in a test cache (never the shared
 one) is declared as a task pool of 2, filled (one setup, then a fork), and claimed through
 ``DesktopEnv.reset(task_config=task)``: the claimed session has the document on the Desktop and its
-Writer window up, scores 0.0, and the reset took a claim, not a setup. A task that cannot run here
+Writer window up, scores 0.0, and the reset took a claim, not a setup; the env made no session of its own
+before that claim. A task that cannot run here
 is refused when declared, naming why. Everything is cleaned up."""
 
 from __future__ import annotations
@@ -87,10 +88,14 @@ def test_task_pool_fills_by_fork_and_reset_claims_a_set_up_member(daemon, tmp_pa
 
         claimer = tmp_path / "claimer"
         assets.materialize(str(cache), task, str(claimer), fonts=False)  # the evaluator's gold files
+        listed = {s["id"] for s in client.request("GET", "/v1/sessions").json()["sessions"]}
         env = DesktopEnv(
             provider_name="drums", action_space="pyautogui", require_a11y_tree=False, cache_dir=str(claimer)
         )
-        fresh = env.provider.session["id"]
+        # A task pool of the env's image exists: the env makes no session up front that its first reset's claim
+        # would throw away (it did: one create wasted per env); the reset makes or claims it.
+        assert env.provider.session is None, "a session was made before the reset that claims"
+        assert {s["id"] for s in client.request("GET", "/v1/sessions").json()["sessions"]} == listed
         t0 = time.monotonic()
         obs = env.reset(task_config=task)
         claim_s = time.monotonic() - t0
@@ -103,11 +108,11 @@ def test_task_pool_fills_by_fork_and_reset_claims_a_set_up_member(daemon, tmp_pa
         _, missing = wait_for_app_windows(client.sessions.get(sid), expected_apps(task), 60)
         assert missing == [], missing
         assert float(env.evaluate()) == 0.0
-        # The env's first session goes (in the background); the claimed one stays the env's.
+        # The claimed session is the env's, and goes with it.
         env.close()
         env = None
         ids = [s["id"] for s in client.request("GET", "/v1/sessions").json()["sessions"]]
-        assert fresh not in ids and sid not in ids
+        assert sid not in ids
     finally:
         if env is not None:
             env.close()

@@ -5,7 +5,7 @@ import { streamRoutes } from './stream.ts';
 import { takeoverRoutes } from './takeover.ts';
 import { uiRoutes } from './ui.ts';
 import { upgradeTicket } from './upgrade.ts';
-import { vncService } from './vnc.ts';
+import { attachViewer } from './vnc.ts';
 import { DrumsError } from '../../common/errors.ts';
 
 export function frameRoutes(ctx: RouteContext) {
@@ -13,7 +13,7 @@ export function frameRoutes(ctx: RouteContext) {
   app.route('/', takeoverRoutes(ctx));
   app.route('/', streamRoutes(ctx));
   app.route('/', uiRoutes(ctx));
-  // On-demand VNC (src/api/frames/vnc.ts): raw RFB over a WebSocket.
+  // On-demand VNC (src/api/frames/vnc.ts over src/session/vnc-server.ts): raw RFB over a WebSocket.
   app.get('/v1/sessions/:id/vnc', (c) => {
     const s = ctx.session(c);
     for (const k of Object.keys(c.req.query()))
@@ -37,7 +37,7 @@ export function frameRoutes(ctx: RouteContext) {
         'this is a WebSocket endpoint carrying RFB (noVNC); for a VNC viewer use `drums session vnc ID` (docs/dashboard.md)',
       );
     const generation = s.generation;
-    ticket.accept((ws) => vncService(ctx.mgr).attach(s, ws, () => held !== undefined && s.generation === generation && reg.get(s)?.id === held));
+    ticket.accept((ws) => attachViewer(ctx.vnc, s, ws, () => held !== undefined && s.generation === generation && reg.get(s)?.id === held));
     return c.body(null, 204);
   });
   return app;

@@ -15,7 +15,7 @@
 import { Hono, type Context } from 'hono';
 import type { WebSocket } from 'ws';
 import { DrumsError, type DrumsErrorCode } from '../../common/errors.ts';
-import { normalizeActions, runActions, type ActionResult } from '../../display/actions.ts';
+import { normalizeActions, runActions, type ActionResult } from '../../display/actions/index.ts';
 import type { ScreenshotOptions } from '../../display/screenshot.ts';
 import type { Session } from '../../session/manager.ts';
 import type { RouteContext } from '../request.ts';

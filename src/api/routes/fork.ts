@@ -1,10 +1,10 @@
 import { Hono } from 'hono';
-import { forkSession, parseFork } from '../../session/fork.ts';
+import { forkSession, parseFork } from '../../pools/fork.ts';
 import type { RouteContext } from '../request.ts';
 import { refuseIfDraining } from './host.ts';
 import { checkBody } from '../spec-validate.ts';
 
-/** POST /v1/sessions/{id}/fork: N copies of a live session (src/session/fork.ts). */
+/** POST /v1/sessions/{id}/fork: N copies of a live session (src/pools/fork.ts). */
 export function forkRoutes(ctx: RouteContext) {
   const app = new Hono();
   app.post('/v1/sessions/:id/fork', async (c) => {

@@ -7,10 +7,10 @@ import { DrumsError, ValidationError } from '../../common/errors.ts';
 import { checkBody } from '../spec-validate.ts';
 import { loopbackPeerUid } from '../../common/peer-uid.ts';
 import { ClientJoinError, joinClientCgroupFor } from '../../host/resources.ts';
-import { listImages } from '../../image/build.ts';
+import { listImages } from '../../image/store.ts';
 import type { Instance } from '../../host/instance.ts';
 import type { SessionManager } from '../../session/manager.ts';
-import { listPools, poolsOf } from '../../session/pools.ts';
+import { listPools, type PoolManager } from '../../pools/pools.ts';
 import type { RouteContext } from '../request.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -68,7 +68,7 @@ function builtImages(imagesDir: string) {
  * `admission` is what memory and disk admission allow (src/session/admission.ts), `pools` the warm
  * pools and their fill; `capacity.sessions` is the placement figure clients use.
  */
-export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceId: string; startedAt: string }) {
+export function hostReport(mgr: SessionManager, pools: PoolManager, ids: { hostId: string; instanceId: string; startedAt: string }) {
   const sessions = mgr.list();
   const byState = Object.fromEntries(STATES.map((s) => [s, 0])) as Record<(typeof STATES)[number], number>;
   for (const s of sessions) byState[s.state]++;
@@ -98,14 +98,14 @@ export function hostReport(mgr: SessionManager, ids: { hostId: string; instanceI
       disk: { state: disk(mgr.inst.stateDir), images: disk(mgr.inst.imagesDir) },
     },
     admission,
-    pools: listPools(mgr),
+    pools: listPools(pools),
     images: builtImages(mgr.inst.imagesDir),
   };
 }
 
 /** GET /v1/host, POST and DELETE /v1/host/drain, and the draining check in front of POST /v1/sessions. */
 export function hostRoutes(ctx: RouteContext) {
-  const { mgr } = ctx;
+  const { mgr, pools } = ctx;
   // The host id is read (or made) on first use, so building the app touches no state dir.
   let id: string | undefined;
   const ids = {
@@ -120,16 +120,16 @@ export function hostRoutes(ctx: RouteContext) {
     if (c.req.method === 'POST') refuseIfDraining(mgr);
     return next();
   });
-  app.get('/v1/host', (c) => c.json(hostReport(mgr, ids)));
+  app.get('/v1/host', (c) => c.json(hostReport(mgr, pools, ids)));
   app.post('/v1/host/drain', (c) => {
     mgr.drainingSince ??= new Date().toISOString();
-    return c.json(hostReport(mgr, ids));
+    return c.json(hostReport(mgr, pools, ids));
   });
   app.delete('/v1/host/drain', (c) => {
     mgr.drainingSince = undefined;
-    poolsOf(mgr).resumeRefills();
+    pools.resumeRefills();
     mgr.resumeStandbys();
-    return c.json(hostReport(mgr, ids));
+    return c.json(hostReport(mgr, pools, ids));
   });
   // A local client's process joins the instance's client CPU cgroup (beside the daemon's, with its weight:
   // docs/api-host.md). The caller is the owner of the connection's peer socket, read from the kernel's

@@ -3,7 +3,6 @@ import { readFileSync } from 'node:fs';
 import type { RouteContext } from '../request.ts';
 import { metrics } from '../metrics.ts';
 import { resourceGauges } from '../resource-metrics.ts';
-import { poolsOf } from '../../session/pools.ts';
 
 type Json = Record<string, any>;
 
@@ -141,7 +140,7 @@ ${ops.join('\n')}
 
 /** Warm pools: target size and fill (ready, being made) per pool. */
 function poolGauges(ctx: RouteContext) {
-  const pools = poolsOf(ctx.mgr).list();
+  const pools = ctx.pools.list();
   return [
     {
       name: 'drums_pool_target',

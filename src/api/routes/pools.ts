@@ -1,14 +1,13 @@
 import { Hono } from 'hono';
 import { DrumsError } from '../../common/errors.ts';
-import { poolsOf, type ReleaseMode } from '../../session/pools.ts';
+import type { ReleaseMode } from '../../pools/pools.ts';
 import type { RouteContext } from '../request.ts';
 import { metrics } from '../metrics.ts';
 import { checkBody } from '../spec-validate.ts';
 
 /** Warm pools: GET/PUT/DELETE /v1/pools[/{name}] and POST /v1/sessions/{id}/release (claims are POST /v1/sessions). */
 export function poolRoutes(ctx: RouteContext) {
-  const { mgr, display } = ctx;
-  const pools = poolsOf(mgr);
+  const { pools, display } = ctx;
   pools.observers.claim.push((pool, result) => metrics.poolClaims.inc({ pool, result }));
   pools.observers.refill.push((pool, seconds) => metrics.poolRefill.observe({ pool }, seconds));
   const app = new Hono();
@@ -20,7 +19,7 @@ export function poolRoutes(ctx: RouteContext) {
     const { view, created } = pools.put(c.req.param('name'), body);
     return c.json(view, created ? 201 : 200);
   });
-  // A task pool's filler adds a session it set up (src/session/pools.ts, addMember).
+  // A task pool's filler adds a session it set up (src/pools/pools.ts, addMember).
   app.post('/v1/pools/:name/members', async (c) => {
     const body = (await ctx.body(c)) as Record<string, unknown>;
     if (!body || typeof body !== 'object' || Array.isArray(body))

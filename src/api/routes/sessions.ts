@@ -7,7 +7,7 @@ import type { RouteContext } from '../request.ts';
 import { checkBody } from '../spec-validate.ts';
 import type { Session as SessionView } from '../../protocol/generated/types.ts';
 import { memoryUsage, oomKills } from '../../host/cgroup-fs.ts';
-import { parseClaim, poolsOf } from '../../session/pools.ts';
+import { parseClaim } from '../../pools/pools.ts';
 import { standbyView } from '../../session/standby.ts';
 
 /** Fields a feature adds to a session's view (the daemon wires OSWorld's endpoint in; the app, the take-over). */
@@ -46,11 +46,10 @@ export function sessionView(s: Session, extras?: ViewExtras): SessionView {
   } satisfies SessionView;
 }
 
-/** Session lifecycle and the simple screenshot (exec is in display.ts). */
+/** Session lifecycle (observe, actions, windows, exec and files have a route module each). */
 export function sessionRoutes(ctx: RouteContext) {
-  const { mgr, display } = ctx;
+  const { mgr, display, pools } = ctx;
   const app = new Hono();
-  const pools = poolsOf(mgr);
   app.get('/v1/sessions', (c) =>
     c.json({
       sessions: mgr
@@ -61,7 +60,7 @@ export function sessionRoutes(ctx: RouteContext) {
   );
   app.post('/v1/sessions', async (c) => {
     const body = await ctx.body(c);
-    // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/session/pools.ts).
+    // A claim from a warm pool: `{pool, onEmpty?, labels?, ttlSeconds?}` (src/pools/pools.ts).
     if (body && typeof body === 'object' && !Array.isArray(body) && 'pool' in body) {
       const claim = parseClaim(body as Record<string, unknown>);
       checkBody('createSession', body);

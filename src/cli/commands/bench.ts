@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { DrumsClient } from '../../client/client.ts';
 import { printBars, progressLine, withDaemon } from '../util.ts';
+import type { StepFormat } from '../../bench/steps-bench.ts';
 
 type Opts = Record<string, string | boolean | undefined>;
 type Bars = Record<string, { pass: boolean; value: unknown; bar: unknown }>;
@@ -149,6 +150,8 @@ const BENCHES: RecordBench[] = [
       ['--resets <n>', 'resets per arm', '20'],
       ['--held <n>', 'sessions held open during the run', '0'],
       ['--held-image <name>', 'image of the held sessions', 'default'],
+      // Held sessions only wait: a small disk each lets --held 100 pass disk admission (100 x the default 512 MiB did not).
+      ['--held-disk-mb <n>', "each held session's diskMb (its writable layer)", '128'],
       ['--idle-seconds <n>', "window for the standby's idle cost", '10'],
       ['--settle-ms <n>', "wait after each refill (the old generation's teardown)", '2000'],
       OUT,
@@ -161,6 +164,7 @@ const BENCHES: RecordBench[] = [
         resets: num(o.resets),
         held: num(o.held),
         heldImage: String(o.heldImage),
+        heldDiskMb: num(o.heldDiskMb),
         idleSeconds: num(o.idleSeconds),
         settleMs: num(o.settleMs),
         outDir: String(o.out),
@@ -471,10 +475,14 @@ const BENCHES: RecordBench[] = [
   },
   {
     name: 'steps',
-    description: 'step throughput (click + PNG) of this checkout vs another checkout in the same run; CPU per step by format; streaming',
+    description:
+      'step throughput (click + screenshot) of this checkout vs its ceiling (stored frames: no capture, no encode) and another checkout, in the same run, at each screen size and format; CPU per step by format; streaming',
     options: [
       ['--base <dir>', 'checkout of the code to compare with (e.g. git worktree add DIR 4c106a9), with node_modules and .runtime'],
       ['--sessions <list>', 'N ladder of Chromium sessions', '10,50,100'],
+      ['--screens <list>', "the sessions' screen sizes; every arm runs at each", '1280x800,1920x1080'],
+      ['--formats <list>', 'screenshot formats of the closed-loop step (png, jpeg)', 'png,jpeg'],
+      ['--no-ceiling', "leave out the ceiling arm (this checkout's daemon with DRUMS_BENCH_STORED_FRAME=1)"],
       ['--clients <n>', 'closed-loop clients', '8'],
       ['--seconds <n>', 'seconds per measurement', '20'],
       ['--offered <n>', 'open-loop offered steps/s', '50'],
@@ -484,13 +492,34 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'line',
     run: async (o, { progress }) => {
-      const { runStepsBench } = await import('../../bench/steps-bench.ts');
+      const { runStepsBench, CEILING_ARM } = await import('../../bench/steps-bench.ts');
       const { resolve, join } = await import('node:path');
       const here = resolve(import.meta.dirname, '..', '..', '..');
-      const arms = [{ name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` }];
+      const arms: { name: string; bin: string; description: string; env?: NodeJS.ProcessEnv }[] = [
+        { name: 'frames', bin: join(here, 'bin', 'drums'), description: `this checkout (${here})` },
+      ];
+      if (o.ceiling !== false)
+        arms.push({
+          name: CEILING_ARM,
+          bin: join(here, 'bin', 'drums'),
+          description: 'this checkout with DRUMS_BENCH_STORED_FRAME=1: stored frames, no capture or encode (the ceiling)',
+          env: { DRUMS_BENCH_STORED_FRAME: '1' },
+        });
       if (o.base) arms.push({ name: 'base', bin: join(resolve(String(o.base)), 'bin', 'drums'), description: `the checkout at ${resolve(String(o.base))}` });
+      const screens = String(o.screens)
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean);
+      for (const sc of screens) if (!/^\d{3,5}x\d{3,5}$/.test(sc)) throw new Error(`--screens: '${sc}' is not WxH`);
+      const formats = String(o.formats)
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean);
+      for (const f of formats) if (f !== 'png' && f !== 'jpeg') throw new Error(`--formats: '${f}' is not png or jpeg`);
       return runStepsBench({
         arms,
+        screens,
+        formats: formats as StepFormat[],
         sessions: o.quick ? [2] : list(o.sessions),
         clients: o.quick ? 2 : num(o.clients),
         seconds: o.quick ? 4 : num(o.seconds),
@@ -503,6 +532,26 @@ const BENCHES: RecordBench[] = [
       });
     },
     report: (record: { summary: string }) => `${record.summary}\n`,
+  },
+  {
+    name: 'frame-profile',
+    description:
+      'where each millisecond of a step goes (actions, cursor, grab, draw, colour, encode, HTTP) at each screen size, one request at a time; cold full-frame PNGs; candidate PNG encoders on one frame',
+    options: [['--screens <list>', 'screen sizes', '1280x800,1920x1080'], ['--steps <n>', 'steps per format and screen', '200'], OUT],
+    progress: 'line',
+    run: async (o, { progress }) => {
+      const { runFrameProfile } = await import('../../bench/frame-profile.ts');
+      const { compareEncoders } = await import('../../display/encoder-compare.ts');
+      return runFrameProfile({
+        screens: String(o.screens).split(','),
+        steps: num(o.steps),
+        outDir: String(o.out),
+        command: `bin/drums ${process.argv.slice(2).join(' ')}`,
+        progress,
+        compare: compareEncoders,
+      });
+    },
+    report: (record: { screens: Record<string, unknown> }) => `${JSON.stringify(record.screens, null, 1)}\n`,
   },
   {
     name: 'episodes',

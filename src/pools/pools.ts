@@ -4,9 +4,10 @@ import { join } from 'node:path';
 import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { log } from '../common/log.ts';
 import { canonicalJson, findImage, listRecipes } from '../image/index.ts';
-import type { Session, SessionManager } from './manager.ts';
+import { episodeStoreFull } from '../session/episodes.ts';
+import type { Session, SessionManager } from '../session/manager.ts';
 import { type PoolDefs, poolStorePath, readPoolStore, writePoolStore } from './pool-store.ts';
-import { parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
+import { parseSpec, POOL_LABEL, type SessionSpec } from '../session/spec.ts';
 
 /**
  * Warm pools: a pool is a session template and a target size. The daemon
@@ -21,7 +22,7 @@ import { parseSpec, POOL_LABEL, type SessionSpec } from './spec.ts';
  * Pool members carry the label `drums.pool=<name>` (it is part of their
  * recorded spec, so a restarted daemon can tell what they were).
  */
-export { POOL_LABEL } from './spec.ts';
+export { POOL_LABEL } from '../session/spec.ts';
 const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const MAX_POOL_SIZE = 256;
 const BACKOFF_MS = [1000, 2000, 5000, 15_000, 60_000];
@@ -347,6 +348,10 @@ export class PoolManager {
    */
   async claim(c: Claim): Promise<{ session: Session; hit: boolean }> {
     const pool = this._get(c.pool);
+    // A recorded pool with the episode store full: refused like a create asking for `record` (507), before a member
+    // is taken. The claimer asked for recorded attempts; a session whose recording stopped before its first step
+    // would lose the attempt silently (its only sign `recording.stopped`). The idle members stay in the pool.
+    if (pool.spec.record && this.mgr.episodes.hostFull()) throw episodeStoreFull(this.mgr.episodes, pool.name);
     const t0 = performance.now();
     pool.claims++;
     let s: Session | undefined;
@@ -354,7 +359,9 @@ export class PoolManager {
       const id = pool.idle.shift()!;
       this._idle.delete(id);
       const cand = this.mgr.list().find((x) => x.id === id);
-      if (cand?.state === 'ready') s = cand;
+      // A member made while the store was full has a recorder stopped since its start: it would record nothing of
+      // the attempt, so it is discarded (the pool makes a new one) rather than handed out.
+      if (cand?.state === 'ready' && !(cand.spec.record && cand._episode?.stopped)) s = cand;
       else if (cand) this._discard(id);
     }
     const hit = !!s;
@@ -632,18 +639,7 @@ function checkTaskRunnable(task: PoolTask, spec: SessionSpec, rootfs: string): v
     );
 }
 
-const BY_MANAGER = new WeakMap<SessionManager, PoolManager>();
-
-/** The pools of a manager (one set per daemon), made on first use. */
-export function poolsOf(mgr: SessionManager): PoolManager {
-  let p = BY_MANAGER.get(mgr);
-  if (!p) BY_MANAGER.set(mgr, (p = new PoolManager(mgr)));
-  return p;
-}
-
 /** Pools and their fill, for host reports (GET /v1/host): name, target size, ready and being made. */
-export function listPools(mgr: SessionManager): { name: string; target: number; ready: number; creating: number }[] {
-  return poolsOf(mgr)
-    .list()
-    .map((p) => ({ name: p.name, target: p.size, ready: p.ready, creating: p.creating }));
+export function listPools(pools: PoolManager): { name: string; target: number; ready: number; creating: number }[] {
+  return pools.list().map((p) => ({ name: p.name, target: p.size, ready: p.ready, creating: p.creating }));
 }

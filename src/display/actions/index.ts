@@ -1,7 +1,9 @@
 /**
- * The canonical computer-use action schema, adapters from other vocabularies (OSWorld
- * computer_13, Anthropic computer_20250124/20251124, E2B Desktop, cua computer-server), validation
- * with field paths, and runActions() to execute them on an XDisplay.
+ * Reading and running actions of the canonical schema (schema.ts): adapters from other
+ * vocabularies (OSWorld computer_13, Anthropic computer_20250124/20251124, E2B Desktop, cua
+ * computer-server), validation with field paths, and runCanonical() to execute them on an
+ * XDisplay. These stay in one file: they are the code POST /actions runs (docs/architecture.md's
+ * trace counts the files it runs code in).
  *
  * normalizeAction() is pure: no X connection. It returns a list because one foreign action can
  * expand into several canonical steps (Anthropic `key` "ctrl+a Delete", `hold_key`, clicks with a
@@ -9,54 +11,30 @@
  * agent saw (`scale`) if given, else the screen. The output is always in screen space.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CancelledError } from '../common/errors.ts';
-import { DisplayError, invalidAction } from './errors.ts';
-import { charToKeysyms, keysymFromName, splitChord } from './keysyms.ts';
-import { BUTTONS as BUTTON_NUMBERS, clickAt, dragAlong, keyChord, keyToggle, moveTo, pressAt, resolveKeyList, typeText, wheelAt } from './input.ts';
-import { captureScreenshot } from './frames.ts';
-import type { Region, ScreenshotFormat, ScreenshotResult } from './screenshot.ts';
-import { cursorPosition } from './windows.ts';
-import type { XDisplay } from './x-display.ts';
+import { CancelledError } from '../../common/errors.ts';
+import { DisplayError, invalidAction } from '../errors.ts';
+import { charToKeysyms, keysymFromName, splitChord } from '../keysyms.ts';
+import { BUTTONS as BUTTON_NUMBERS, clickAt, dragAlong, keyChord, keyToggle, moveTo, pressAt, resolveKeyList, typeText, wheelAt } from '../input.ts';
+import { captureScreenshot } from '../frames.ts';
+import { cursorPosition } from '../windows.ts';
+import type { Region, ScreenshotFormat } from '../screenshot.ts';
+import type { XDisplay } from '../x-display.ts';
+import {
+  type ActionResult,
+  type BatchStep,
+  BUTTONS,
+  type Button,
+  type CanonicalAction,
+  DEFAULT_WAIT_MS,
+  FORMATS,
+  MAX_SCROLL_CLICKS,
+  MAX_TEXT_LENGTH,
+  MAX_WAIT_MS,
+  type NormalizeOptions,
+  type Point,
+} from './schema.ts';
 
-export type Button = 'left' | 'middle' | 'right' | 'back' | 'forward';
-export interface Point {
-  x: number;
-  y: number;
-}
-
-export type CanonicalAction =
-  | { type: 'move'; x: number; y: number }
-  | { type: 'click'; x?: number; y?: number; button: Button; count: 1 | 2 | 3; modifiers?: string[] }
-  | { type: 'mouse_down' | 'mouse_up'; button: Button; x?: number; y?: number }
-  /** One point: drag from the current pointer position to it. */
-  | { type: 'drag'; path: Point[]; button: Button }
-  /** Wheel clicks: dy > 0 scrolls down, dx > 0 scrolls right. */
-  | { type: 'scroll'; x?: number; y?: number; dx: number; dy: number; modifiers?: string[] }
-  /** A chord: keys pressed in order, released in reverse. */
-  | { type: 'key'; keys: string[] }
-  | { type: 'key_down' | 'key_up'; key: string }
-  | { type: 'type'; text: string }
-  | { type: 'wait'; ms: number }
-  | { type: 'screenshot'; format?: ScreenshotFormat; quality?: number; region?: Region; scale?: { width: number; height: number } }
-  | { type: 'cursor_position' }
-  /** Episode control from OSWorld (DONE / FAIL): nothing is executed. */
-  | { type: 'done'; status: 'done' | 'fail' };
-
-export type CanonicalType = CanonicalAction['type'];
-
-export interface NormalizeOptions {
-  screen: { width: number; height: number };
-  /** Size of the (downscaled) screenshot the agent's coordinates refer to. */
-  scale?: { width: number; height: number };
-}
-
-export const MAX_TEXT_LENGTH = 10_000;
-export const MAX_WAIT_MS = 60_000;
-export const MAX_SCROLL_CLICKS = 1_000;
-/** OSWorld WAIT and argument-less waits. */
-export const DEFAULT_WAIT_MS = 1_000;
-const BUTTONS: readonly Button[] = ['left', 'middle', 'right', 'back', 'forward'];
-const FORMATS: readonly ScreenshotFormat[] = ['png', 'jpeg', 'webp', 'raw'];
+export * from './schema.ts';
 
 type Obj = Record<string, unknown>;
 
@@ -531,12 +509,6 @@ export function normalizeAction(input: unknown, opts: NormalizeOptions, path = '
   throw invalidAction(`${path}.${key}`, `unknown action ${JSON.stringify(name)}`);
 }
 
-/** One canonical action of a batch, with the index of the input action it came from. */
-export interface BatchStep {
-  index: number;
-  action: CanonicalAction;
-}
-
 /** Normalize a batch once (paths are `actions[i]...`): the canonical steps that runCanonical trusts. */
 export function normalizeBatch(inputs: unknown, opts: NormalizeOptions): BatchStep[] {
   if (!Array.isArray(inputs)) throw invalidAction('actions', 'must be an array');
@@ -546,15 +518,6 @@ export function normalizeBatch(inputs: unknown, opts: NormalizeOptions): BatchSt
 /** Normalize a list; paths are `actions[i]...`. */
 export function normalizeActions(inputs: unknown, opts: NormalizeOptions): CanonicalAction[] {
   return normalizeBatch(inputs, opts).map((s) => s.action);
-}
-
-export interface ActionResult {
-  index: number;
-  type: CanonicalType;
-  ms: number;
-  screenshot?: ScreenshotResult;
-  cursor?: Point;
-  status?: 'done' | 'fail';
 }
 
 /**

@@ -5,9 +5,9 @@ import { DrumsError, ValidationError, errorMessage } from '../common/errors.ts';
 import { run } from '../common/exec.ts';
 import { log } from '../common/log.ts';
 import { copyTree, removeTree, unlinkBeneath } from '../host/safe-fs.ts';
-import type { Session, SessionManager } from './manager.ts';
-import type { SessionSpec } from './spec.ts';
-import { checkpointDir, checkpointSource, criuFor, restoreSeed } from './memfork.ts';
+import type { Session, SessionManager } from '../session/manager.ts';
+import type { SessionSpec } from '../session/spec.ts';
+import { checkpointDir, checkpointSource, criuFor, restoreSeed } from '../session/memfork.ts';
 
 /**
  * fork(N) of a live session.
