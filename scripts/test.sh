@@ -52,7 +52,7 @@ while (($#)); do
       shift 2
       ;;
     --tier=*) IFS=, read -r -a more <<<"${1#--tier=}"; tiers+=("${more[@]}"); shift ;;
-    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "test.sh: unknown option $1 (see scripts/test.sh --help)" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
