@@ -5,7 +5,7 @@ import { log } from '../common/log.ts';
 import { DESKTOP_GID, DESKTOP_UID } from '../session/desktop-user.ts';
 import type { Session } from '../session/manager.ts';
 import { HOME, runGuest } from './guest-exec.ts';
-import type { GuestContext } from './http.ts';
+import type { GuestContext } from './guest.ts';
 
 const prepared = new Map<string, number>();
 const RUN_USER = `/run/user/${DESKTOP_UID}`;

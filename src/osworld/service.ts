@@ -10,7 +10,10 @@
 // src/host/tcp-owner.ts) who owns its client end: only an ESTABLISHED socket
 // owned by the daemon's own uid (root) or a uid in DRUMS_OSWORLD_UIDS is
 // served. A refused connection is destroyed unanswered (a forwarder reads
-// nothing of it; the guest server at most a request's headers).
+// nothing of it; the guest server at most a request's headers). The guest
+// server is a Hono app (app.ts) behind node-server's request listener, the
+// same adapter as the daemon's API; the verdict is asked before the request
+// reaches it.
 // DRUMS_OSWORLD_PEER_CHECK=0 turns the uid check off.
 
 import { readFileSync } from 'node:fs';
@@ -25,7 +28,9 @@ import { TCP_ESTABLISHED, type TcpOwner, TcpOwners } from '../host/tcp-owner.ts'
 import { joinSockets } from '../common/tcp.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
 import type { OsworldEndpoint } from '../protocol/generated/types.ts';
-import { forgetSession, guestHandler } from './server.ts';
+import { getRequestListener } from '@hono/node-server';
+import { forgetSession, guestApp, toResponse } from './app.ts';
+import { flaskPage, json } from './guest.ts';
 
 /** The wire shape from the spec (vncPort is 0: Drums has no VNC server, and 0 keeps DesktopEnv's five-field address valid). */
 export type { OsworldEndpoint };
@@ -119,7 +124,7 @@ export class OsworldService {
   async attach(s: Session): Promise<void> {
     if (this._entries.has(s.id) || !osworldEnabled(s)) return;
     const id = s.id;
-    const guest = guestHandler({
+    const guest = guestApp({
       mgr: this._mgr,
       display: this._display,
       fair: this._fair,
@@ -131,6 +136,22 @@ export class OsworldService {
         }
       },
     });
+    let port = 0;
+    const listener = getRequestListener(guest.app.fetch, {
+      // The body limit (body.ts) drains a refused body itself, for longer than node-server would.
+      autoCleanupIncoming: false,
+      // Only for the URL of a request without a Host header, which the app then refuses (forbidden_host).
+      hostname: 'no-host.invalid',
+      // A request node-server cannot make a URL of: a Host that is no host name (refused, as any foreign Host), or
+      // a path it will not take (Flask's 400 page). The connection closes after the answer.
+      errorHandler: (e) =>
+        toResponse({
+          ...(/host/i.test(e instanceof Error ? e.message : '')
+            ? json(403, { status: 'error', code: 'forbidden_host', message: `the Host header is not a host name; use 127.0.0.1:${port} or localhost:${port}` })
+            : flaskPage(400, 'Bad Request', 'The browser (or proxy) sent a request that this server could not understand.')),
+          headers: { connection: 'close' },
+        }),
+    });
     // Each connection's verdict, asked for as it is accepted; the request waits for it (only its headers are
     // parsed meanwhile: the body is not read before the handler runs).
     const verdicts = new WeakMap<Socket, Promise<boolean>>();
@@ -138,7 +159,7 @@ export class OsworldService {
     // does): with Node's 5 s, a client under load reused a socket the server had just closed ("other side closed").
     const http: HttpServer = createHttpServer({ requestTimeout: 0, headersTimeout: 70_000, keepAliveTimeout: 65_000 }, (req, res) => {
       void (verdicts.get(req.socket) ?? Promise.resolve(false)).then((ok) => {
-        if (ok) guest.handler(req, res);
+        if (ok) void listener(req, res);
         else req.socket.destroy();
       });
     });
@@ -162,6 +183,7 @@ export class OsworldService {
     const servers: Server[] = [http, cdp, vlc];
     try {
       const [serverPort, chromiumPort, vlcPort] = await Promise.all(servers.map(listen));
+      port = serverPort!;
       const endpoint: OsworldEndpoint = {
         host: '127.0.0.1',
         serverPort: serverPort!,

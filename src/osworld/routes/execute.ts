@@ -4,7 +4,7 @@ import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { normalizeCommand, pyRepr, type Normalized } from '../command.ts';
 import { GUEST_OUTPUT_BYTES, overflowMessage, runGuest } from '../guest-exec.ts';
-import { ensureReady, type GuestContext, type Handler, json, parseJson, pyTruthy, type Req, sleep, text } from '../http.ts';
+import { ensureReady, type GuestContext, type Handler, json, parseJson, pyTruthy, type Req, sleep, text } from '../guest.ts';
 import { prepare } from '../prepare.ts';
 
 const EXECUTE_TIMEOUT_S = 120;
@@ -17,7 +17,7 @@ const EXECUTE_TIMEOUT_S = 120;
  * `env.step`) and the evaluator's getters: they always run as the desktop user, whatever their text says.
  */
 function elevated(req: Req, norm: Normalized): boolean {
-  return norm.sudo && (req.raw.url ?? '').split('?')[0]!.startsWith('/setup/');
+  return norm.sudo && req.path.startsWith('/setup/');
 }
 
 async function execute(ctx: GuestContext, s: Session, b: Record<string, unknown>, signal: AbortSignal, root: (n: Normalized) => boolean) {

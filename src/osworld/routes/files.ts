@@ -7,7 +7,7 @@ import { errorMessage } from '../../common/errors.ts';
 import type { Session } from '../../session/manager.ts';
 import { expandPath } from '../command.ts';
 import { GUEST_OUTPUT_BYTES, type GuestResult, HOME, overflowMessage, runGuest, spawnGuest } from '../guest-exec.ts';
-import { ensureReady, flaskPage, type GuestContext, type Handler, json, parseForm, parseJson, type Reply, text, userEnv } from '../http.ts';
+import { ensureReady, flaskPage, type GuestContext, type Handler, json, parseForm, parseJson, type Reply, text, userEnv } from '../guest.ts';
 import { prepare } from '../prepare.ts';
 
 const MIME: Record<string, string> = {
@@ -346,7 +346,7 @@ export const routeUpload: Handler = (ctx, s, req) =>
     let bb: BusboyInstance;
     try {
       // A part is a file when it has a filename, as in a whole-form parse (FormData's File entries).
-      bb = Busboy({ headers: req.raw.headers as BusboyHeaders, isPartAFile: (_n, _t, fileName) => fileName !== undefined });
+      bb = Busboy({ headers: req.headers as BusboyHeaders, isPartAFile: (_n, _t, fileName) => fileName !== undefined });
     } catch {
       // Not multipart (or no boundary): no file_data; the body is read and dropped.
       input.resume();

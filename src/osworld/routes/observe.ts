@@ -4,7 +4,7 @@ import { terminalText, toOsworldXml } from '../../a11y/index.ts';
 import { errorMessage } from '../../common/errors.ts';
 import { asGoogleChrome } from '../chrome.ts';
 import { HOME, runGuest } from '../guest-exec.ts';
-import { ensureReady, type Handler, json, parseForm, text } from '../http.ts';
+import { ensureReady, type Handler, json, parseForm, text } from '../guest.ts';
 
 export const routeScreenshot: Handler = async (ctx, s) => {
   try {

@@ -1,7 +1,7 @@
 // Screen recording: /start_recording and /end_recording (ffmpeg x11grab inside the session).
 
 import { runGuest, spawnGuest } from '../guest-exec.ts';
-import { ensureReady, flaskPage, type Handler, json, sleep } from '../http.ts';
+import { ensureReady, flaskPage, type Handler, json, sleep } from '../guest.ts';
 import { attachment, streamGuestFile } from './files.ts';
 
 const RECORDING = '/tmp/recording.mp4';

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { expandPath } from '../command.ts';
 import { GUEST_OUTPUT_BYTES, HOME, overflowMessage, runGuest } from '../guest-exec.ts';
-import { ensureReady, type Handler, json, parseJson, userEnv } from '../http.ts';
+import { ensureReady, type Handler, json, parseJson, userEnv } from '../guest.ts';
 import { prepare } from '../prepare.ts';
 
 export const routeRunPython: Handler = async (ctx, s, req) => {

@@ -4,7 +4,7 @@ import { basename, posix } from 'node:path';
 import { chromiumWindowName } from '../chrome.ts';
 import { expandPath } from '../command.ts';
 import { HOME, runGuest } from '../guest-exec.ts';
-import { ensureReady, type Handler, parseJson, pyTruthy, sleep, text, userEnv } from '../http.ts';
+import { ensureReady, type Handler, parseJson, pyTruthy, sleep, text, userEnv } from '../guest.ts';
 import { prepare } from '../prepare.ts';
 
 export const routeOpenFile: Handler = async (ctx, s, req) => {

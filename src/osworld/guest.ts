@@ -1,9 +1,9 @@
-// The guest server's plumbing: the context every route gets, the reply shapes,
-// Flask-shaped error pages, body parsing, and writing a reply to the socket.
+// What every guest route gets (app.ts serves them): the context, the request, the reply shapes,
+// Flask-shaped error pages and body parsing. Nothing here touches a socket.
 
 import type { ChildProcess } from 'node:child_process';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
+import { HTTPException } from 'hono/http-exception';
 import type { DisplayService } from '../session/display-service.ts';
 import type { FairScheduler } from '../policy/fair-share.ts';
 import type { Session, SessionManager } from '../session/manager.ts';
@@ -17,27 +17,20 @@ export interface GuestContext {
   session(): Session | undefined;
 }
 
-export class HttpError extends Error {
-  status: number;
-  body: unknown;
-  constructor(status: number, body: unknown) {
-    super(typeof body === 'string' ? body : JSON.stringify(body));
-    this.status = status;
-    this.body = body;
-  }
-}
-
 export interface Req {
-  raw: IncomingMessage;
+  /** The route's path (no query). */
+  path: string;
+  /** The request's headers, names in lower case. */
+  headers: Record<string, string>;
   /** The whole body (empty on a streamed route). */
   body: Buffer;
-  /** A streamed route's body (server.ts STREAMED), within the body limit; the handler must read it. */
+  /** A streamed route's body (app.ts STREAMED), within the body limit; the handler must read it. */
   stream?: Readable;
   /** Aborted when the client goes away before the response. */
   signal: AbortSignal;
 }
 
-/** A reply; a Readable body is streamed (server.ts send). */
+/** A reply; a Readable body is streamed (app.ts toResponse). */
 export type Reply = { status: number; body: unknown; type?: string; headers?: Record<string, string> };
 export type Handler = (ctx: GuestContext, s: Session, req: Req, rec: RecordingState) => Promise<Reply>;
 
@@ -56,10 +49,10 @@ export function flaskPage(status: number, title: string, description: string): R
  * 127.0.0.1 or localhost (with this listener's port, if it names one), and an Origin, if sent, must be this
  * listener's own (`http://127.0.0.1:PORT` or `http://localhost:PORT`).
  */
-export function foreignRequest(req: IncomingMessage): Reply | undefined {
-  const port = req.socket.localPort;
-  const host = (req.headers.host ?? '').toLowerCase();
-  const own = (h: string) => h === `127.0.0.1:${port}` || h === `localhost:${port}`;
+export function foreignRequest(h: { host: string | undefined; origin: string | undefined; port: number | undefined }): Reply | undefined {
+  const port = h.port;
+  const host = (h.host ?? '').toLowerCase();
+  const own = (x: string) => x === `127.0.0.1:${port}` || x === `localhost:${port}`;
   if (!port || !(own(host) || host === '127.0.0.1' || host === 'localhost')) {
     return json(403, {
       status: 'error',
@@ -67,7 +60,7 @@ export function foreignRequest(req: IncomingMessage): Reply | undefined {
       message: `Host '${host.slice(0, 100)}' is not allowed; use 127.0.0.1:${port} or localhost:${port}`,
     });
   }
-  const origin = req.headers.origin?.toLowerCase();
+  const origin = h.origin?.toLowerCase();
   if (origin !== undefined && !(origin.startsWith('http://') && own(origin.slice(7)))) {
     return json(403, { status: 'error', code: 'forbidden_origin', message: 'requests from web pages are refused (a foreign Origin header was sent)' });
   }
@@ -83,12 +76,12 @@ export function parseJson(req: Req): Record<string, unknown> {
   } catch {
     /* below */
   }
-  // Flask's request.json on a malformed body: 400 Bad Request page.
-  throw new HttpError(400, 'Failed to decode JSON object');
+  // Flask's request.json on a malformed body: 400 Bad Request page (app.ts).
+  throw new HTTPException(400, { message: 'Failed to decode JSON object' });
 }
 
 export async function parseForm(req: Req): Promise<FormData> {
-  const ct = req.raw.headers['content-type'] ?? '';
+  const ct = req.headers['content-type'] ?? '';
   if (!/multipart\/form-data|application\/x-www-form-urlencoded/i.test(ct)) return new FormData();
   try {
     return await new Request('http://guest/', { method: 'POST', headers: { 'content-type': ct }, body: new Uint8Array(req.body) }).formData();
@@ -126,25 +119,4 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener('abort', done, { once: true });
   });
-}
-
-export function send(res: ServerResponse, r: Reply): void {
-  if (r.body instanceof Readable) {
-    // Streamed (chunked), with backpressure; a stream that fails midway ends the connection, so the client
-    // sees a short reply, never a complete-looking one.
-    const body = r.body;
-    if (res.headersSent || res.destroyed) return void body.destroy();
-    res.writeHead(r.status, { 'content-type': r.type ?? 'application/octet-stream', ...r.headers });
-    body.once('error', () => res.destroy());
-    res.once('close', () => body.destroy());
-    body.pipe(res);
-    return;
-  }
-  if (res.headersSent || res.destroyed) return;
-  let data: Buffer;
-  if (Buffer.isBuffer(r.body)) data = r.body;
-  else if (typeof r.body === 'string') data = Buffer.from(r.body);
-  else data = Buffer.from(JSON.stringify(r.body) + '\n');
-  res.writeHead(r.status, { 'content-type': r.type ?? 'application/octet-stream', 'content-length': data.length, ...r.headers });
-  res.end(data);
 }
