@@ -16,6 +16,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
 import type { DaemonConfig } from '../common/config.ts';
+import { drainBody } from '../common/drain.ts';
 import { DrumsError } from '../common/errors.ts';
 import { DisplayError } from '../display/errors.ts';
 import type { Session as SessionView } from '../protocol/generated/types.ts';
@@ -158,7 +159,7 @@ export function bodyLimit(maxBytes: number): MiddlewareHandler {
       // would otherwise hit EPIPE and never see the 413: the server gives an unread body only
       // 500 ms after the response before it closes the socket, too little on a loaded host.
       const incoming = (c.env as { incoming?: Readable } | undefined)?.incoming;
-      if (incoming) await discard(incoming, Number(len) <= DRAIN_MAX_BYTES ? DRAIN_TIMEOUT_MS : 0);
+      if (incoming) await drainBody(incoming, { maxBytes: DRAIN_MAX_BYTES, maxMs: Number(len) <= DRAIN_MAX_BYTES ? DRAIN_TIMEOUT_MS : 0 });
       throw new DrumsError('payload_too_large', `request body is over ${maxBytes} bytes`, { details: { limit: maxBytes } });
     }
     return limit(c, next);
@@ -167,25 +168,6 @@ export function bodyLimit(maxBytes: number): MiddlewareHandler {
 
 const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
 const DRAIN_TIMEOUT_MS = 15_000;
-
-/** Reads and drops a request body; resolves when it ended, failed, or after `waitMs`. */
-function discard(body: Readable, waitMs: number): Promise<void> {
-  body.resume();
-  if (body.readableEnded || body.destroyed || waitMs <= 0) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      body.off('end', done);
-      body.off('error', done);
-      body.off('close', done);
-      resolve();
-    };
-    const timer = setTimeout(done, waitMs);
-    body.on('end', done);
-    body.on('error', done);
-    body.on('close', done);
-  });
-}
 
 export interface RateLimitOptions {
   /** Sustained requests per second per token (0 = no limit). */

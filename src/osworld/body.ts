@@ -4,6 +4,7 @@
 
 import type { ServerResponse } from 'node:http';
 import { PassThrough, Readable } from 'node:stream';
+import { drainBody } from '../common/drain.ts';
 
 /** After a refusal: how much more of the body is read (and discarded), and for how long, before the socket is destroyed. */
 export const OVER_LIMIT_DRAIN_BYTES = 8 * 1024 * 1024;
@@ -54,20 +55,10 @@ export function limitBody(src: BodySource, limit: number, o: { streamed: boolean
     o.onRefuse();
     stream?.destroy();
     settleWhole(undefined);
-    if (sock) {
-      const t = setTimeout(() => sock.destroy(), OVER_LIMIT_DRAIN_MS);
-      t.unref();
-      sock.once('close', () => clearTimeout(t));
-      input.once('end', () => clearTimeout(t));
-      if (declaredLen !== undefined && declaredLen > limit + OVER_LIMIT_DRAIN_BYTES) outgoing!.once('finish', () => sock.destroy());
-    }
-    let drained = 0;
+    // The socket goes when the drain runs past its budget, or at once when the declared length says it would.
+    void drainBody(input, { maxBytes: OVER_LIMIT_DRAIN_BYTES, maxMs: OVER_LIMIT_DRAIN_MS }).then((ended) => ended || sock?.destroy());
+    if (sock && declaredLen !== undefined && declaredLen > limit + OVER_LIMIT_DRAIN_BYTES) outgoing!.once('finish', () => sock.destroy());
     input.removeListener('data', onData);
-    input.on('data', (d: Buffer) => {
-      drained += d.length;
-      if (drained > OVER_LIMIT_DRAIN_BYTES) sock?.destroy();
-    });
-    input.resume();
     onRefused();
   };
   let size = 0;
