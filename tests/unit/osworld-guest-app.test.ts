@@ -1,12 +1,19 @@
 // The OSWorld guest server's Hono app (src/osworld/app.ts) through app.request(): no socket, no session
 // runs anything. What it checks is what OSWorld's clients see without a desktop: Flask's 404 and 405
 // pages, the Host and Origin refusals, the body limits (declared and streamed), a malformed JSON body,
-// a bad command, a session that is gone or not ready. The routes' work inside a session is covered by
-// tests/integration/osworld-*.test.ts.
+// a bad command, a session that is gone or not ready; then, on a loopback socket through node-server as
+// service.ts serves it, how a whole and a streamed reply go out. The routes' work inside a session is
+// covered by tests/integration/osworld-*.test.ts.
 import assert from 'node:assert/strict';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { PassThrough, Readable } from 'node:stream';
 import { describe, it } from 'node:test';
+import { getRequestListener } from '@hono/node-server';
+import { Hono } from 'hono';
 import { loadConfig } from '../../src/common/config.ts';
-import { guestApp } from '../../src/osworld/app.ts';
+import { guestApp, toResponse } from '../../src/osworld/app.ts';
+import { json, type Reply } from '../../src/osworld/guest.ts';
 import { FairScheduler } from '../../src/policy/fair-share.ts';
 import type { DisplayService } from '../../src/session/display-service.ts';
 import type { Session, SessionManager } from '../../src/session/manager.ts';
@@ -140,5 +147,68 @@ describe('osworld guest app (app.request, no socket)', () => {
     assert.equal(goneUpload.status, 503);
     const broken = await setup({ state: 'broken' })('/execute', { method: 'POST', body: '{"command": "true"}' });
     assert.deepEqual([broken.status, await broken.json()], [500, { status: 'error', message: 'session s0000000001 is broken: unit test' }]);
+  });
+});
+
+describe('osworld guest replies on a socket (node-server, as service.ts serves them)', () => {
+  /** Serves one reply at GET / through the guest's toResponse and node-server's listener, on 127.0.0.1. */
+  async function serveReply(reply: () => Reply) {
+    const app = new Hono();
+    app.get('/', () => toResponse(reply()));
+    const server = createServer(getRequestListener(app.fetch, { autoCleanupIncoming: false }));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    /** The response's head and body as the client got them, and how the body ended. */
+    const get = () =>
+      new Promise<{ headers: Record<string, unknown>; body: Buffer; ended: 'complete' | 'cut' }>((resolve, reject) => {
+        const chunks: Buffer[] = [];
+        const req = request({ host: '127.0.0.1', port, path: '/' }, (res) => {
+          res.on('data', (d: Buffer) => chunks.push(d));
+          res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks), ended: res.complete ? 'complete' : 'cut' }));
+          res.on('error', () => resolve({ headers: res.headers, body: Buffer.concat(chunks), ended: 'cut' }));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    return { get, close: () => new Promise<void>((r) => server.close(() => r())) };
+  }
+
+  it('sends a whole reply with its Content-Length, and a stream chunked, complete only when the stream ended', async () => {
+    const whole = await serveReply(() => json(200, { ok: true }));
+    try {
+      const r = await whole.get();
+      assert.deepEqual(
+        [r.headers['content-length'], r.headers['transfer-encoding'], r.body.toString(), r.ended],
+        ['12', undefined, '{"ok":true}\n', 'complete'],
+      );
+    } finally {
+      await whole.close();
+    }
+    const streamed = await serveReply(() => ({ status: 200, type: 'video/mp4', body: Readable.from([Buffer.alloc(100_000, 1), Buffer.alloc(100_000, 2)]) }));
+    try {
+      const r = await streamed.get();
+      assert.deepEqual(
+        [r.headers['content-length'], r.headers['transfer-encoding'], r.headers['content-type'], r.body.length, r.ended],
+        [undefined, 'chunked', 'video/mp4', 200_000, 'complete'],
+      );
+    } finally {
+      await streamed.close();
+    }
+  });
+
+  it('cuts the connection when a streamed body fails midway: the client never sees a complete-looking reply', async () => {
+    const failing = await serveReply(() => {
+      const body = new PassThrough();
+      body.write(Buffer.alloc(50_000, 1));
+      setTimeout(() => body.destroy(new Error('the reader in the session failed')), 50);
+      return { status: 200, type: 'application/octet-stream', body };
+    });
+    try {
+      const r = await failing.get();
+      assert.equal(r.ended, 'cut', `the client got ${r.body.length} bytes and a complete reply`);
+      assert.ok(r.body.length <= 50_000);
+    } finally {
+      await failing.close();
+    }
   });
 });
