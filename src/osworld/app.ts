@@ -86,7 +86,7 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
 /** On a socket, node-server's request and response; in `app.request()` (unit tests), none. */
 export type GuestEnv = { Bindings: Partial<HttpBindings> };
 
-/** Streamed replies are handed to node-server in chunks of this size at most (it honours the socket's backpressure). */
+/** How much of a streamed reply is queued ahead of the socket (node-server writes it with the socket's backpressure). */
 const STREAM_CHUNK = 64 * 1024;
 
 /**
