@@ -32,12 +32,22 @@ const BINARY = 'usr/sbin/criu';
  *   daemon; CRIU's iptables lock needs iptables, which this host does not use.
  * - `ghost-limit`: Chromium keeps 4 MiB deleted-but-open files (BrowserMetrics).
  * - `irmap-scan-path`: overlayfs file handles can't be opened, so CRIU finds the
- *   directories that Chromium and the buses watch with inotify by scanning these.
+ *   directories that the session's programs watch with inotify by scanning paths: each
+ *   is checked itself first, then (only if it is not the watched one) walked. The fixed
+ *   ones are Chromium's and the buses'; the caller adds the desktop user's (`scanPaths`:
+ *   GTK's recent files and GIO's monitors in LibreOffice, GIMP and Thunderbird watch
+ *   ~/.local/share and ~/.config). Without a path for a watch the dump is refused
+ *   ("fsnotify: Can't dump that handle"). A scan path's last component is never followed
+ *   (CRIU lstats it: a symlink there is not walked); only the components before it are,
+ *   so the session-writable part of each path is its last component alone.
  * A dump adds `unprivileged`: it runs with the sessions' uid (see wrapperScript), which
  * CRIU allows only in that mode (it keeps CAP_CHECKPOINT_RESTORE and the others).
  */
-export const CRIU_CONFIG = ['network-lock skip', 'ghost-limit 64M', 'irmap-scan-path /usr/share/zoneinfo', 'irmap-scan-path /usr/share/dbus-1', ''].join('\n');
-export const CRIU_DUMP_CONFIG = `unprivileged\n${CRIU_CONFIG}`;
+export const CRIU_SCAN_PATHS = ['/usr/share/dbus-1', '/usr/local/share', '/usr/share/applications', '/usr/share/zoneinfo'];
+export function criuConfig(scanPaths: string[] = []): string {
+  const paths = [...CRIU_SCAN_PATHS.slice(0, 3), ...scanPaths, ...CRIU_SCAN_PATHS.slice(3)];
+  return ['network-lock skip', 'ghost-limit 64M', ...paths.map((p) => `irmap-scan-path ${p}`), ''].join('\n');
+}
 /** The environment variable (passed through runc) that tells the wrapper a call is a dump. */
 export const DUMP_ENV = 'DRUMS_CRIU_DUMP';
 /**
@@ -166,11 +176,11 @@ export function wrapperScript(rootfs: string, configFile: string, uid: number, g
  * Writes (atomically) the wrapper at `wrapperPath` (and its CRIU config beside it) for
  * `rootfs`, running CRIU as `uid`:`gid`, and checks it runs and is CRIU >= 4.1.
  */
-export async function installCriu(rootfs: string, wrapperPath: string, uid: number, gid: number): Promise<Criu> {
+export async function installCriu(rootfs: string, wrapperPath: string, uid: number, gid: number, scanPaths: string[] = []): Promise<Criu> {
   for (const f of [LOADER, BINARY]) if (!existsSync(join(rootfs, f))) throw new Error(`the tools rootfs ${rootfs} has no ${f}`);
   const configFile = `${wrapperPath}.conf`;
-  writeAtomic(configFile, CRIU_CONFIG, 0o644);
-  writeAtomic(`${configFile}.dump`, CRIU_DUMP_CONFIG, 0o644);
+  writeAtomic(configFile, criuConfig(scanPaths), 0o644);
+  writeAtomic(`${configFile}.dump`, `unprivileged\n${criuConfig(scanPaths)}`, 0o644);
   writeAtomic(wrapperPath, wrapperScript(rootfs, configFile, uid, gid, effectiveCaps()), 0o755);
   const r = await run([wrapperPath, '--version'], { timeoutMs: 30_000 });
   const version = /Version:\s*([0-9][0-9.]*)/.exec(r.stdout)?.[1];

@@ -41,6 +41,14 @@ export const CRIU_IMAGE = 'criu-tools';
 /** The CRIU flags of every dump and restore (runc's flags): Chromium's LevelDB holds fcntl locks. */
 const CRIU_FLAGS = ['--file-locks'];
 
+/**
+ * Where CRIU looks for the directories the desktop's apps watch with inotify (src/host/criu.ts): GTK's
+ * recent files and GIO's monitors (LibreOffice, GIMP, Thunderbird) watch ~/.local/share and ~/.config.
+ * `.local`, not `.local/share`: every component of a scan path but its last is followed, and the desktop
+ * user owns `.local` (a link there would point the walk at a host directory named `share`).
+ */
+const DESKTOP_SCAN_PATHS = [`${DESKTOP_HOME}/.config`, `${DESKTOP_HOME}/.local`];
+
 const criuOf = new WeakMap<SessionManager, Promise<Criu>>();
 
 /** The daemon's CRIU (installed once per manager from the built tools image), or 501 memory_fork_unavailable. */
@@ -50,7 +58,7 @@ export async function criuFor(mgr: SessionManager): Promise<Criu> {
     p = (async () => {
       const img = findImage(CRIU_IMAGE, { imagesDir: mgr.inst.imagesDir });
       if (!img) throw new Error(`the tools image '${CRIU_IMAGE}' is not built; run 'drums image build ${CRIU_IMAGE}' (scripts/setup.sh does)`);
-      return installCriu(img.rootfs, join(mgr.inst.stateDir, 'criu'), DESKTOP_UID, DESKTOP_GID);
+      return installCriu(img.rootfs, join(mgr.inst.stateDir, 'criu'), DESKTOP_UID, DESKTOP_GID, DESKTOP_SCAN_PATHS);
     })();
     criuOf.set(mgr, p);
     p.catch(() => criuOf.delete(mgr));
