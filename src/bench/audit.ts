@@ -201,8 +201,8 @@ async function forkedPair(c: DrumsClient, sessions: SessionInfo[], mode: 'disk' 
     image: 'default',
     url: 'file:///home/user/audit.html',
     // A memory fork restores a session with its own user namespace into copies with their own, but
-    // not Chromium's own sandbox (its nested namespaces can't be checkpointed): --no-zygote runs it without.
-    ...(mode === 'memory' ? { userns: true, browserFlags: ['--no-zygote'] } : {}),
+    // not Chromium's own sandbox (its nested namespaces can't be checkpointed): browserSandbox false runs it without.
+    ...(mode === 'memory' ? { userns: true, browserSandbox: false } : {}),
   });
   sessions.push(src);
   await c.writeFile(src.id, '/home/user/audit.html', html(RED));
@@ -622,7 +622,7 @@ export async function runAudit(o: {
           : name === 'fork'
             ? 'two disk-forked copies of one default session with Chromium (the source alive beside them), probed from A'
             : name === 'memfork'
-              ? 'two memory-forked (CRIU) copies of one default session with a user namespace of its own and Chromium without its sandbox (browserFlags --no-zygote; the source alive beside them), probed from A'
+              ? 'two memory-forked (CRIU) copies of one default session with a user namespace of its own and Chromium without its sandbox (browserSandbox false; the source alive beside them), probed from A'
               : 'one Chromium serving two profiles (the shared-browser design)',
       image: 'default',
       status: ps.length ? 'measured' : 'invalid',

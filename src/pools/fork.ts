@@ -69,6 +69,7 @@ function bodyOf(spec: SessionSpec, labels: Record<string, string>): Record<strin
     egress: spec.egress,
     hostPorts: spec.hostPorts,
     browserFlags: spec.browserFlags,
+    ...(spec.browserSandbox === false ? { browserSandbox: false } : {}),
     ttlSeconds: spec.ttlSeconds,
     labels,
     ...(spec.userns === undefined ? {} : { userns: spec.userns }),

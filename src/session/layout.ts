@@ -79,6 +79,7 @@ export function writeBundle(inst: Instance, config: DaemonConfig, s: Session): v
       ...(s.spec.url ? { DRUMS_URL: s.spec.url } : {}),
       ...(s.spec.browserFlags.length ? { DRUMS_BROWSER_FLAGS: s.spec.browserFlags.join(' ') } : {}),
       ...(config.browserZygote ? { DRUMS_BROWSER_ZYGOTE: '1' } : {}),
+      ...(s.spec.browserSandbox === false ? { DRUMS_BROWSER_SANDBOX: '0' } : {}),
       ...benchEnv(s.spec.labels, config.benchHooks),
     },
     netnsPath: `/var/run/netns/${s.names.netns}`,

@@ -121,7 +121,7 @@ export async function checkpointSource(mgr: SessionManager, src: Session, criu: 
   if (r.error) {
     const why = r.error;
     const hint = NESTED.test(why)
-      ? ' (its Chromium runs its own sandbox, as it does by default in a session with a user namespace of its own, which puts the zygote and the renderers in nested user and PID namespaces that CRIU cannot checkpoint; such a session created with browserFlags ["--no-zygote"] runs Chromium without its sandbox and can be memory-forked)'
+      ? ' (its Chromium runs its own sandbox, as it does by default in a session with a user namespace of its own, which puts the zygote and the renderers in nested user and PID namespaces that CRIU cannot checkpoint; such a session created with browserSandbox false runs Chromium without its sandbox and can be memory-forked (docs/security.md says what that gives up))'
       : ZYGOTE.test(why)
         ? ' (its Chromium runs with its zygote, as on a daemon with DRUMS_BROWSER_ZYGOTE=1; the default, --no-zygote in sessions without a user namespace, can be memory-forked)'
         : '';

@@ -18,6 +18,11 @@ export interface SessionSpec {
   /** TCP ports on the session's gateway address that the session may connect to. */
   hostPorts: number[];
   browserFlags: string[];
+  /**
+   * false: Chromium runs without its own sandbox even where the session has a user namespace (what a
+   * memory fork of it needs: CRIU can't checkpoint the sandbox's nested namespaces); undefined: with it.
+   */
+  browserSandbox?: false;
   /** Seconds after which the daemon destroys the session (0 = never). */
   ttlSeconds: number;
   labels: Record<string, string>;
@@ -67,6 +72,7 @@ const SPEC_FIELDS = [
   'egress',
   'hostPorts',
   'browserFlags',
+  'browserSandbox',
   'ttlSeconds',
   'labels',
   'userns',
@@ -162,6 +168,7 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
       browserFlags.push(f);
     });
   }
+  if (b.browserSandbox !== undefined && typeof b.browserSandbox !== 'boolean') throw bad('browserSandbox', 'must be a boolean');
   const ttlSeconds = b.ttlSeconds === undefined ? 0 : int(b.ttlSeconds, 'ttlSeconds', 0, 7 * 24 * 3600);
   const labels: Record<string, string> = {};
   if (b.labels !== undefined) {
@@ -191,6 +198,8 @@ export function parseSpec(body: unknown, defaultCpus: number = defaultSessionCpu
     egress: b.egress === true,
     hostPorts,
     browserFlags,
+    // Absent when true (the default): a spec with the sandbox compares equal to one made before the field.
+    ...(b.browserSandbox === false ? { browserSandbox: false as const } : {}),
     ttlSeconds,
     labels,
     ...(b.userns === undefined ? {} : { userns: b.userns }),

@@ -141,6 +141,7 @@ class SessionSpec(TypedDict, total=False):
     pids: int
     egress: bool
     userns: bool  # A user namespace of its own: the session's uids 0..65535 are a host uid range no other session holds, and Chromium runs with its own sandbox (docs/security.md). Default: the daemon's DRUMS_USERNS.
+    browserSandbox: bool  # false runs Chromium without its own sandbox (--no-sandbox --no-zygote) in a session with a user namespace, which a memory fork needs: CRIU can't checkpoint the sandbox's nested PID and user namespaces. It gives up the renderers' seccomp-bpf filter and their namespaces (docs/security.md, 'Memory fork and Chromium's sandbox'). No effect without a user namespace, where Chromium never has its sandbox.
     hostPorts: list[int]
     browserFlags: list[str]
     ttlSeconds: int

@@ -123,6 +123,7 @@ def _spec(kw: dict[str, Any]) -> m.SessionSpec:
         "disk_write_mbps": "diskWriteMbps",
         "host_ports": "hostPorts",
         "browser_flags": "browserFlags",
+        "browser_sandbox": "browserSandbox",
         "ttl_seconds": "ttlSeconds",
     }
     return {names.get(k, k): v for k, v in kw.items() if v is not None}  # type: ignore[return-value]
@@ -248,7 +249,7 @@ class Sessions:
 
     def create(self, *, idempotency_key: str | None = None, **spec: Any) -> "Session":
         """Creates a session (image, url, screen, memory_mb, disk_mb, disk_read_mbps, disk_write_mbps,
-        cpus, pids, egress, host_ports, browser_flags, ttl_seconds, labels, userns, record, standbys) and waits until it is ready. Retries with the
+        cpus, pids, egress, host_ports, browser_flags, browser_sandbox, ttl_seconds, labels, userns, record, standbys) and waits until it is ready. Retries with the
         same ``idempotency_key`` return the same session."""
         headers = {"idempotency-key": idempotency_key or uuid.uuid4().hex}
         return Session(self._c, self._c.request("POST", "/v1/sessions", json=_spec(spec), headers=headers).json())
