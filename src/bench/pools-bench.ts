@@ -18,6 +18,8 @@ export interface PoolsBenchOptions {
   claims: number;
   poolSize: number;
   forkCounts: number[];
+  /** An app the fork source (and each fresh create, as its setup) opens before it is timed: 'writer' (a document in LibreOffice Writer; image osworld). */
+  app?: 'writer';
   idleSeconds: number;
   outDir: string;
   progress?: (msg: string) => void;
@@ -84,14 +86,24 @@ async function waitPool(c: DrumsClient, name: string, ready: number, ms = 600_00
 const p99 = (xs: number[]) => quantile(xs, 0.99);
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
+/** Opens `app` in session `id` and waits for its window (the setup a memory fork's copies skip); nothing without one. */
+async function setupApp(c: DrumsClient, id: string, app: PoolsBenchOptions['app']): Promise<void> {
+  if (!app) return;
+  await c.exec(id, { shell: 'printf "bench\\n" > /home/user/doc.txt; nohup soffice --writer /home/user/doc.txt >/dev/null 2>&1 &' });
+  for (const by = Date.now() + 300_000; ; await new Promise((r) => setTimeout(r, 250))) {
+    if ((await c.windows(id)).windows.some((w) => /doc\.txt - LibreOffice Writer/.test(w.title ?? ''))) return;
+    if (Date.now() > by) throw new Error(`session ${id}: no LibreOffice Writer window in 300 s`);
+  }
+}
+
 export async function runPoolsBench(o: PoolsBenchOptions) {
   const started = new Date().toISOString();
   const loadBefore = hostLoad();
   const d = await startPrivateDaemon();
   const c = d.client;
   const inst = sessionsCgroup(d.instance);
-  // Chromium without its zygote, so the memory fork arm can checkpoint it (docs/pools.md); every arm uses the same template.
-  const template = { image: o.image, ...(o.url ? { url: o.url, browserFlags: ['--no-zygote'] } : {}) };
+  // Chromium without its sandbox and zygote, so the memory fork arm can checkpoint it (docs/pools.md); every arm uses the same template.
+  const template = { image: o.image, ...(o.url ? { url: o.url, browserSandbox: false } : {}) };
   const made: string[] = [];
   try {
     // 1. Idle cost of a full pool, then claims (each a hit: the pool is refilled between claims) against creates.
@@ -136,9 +148,10 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
       await destroy(c, s.id);
     }
 
-    // 2. fork(N) of a session with state on disk, against N fresh creates, per N.
+    // 2. fork(N) of a session with state on disk (and, with --app, an app's window with a document), against N fresh creates (and setups), per N.
     const src = await c.createSession({ ...template, labels: { bench: 'fork-source' } });
     made.push(src.id);
+    await setupApp(c, src.id, o.app);
     await c.exec(src.id, {
       shell: 'head -c 20000000 /dev/urandom > /home/user/state.bin; mkdir -p /home/user/work; for i in $(seq 200); do echo $i > /home/user/work/f$i; done',
     });
@@ -147,8 +160,11 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
       o.progress?.(`fork ${n}`);
       const t = performance.now();
       const r = await c.forkSession(src.id, { count: n });
+      // A disk fork's copies start their apps afresh: with --app, each is ready once it has set its app up again.
+      let firstSetupMs = Infinity;
+      await Promise.all(r.copies.map((x) => setupApp(c, x.id, o.app).then(() => (firstSetupMs = Math.min(firstSetupMs, performance.now() - t)))));
       const allMs = performance.now() - t;
-      const firstMs = r.timings.snapshotMs + Math.min(...r.copies.map((x) => x.timings.createMs ?? Infinity));
+      const firstMs = o.app ? firstSetupMs : r.timings.snapshotMs + Math.min(...r.copies.map((x) => x.timings.createMs ?? Infinity));
       const mem = r.copies.map((x) => memoryBytes(`${inst}/${x.id}`)).filter((m): m is number => m !== null);
       for (const x of r.copies) await destroy(c, x.id);
       o.progress?.(`memory fork ${n}`);
@@ -174,7 +190,8 @@ export async function runPoolsBench(o: PoolsBenchOptions) {
       let firstCreate = Infinity;
       const fresh = await Promise.all(
         Array.from({ length: n }, () =>
-          c.createSession({ ...template, labels: { bench: 'fresh' } }).then((s) => {
+          c.createSession({ ...template, labels: { bench: 'fresh' } }).then(async (s) => {
+            await setupApp(c, s.id, o.app);
             firstCreate = Math.min(firstCreate, performance.now() - tc);
             return s;
           }),
