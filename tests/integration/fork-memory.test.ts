@@ -206,6 +206,67 @@ describe('fork (memory)', () => {
     }
   });
 
+  // The osworld image with an office app holding a document with unsaved text: the app is restored, not
+  // restarted (its window, its PID, the unsaved text), in copies with their own identity, uid range and
+  // netns. LibreOffice (GTK's recent files, GIO's monitors) watches ~/.local/share and ~/.config, which
+  // CRIU must find by scanning (overlayfs file handles can't be opened): before, the dump was refused
+  // with "fsnotify: Can't dump that handle".
+  it('restores an osworld session with Chromium and LibreOffice Writer, unsaved text kept, into copies of their own', async () => {
+    const src = await d.client.createSession({ image: 'osworld', url: 'about:blank', browserSandbox: false } as never);
+    const made: string[] = [src.id];
+    try {
+      const sh = async (id: string, shell: string, root = false) => (await d.client.exec(id, { shell, root })).stdout;
+      await sh(src.id, 'printf "first line\\n" > /home/user/doc.txt; nohup soffice --writer /home/user/doc.txt >/dev/null 2>&1 &');
+      const writer = async (id: string) => (await d.client.windows(id)).windows.some((w) => /doc\.txt - LibreOffice Writer/.test(w.title ?? ''));
+      for (const by = Date.now() + 300_000; !(await writer(src.id)); await new Promise((r) => setTimeout(r, 1000)))
+        assert.ok(Date.now() < by, 'no Writer window in 300 s');
+      // The document's text as its running Writer holds it (select all, copy, read the clipboard), within `ms`.
+      const win = "xdotool search --name 'doc.txt - LibreOffice Writer' | head -1";
+      const read = `w=$(${win}); xdotool windowactivate --sync $w key --clearmodifiers ctrl+a ctrl+c; sleep 0.5; timeout 5 xclip -o -selection clipboard 2>/dev/null`;
+      const text = async (id: string, ms = 60_000, before = async () => {}) => {
+        for (const by = Date.now() + ms; ; await new Promise((r) => setTimeout(r, 1000))) {
+          await before();
+          const out = await sh(id, read);
+          if (out.includes('drums-unsaved-42') || Date.now() > by) return out;
+        }
+      };
+      // Unsaved text, typed into the document (XTEST, to the focused window: LibreOffice ignores sent events;
+      // again if a loaded Writer was not taking input yet): only the running process has it.
+      const type = () =>
+        sh(src.id, `w=$(${win}); xdotool windowactivate --sync $w key --clearmodifiers ctrl+End type --delay 20 ' drums-unsaved-42'`).then(() => {});
+      assert.match(await text(src.id, 120_000, type), /drums-unsaved-42/);
+      const pidOf = (id: string) => sh(id, 'pgrep -x soffice.bin');
+      const srcPid = (await pidOf(src.id)).trim();
+      assert.match(srcPid, /^\d+$/);
+      await settle(src.id);
+      const nsOf = async (id: string) => sh(id, 'cat /proc/self/uid_map; readlink /proc/self/ns/user /proc/self/ns/net; hostname; cat /etc/machine-id', true);
+      const seen = new Set([await nsOf(src.id)]);
+      const addrs = new Set([src.network.address]);
+      const r = await d.client.forkSession(src.id, { count: 2, mode: 'memory' });
+      made.push(...r.copies.map((c) => c.id));
+      assert.equal(r.copies.length, 2);
+      for (const c of r.copies) {
+        assert.equal(c.state, 'ready');
+        // Writer was restored, not started again: the same process (PID) with its window and its unsaved text.
+        assert.equal((await pidOf(c.id)).trim(), srcPid);
+        assert.ok(await writer(c.id), JSON.stringify((await d.client.windows(c.id)).windows));
+        assert.ok((await d.client.windows(c.id)).windows.some((w) => /Chromium/.test(w.title ?? '')));
+        assert.match(await text(c.id), /drums-unsaved-42/);
+        // Its own identity, uid range, user and network namespaces and address.
+        const ns = await nsOf(c.id);
+        seen.add(ns);
+        assert.ok(ns.includes(`\n${c.id}\n`), ns);
+        addrs.add(c.network.address);
+      }
+      assert.equal(seen.size, 3);
+      assert.equal(new Set([...seen].map((ns) => ns.trim().split(/\s+/)[1])).size, 3, [...seen].join('\n'));
+      assert.equal(addrs.size, 3);
+      assert.equal((await d.client.getSession(src.id)).state, 'ready');
+    } finally {
+      for (const id of made) await d.client.destroySession(id).catch(() => {});
+    }
+  });
+
   it('refuses a userns session whose Chromium runs its sandbox (nested namespaces): 409, not retried, the source untouched', async () => {
     const src = await d.client.createSession({ ...spec, userns: true });
     try {
