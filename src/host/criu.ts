@@ -3,10 +3,11 @@ import { join } from 'node:path';
 import { run } from '../common/exec.ts';
 
 /**
- * CRIU from a tools rootfs (the `criu-tools` image: Debian trixie with CRIU 4.x).
+ * CRIU from a tools rootfs (the `criu-tools` image: Debian trixie with sid's CRIU 4.2).
  *
  * Debian 12's CRIU 3.17 cannot dump on kernels >= 6.13 (their vDSO layout
- * changed); CRIU >= 4.1 can, but it is built against trixie's libc. So the
+ * changed); CRIU >= 4.1 can, and 4.2 also dumps IP sockets on kernels >= 6.16
+ * (which refuse SO_PASSCRED on them), but it is built against a newer libc. So the
  * daemon never installs it on the host: it runs the tools rootfs' own binary
  * through that rootfs' dynamic loader and libraries, from a small wrapper
  * script that runc drives as its `--criu` (runc speaks to it over the swrk RPC).
