@@ -16,6 +16,10 @@ describe('session spec validation', () => {
     assert.deepEqual(s.hostPorts, []);
     // The limits' defaults (docs/api.md): 2 GiB memory, a 512 MiB disk quota, 1024 pids.
     assert.deepEqual([s.memoryBytes, s.diskBytes, s.pids], [2 * 1024 ** 3, 512 * 1024 ** 2, 1024]);
+    // Chromium's sandbox is on unless a spec gives it up (absent when on: older pool templates compare equal).
+    assert.equal('browserSandbox' in s, false);
+    assert.equal('browserSandbox' in parseSpec({ browserSandbox: true }), false);
+    assert.equal(parseSpec({ browserSandbox: false }).browserSandbox, false);
   });
   it('parses screens in both forms and rejects absurd ones, naming the field', () => {
     assert.deepEqual(parseScreen('1920x1080'), { width: 1920, height: 1080, depth: 24 });
@@ -44,6 +48,7 @@ describe('session spec validation', () => {
       [{ diskReadMbps: 2.5 }, /diskReadMbps/],
       [{ diskReadMbps: '8' }, /diskReadMbps/],
       [{ diskWriteMbps: 2 ** 40 }, /diskWriteMbps/],
+      [{ browserSandbox: 'no' }, /browserSandbox/],
     ];
     for (const [body, re] of cases)
       assert.throws(
