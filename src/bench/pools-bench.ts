@@ -89,7 +89,12 @@ const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 /** Opens `app` in session `id` and waits for its window (the setup a memory fork's copies skip); nothing without one. */
 async function setupApp(c: DrumsClient, id: string, app: PoolsBenchOptions['app']): Promise<void> {
   if (!app) return;
-  await c.exec(id, { shell: 'printf "bench\\n" > /home/user/doc.txt; nohup soffice --writer /home/user/doc.txt >/dev/null 2>&1 &' });
+  // A disk-forked copy has the source's LibreOffice locks and recovery list (Writer would stop at "Document
+  // Recovery" or "another instance"): cleared as the SDK's clear_app_locks does (sdk/python/drums/osworld_pool.py).
+  const clear =
+    "sed -i '/org.openoffice.Office.Recovery\\/RecoveryList/d' $HOME/.config/libreoffice/4/user/registrymodifications.xcu 2>/dev/null; " +
+    "rm -f $HOME/.config/libreoffice/4/.lock '/home/user/.~lock.doc.txt#'";
+  await c.exec(id, { shell: `${clear}; printf "bench\\n" > /home/user/doc.txt; nohup soffice --writer /home/user/doc.txt >/dev/null 2>&1 &` });
   for (const by = Date.now() + 300_000; ; await new Promise((r) => setTimeout(r, 250))) {
     if ((await c.windows(id)).windows.some((w) => /doc\.txt - LibreOffice Writer/.test(w.title ?? ''))) return;
     if (Date.now() > by) throw new Error(`session ${id}: no LibreOffice Writer window in 300 s`);
