@@ -1,7 +1,7 @@
 /**
  * The layer check: every relative import (static, dynamic, `import type`,
- * `export … from`) in src/, scripts/ and tests/ must be allowed by
- * src/layers.json, and the file-level import cycles in src/ must be exactly the
+ * `export … from`) in src/, bench/, scripts/ and tests/ must be allowed by
+ * src/layers.json, and the file-level import cycles in src/ and bench/ must be exactly the
  * ones listed there. It also keeps the layer table in docs/architecture.md equal
  * to the one it writes from the same data.
  *
@@ -40,7 +40,7 @@ function walk(dir: string, out: string[] = []): string[] {
 export function unitOf(rel: string): string | undefined {
   const parts = rel.split('/');
   if (parts[0] === 'src') return parts[1];
-  if (parts[0] === 'scripts' || parts[0] === 'tests') return parts[0];
+  if (parts[0] === 'scripts' || parts[0] === 'tests' || parts[0] === 'bench') return parts[0];
   return undefined;
 }
 
@@ -52,7 +52,7 @@ export function importsOf(text: string): string[] {
     .filter((s) => s.startsWith('.'));
 }
 
-const files = [...walk(join(ROOT, 'src')), ...walk(join(ROOT, 'scripts')), ...walk(join(ROOT, 'tests'))];
+const files = [...walk(join(ROOT, 'src')), ...walk(join(ROOT, 'bench')), ...walk(join(ROOT, 'scripts')), ...walk(join(ROOT, 'tests'))];
 const problems: string[] = [];
 const graph = new Map<string, string[]>();
 
@@ -78,14 +78,14 @@ for (const abs of files) {
     if (to === from || rule.may.includes('*') || rule.may.includes(to)) continue;
     problems.push(`${rel}: '${from}' may not import '${to}' (${trel}); src/layers.json allows ${from} → ${rule.may.join(', ') || 'nothing'}`);
   }
-  if (rel.startsWith('src/'))
+  if (rel.startsWith('src/') || rel.startsWith('bench/'))
     graph.set(
       rel,
-      edges.filter((e) => e.startsWith('src/')),
+      edges.filter((e) => e.startsWith('src/') || e.startsWith('bench/')),
     );
 }
 
-// File-level cycles in src/ (Tarjan's strongly connected components).
+// File-level cycles in src/ and bench/ (Tarjan's strongly connected components).
 function cycles(g: Map<string, string[]>): string[][] {
   let index = 0;
   const idx = new Map<string, number>();

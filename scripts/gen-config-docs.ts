@@ -2,7 +2,7 @@
  * README.md's table of `DRUMS_*` variables, written from src/common/config.ts
  * (FIELDS and OTHER_VARIABLES). `--write` rewrites it; without, it checks
  * that the README matches (npm run check) and exits 1 naming the fix.
- * Either way it fails when code under src/ reads a `DRUMS_*` variable from an
+ * Either way it fails when code under src/ or bench/ reads a `DRUMS_*` variable from an
  * environment (`env.DRUMS_X`) that the config module does not know.
  */
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -32,6 +32,7 @@ const scan = (dir: string): void => {
   }
 };
 scan(join(ROOT, 'src'));
+scan(join(ROOT, 'bench'));
 if (unknown.length) {
   process.stderr.write(
     `these DRUMS_* variables are read but are not fields of src/common/config.ts (add a field and read it from the config, or list it in OTHER_VARIABLES):\n  ${unknown.join('\n  ')}\n`,

@@ -1,6 +1,6 @@
 // OSWorld run.py's `--observation_type` choices and its default, for `drums osworld run
 // --observation` (src/osworld/run.ts) and `drums bench osworld-run --observations`
-// (src/bench/osworld-run-bench.ts). sdk/python/drums/osworld.py holds the same list (OBSERVATIONS).
+// (bench/osworld-run-bench.ts). sdk/python/drums/osworld.py holds the same list (OBSERVATIONS).
 export const OBSERVATIONS = ['screenshot', 'a11y_tree', 'screenshot_a11y_tree', 'som'] as const;
 export type Observation = (typeof OBSERVATIONS)[number];
 export const DEFAULT_OBSERVATION: Observation = 'a11y_tree';

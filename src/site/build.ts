@@ -1,8 +1,8 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { BARS_DIR, sha256 } from '../bench/bars.ts';
-import { validateRecord, type BenchRecord } from '../bench/record.ts';
-import { REPO_ROOT } from '../bench/host-facts.ts';
+import { BARS_DIR, sha256 } from '../../bench/bars.ts';
+import { validateRecord, type BenchRecord } from '../../bench/record.ts';
+import { REPO_ROOT } from '../../bench/host-facts.ts';
 
 /**
  * `drums site build`: renders every record into a self-contained static site

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import type { A11yTree } from '../../src/client/client.ts';
 import type { A11yNode } from '../../src/a11y/types.ts';
 import { toOsworldXml } from '../../src/a11y/osworld-xml.ts';
-import { DESKTOP_APPS, missingApps, openDesktop } from '../../src/bench/a11y-desktop.ts';
+import { DESKTOP_APPS, missingApps, openDesktop } from '../../bench/a11y-desktop.ts';
 import { apiError, skipUnlessCI, startDaemon, TIME_SCALE, type TestDaemon } from '../helpers.ts';
 
 // LibreOffice Calc (atk-bridge, 'gtk'), gedit and evince (GTK 3), Chromium, nautilus (GTK 4: Cache.GetItems).

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import WebSocket from 'ws';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { XDisplay } from '../../src/display/x-display.ts';
-import { recordedCookie } from '../../src/bench/host-probes/x11.ts';
+import { recordedCookie } from '../../bench/host-probes/x11.ts';
 import { DRUMS, startDaemon, type TestDaemon } from '../helpers.ts';
 
 /** Reads RFB bytes from a stream of chunks. */

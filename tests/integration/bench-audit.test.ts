@@ -2,8 +2,8 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { runAudit, type Probe } from '../../src/bench/audit.ts';
-import { validateRecord } from '../../src/bench/record.ts';
+import { runAudit, type Probe } from '../../bench/audit.ts';
+import { validateRecord } from '../../bench/record.ts';
 
 // `drums audit`: ≥ 40 probes from inside a session; the shared-browser design is caught by a named probe.
 describe('isolation audit', () => {

@@ -1,10 +1,10 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { JOURNAL } from '../../src/bench/host-knobs.ts';
-import { sessionPids } from '../../src/bench/measure.ts';
-import { validateRecord } from '../../src/bench/record.ts';
-import { runExperiment } from '../../src/bench/runner.ts';
+import { JOURNAL } from '../../bench/host-knobs.ts';
+import { sessionPids } from '../../bench/measure.ts';
+import { validateRecord } from '../../bench/record.ts';
+import { runExperiment } from '../../bench/runner.ts';
 import { startDaemon } from '../helpers.ts';
 
 const mergeAny = (instance: string, id: string) =>

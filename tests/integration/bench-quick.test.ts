@@ -5,8 +5,8 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, wri
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser } from 'playwright-core';
-import { validateRecord, type BenchRecord } from '../../src/bench/record.ts';
-import { runExperiment } from '../../src/bench/runner.ts';
+import { validateRecord, type BenchRecord } from '../../bench/record.ts';
+import { runExperiment } from '../../bench/runner.ts';
 import { buildSite, barsFlag } from '../../src/site/build.ts';
 import { DRUMS, ROOT } from '../helpers.ts';
 

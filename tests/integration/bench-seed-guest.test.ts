@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ARMS } from '../../src/bench/arms.ts';
-import { validateRecord, type BenchRecord } from '../../src/bench/record.ts';
-import { importedModules, NO_SRC_REASON, serverFiles } from '../../src/bench/seed-guest.ts';
+import { ARMS } from '../../bench/arms.ts';
+import { validateRecord, type BenchRecord } from '../../bench/record.ts';
+import { importedModules, NO_SRC_REASON, serverFiles } from '../../bench/seed-guest.ts';
 import { DRUMS, ROOT } from '../helpers.ts';
 
 // The seed-guest-server arm without an OSWorld checkout (CI has none, and no

@@ -2,13 +2,13 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { budgetsProbe, daemonNodePid } from '../../src/bench/host-probes/budgets.ts';
+import { budgetsProbe, daemonNodePid } from '../../bench/host-probes/budgets.ts';
 import type { DrumsApiError } from '../../src/client/client.ts';
 import { startPrivateDaemon, type PrivateDaemon } from '../../src/client/private-daemon.ts';
 import { DRUMS, assertClean, removeStateDir, runPrefix } from '../helpers.ts';
 
 // Issue 27, findings 4 and 7: every read of what a session controls has a byte budget. The status file attacks
-// are the audit's host probe (src/bench/host-probes/budgets.ts); exec and OSWorld's /execute are tried here with
+// are the audit's host probe (bench/host-probes/budgets.ts); exec and OSWorld's /execute are tried here with
 // output far past their budgets, watching the daemon's peak RSS.
 
 const MiB = 1024 * 1024;

@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { clientCgroupProbe, cpuCgroupOf, joinAs } from '../../src/bench/host-probes/client-cgroup.ts';
+import { clientCgroupProbe, cpuCgroupOf, joinAs } from '../../bench/host-probes/client-cgroup.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // POST /v1/host/client-cgroup and `drums client run`: a local client's process joins the instance's

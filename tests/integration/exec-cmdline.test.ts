@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { startPrivateDaemon, type PrivateDaemon } from '../../src/client/private-daemon.ts';
-import { probeExecCmdline } from '../../src/bench/host-probes/exec-cmdline.ts';
+import { probeExecCmdline } from '../../bench/host-probes/exec-cmdline.ts';
 
 const leftovers = () => readdirSync('/dev/shm').filter((n) => n.startsWith('drums-exec-'));
 

@@ -1,13 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
-import { forkPlantProbes } from '../../src/bench/host-probes/fork-plant.ts';
+import { forkPlantProbes } from '../../bench/host-probes/fork-plant.ts';
 import type { PrivateDaemon } from '../../src/client/private-daemon.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Issue 29, item 2: a source that plants symlinks and FIFOs in everything a fork copies from it (its
 // /run/drums and status file, /tmp/.X11-unix, home, tmpfs mounts, /etc), then is forked. The attacks
-// are the audit's host probes (src/bench/host-probes/fork-plant.ts), run against a private daemon with
+// are the audit's host probes (bench/host-probes/fork-plant.ts), run against a private daemon with
 // a user namespace per session (the audited configuration).
 describe('fork of a source that planted links and FIFOs', () => {
   let d: TestDaemon;

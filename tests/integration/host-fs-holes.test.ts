@@ -1,12 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
-import { fsProbes } from '../../src/bench/host-probes/fs.ts';
+import { fsProbes } from '../../bench/host-probes/fs.ts';
 import type { PrivateDaemon } from '../../src/client/private-daemon.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 
 // Issue 27, findings 1 and 6: the daemon's hands in a session's files (docs/security.md, "The daemon's
-// hands in a session's files"). The attacks are the audit's host probes (src/bench/host-probes/fs.ts),
+// hands in a session's files"). The attacks are the audit's host probes (bench/host-probes/fs.ts),
 // run here against a private daemon with a user namespace per session (the audited configuration).
 describe('host file holes: runtime directories, fork copies and cleanup', () => {
   let d: TestDaemon;

@@ -1,10 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { osworldEvalProbes } from '../../src/bench/host-probes/osworld-eval.ts';
+import { osworldEvalProbes } from '../../bench/host-probes/osworld-eval.ts';
 import { type PrivateDaemon, startPrivateDaemon } from '../../src/client/private-daemon.ts';
 
 // Issue 27, finding 5: an OSWorld agent reaching the harness host. The `sudo` half is the audit's
-// host probe (src/bench/host-probes/osworld-eval.ts), run here against a private daemon with a user
+// host probe (bench/host-probes/osworld-eval.ts), run here against a private daemon with a user
 // namespace per session; the evaluator half (a metric `eval`ing session output, a forged score line)
 // is sdk/python/tests/test_osworld_metric_sandbox.py.
 describe('osworld: an agent cannot reach the harness host', () => {

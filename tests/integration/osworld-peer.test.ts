@@ -3,11 +3,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:net';
 import { startPrivateDaemon, type PrivateDaemon } from '../../src/client/private-daemon.ts';
-import { askAs, NOBODY, osworldPeerProbe, probeGuestPort } from '../../src/bench/host-probes/osworld-peer.ts';
+import { askAs, NOBODY, osworldPeerProbe, probeGuestPort } from '../../bench/host-probes/osworld-peer.ts';
 import { TCP_ESTABLISHED, TcpOwners } from '../../src/host/tcp-owner.ts';
 
 // Who may reach a session's OSWorld guest server (issue 27, finding 2 and the Host/Origin part of 7): the
-// host probes of `drums audit` (src/bench/host-probes/osworld-peer.ts) against a private daemon, a uid the
+// host probes of `drums audit` (bench/host-probes/osworld-peer.ts) against a private daemon, a uid the
 // operator lists, and the owner lookup itself on real sockets.
 describe('osworld guest server: who may connect', () => {
   let d: PrivateDaemon;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { HOST_ROUTES_LOCK } from '../../src/bench/audit.ts';
+import { HOST_ROUTES_LOCK } from '../../bench/audit.ts';
 import type { SessionInfo } from '../../src/client/client.ts';
 import { acquireLock, type LockHandle } from '../../src/image/lock.ts';
 import { assertClean, removeStateDir, runPrefix, startDaemon, type TestDaemon } from '../helpers.ts';

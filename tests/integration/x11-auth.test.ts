@@ -1,5 +1,5 @@
 // Each session's X server has its own cookie (issue 27, finding 3), and `drums session vnc` serves only its own uid
-// (finding 7). The attacks are the audit's host probes (src/bench/host-probes/x11.ts), run here against a daemon with
+// (finding 7). The attacks are the audit's host probes (bench/host-probes/x11.ts), run here against a daemon with
 // a user namespace per session; then a session still works end to end with its cookie, a reset makes a new one, and a
 // memory fork's copy carries its source's.
 import { after, before, describe, it } from 'node:test';
@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import type { PrivateDaemon } from '../../src/client/private-daemon.ts';
-import { clientAs, recordedCookie, x11Probes, xSetup } from '../../src/bench/host-probes/x11.ts';
+import { clientAs, recordedCookie, x11Probes, xSetup } from '../../bench/host-probes/x11.ts';
 import { parseXauthority } from '../../src/display/xauth.ts';
 import { startDaemon, type TestDaemon } from '../helpers.ts';
 

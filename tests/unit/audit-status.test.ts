@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { auditStatus } from '../../src/bench/audit.ts';
+import { auditStatus } from '../../bench/audit.ts';
 
 /** The verdicts runAudit makes for `drums audit --arms baseline,memfork`: each bar once per arm. */
 function verdicts(failedBy: Record<string, boolean | null>): { arm: string; pass: boolean | null }[] {

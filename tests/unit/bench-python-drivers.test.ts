@@ -4,15 +4,15 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { driverPythonPath, PYTHON } from '../../src/bench/python-driver.ts';
+import { driverPythonPath, PYTHON } from '../../bench/python-driver.ts';
 
-// `bin/drums bench` runs its Python drivers as `python -m NAME` (src/bench/python-driver.ts). They are benches, so
+// `bin/drums bench` runs its Python drivers as `python -m NAME` (bench/python-driver.ts). They are benches, so
 // they live in sdk/python/bench, out of the shipped package (sdk/python/tests/test_typing.py checks the wheel): each
 // name a bench passes must start with the PYTHONPATH the driver gives it, and must not be a module of drums.
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
 test('every Python bench driver starts from sdk/python/bench with the path the bench gives it', () => {
-  const dir = join(REPO, 'src', 'bench');
+  const dir = join(REPO, 'bench');
   const names = readdirSync(dir)
     .filter((f) => f.endsWith('.ts'))
     .flatMap((f) => [...readFileSync(join(dir, f), 'utf8').matchAll(/runPythonDriver\(\s*'([\w.]+)'/g)].map((m) => m[1]));

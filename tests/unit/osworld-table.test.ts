@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { badObservation, OBSERVATIONS } from '../../src/common/osworld-observation.ts';
-import { BEGIN, END, needClass, renderTable, replaceTable, type TableRecord, tableRecordPath } from '../../src/bench/osworld-table.ts';
+import { BEGIN, END, needClass, renderTable, replaceTable, type TableRecord, tableRecordPath } from '../../bench/osworld-table.ts';
 
 const ROOT = resolve(import.meta.dirname, '..', '..');
 const DOC = join(ROOT, 'docs', 'osworld.md');

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildSite, headlineKind, throughputPlot } from '../../src/site/build.ts';
-import { validateRecord, type BenchRecord } from '../../src/bench/record.ts';
+import { validateRecord, type BenchRecord } from '../../bench/record.ts';
 
 function record(experiment: string, plots: BenchRecord['plots']): BenchRecord {
   return {

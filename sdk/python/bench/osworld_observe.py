@@ -1,5 +1,5 @@
 """The observation measures of OSWorld on Drums, per app, as its users run it (``drums bench a11y-osworld``,
-src/bench/a11y-osworld-bench.ts, runs this against a private daemon):
+bench/a11y-osworld-bench.ts, runs this against a private daemon):
 
 - **first observation after reset**: a checkout's own ``DesktopEnv`` (``provider_name="drums"``,
   ``require_a11y_tree=True``, 1920x1080 unless told) resets to one task of the app's domain, ``rounds`` times; the

@@ -12,7 +12,7 @@ test double of the model: what sdk/python/tests/test_osworld_scripts.py and ``dr
 - ``start`` / ``finish``: one script in its own working directory through ``drums osworld exec --osworld-src``;
   ``left``: what it left in OSWorld's results directory.
 - ``main`` (``python -m osworld_script_runs``, sdk/python/bench on the path): the bench's driver
-  (src/bench/osworld-scripts-bench.ts): each script under each observation type over a few tasks, a few runs at a
+  (bench/osworld-scripts-bench.ts): each script under each observation type over a few tasks, a few runs at a
   time, and a JSON record of what each run left and its wall time. lib_run_single sleeps ~80 s per task whatever the provider, which is why the 3-task runs are a bench.
 """
 

@@ -8,7 +8,7 @@ export function registerAudit(program: Command): void {
     .option('--arms <list>', 'baseline, fork (a disk-forked pair), memfork (a memory-forked pair) and/or shared-browser', 'baseline')
     .option('--out <dir>', 'record directory (default bench/records)')
     .action(async (o: { arms: string; out?: string }) => {
-      const { runAudit } = await import('../../bench/audit.ts');
+      const { runAudit } = await import('../../../bench/audit.ts');
       const t0 = Date.now();
       const { record, file } = await runAudit({
         arms: o.arms.split(',').filter(Boolean),

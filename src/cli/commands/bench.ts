@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { DrumsClient } from '../../client/client.ts';
 import { printBars, progressLine, withDaemon } from '../util.ts';
-import type { StepFormat } from '../../bench/steps-bench.ts';
+import type { StepFormat } from '../../../bench/steps-bench.ts';
 
 type Opts = Record<string, string | boolean | undefined>;
 type Bars = Record<string, { pass: boolean; value: unknown; bar: unknown }>;
@@ -65,7 +65,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress, args }) => {
-      const { runOsworldRunBench } = await import('../../bench/osworld-run-bench.ts');
+      const { runOsworldRunBench } = await import('../../../bench/osworld-run-bench.ts');
       const { OBSERVATIONS } = await import('../../common/osworld-observation.ts');
       const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
       let checkout: string | undefined;
@@ -128,7 +128,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/pools-bench.ts')).runPoolsBench({
+      (await import('../../../bench/pools-bench.ts')).runPoolsBench({
         image: String(o.image),
         url: (o.url as string) || undefined,
         claims: num(o.claims),
@@ -160,7 +160,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/standby-bench.ts')).runStandbyBench({
+      (await import('../../../bench/standby-bench.ts')).runStandbyBench({
         image: String(o.image),
         url: (o.url as string) || undefined,
         resets: num(o.resets),
@@ -185,7 +185,7 @@ const BENCHES: RecordBench[] = [
     options: [IMAGE('default'), ['--sessions <n>', 'sessions per arm', '6'], ['--settle-seconds <n>', 'wait before memory is read', '10'], OUT],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/zygote-bench.ts')).runZygoteBench({
+      (await import('../../../bench/zygote-bench.ts')).runZygoteBench({
         image: String(o.image),
         sessions: num(o.sessions),
         settleSeconds: num(o.settleSeconds),
@@ -206,7 +206,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/userns-bench.ts')).runUsernsBench({
+      (await import('../../../bench/userns-bench.ts')).runUsernsBench({
         image: String(o.image),
         url: (o.url as string) || undefined,
         sessions: num(o.sessions),
@@ -229,7 +229,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/api-bench.ts')).runApiBench({
+      (await import('../../../bench/api-bench.ts')).runApiBench({
         quick: !!o.quick,
         image: String(o.image),
         outDir: String(o.out),
@@ -263,7 +263,7 @@ const BENCHES: RecordBench[] = [
     progress: 'log',
     run: async (o, { progress }) => {
       if (o.harness !== 'root' && o.harness !== 'client') throw new Error('--harness: choose root or client');
-      const noisy = await import('../../bench/noisy-bench.ts');
+      const noisy = await import('../../../bench/noisy-bench.ts');
       return noisy.runNoisyBench({
         quick: !!o.quick,
         outDir: String(o.out),
@@ -292,7 +292,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/soak-bench.ts')).runSoakBench({
+      (await import('../../../bench/soak-bench.ts')).runSoakBench({
         quick: !!o.quick,
         outDir: String(o.out),
         sessions: o.quick ? 2 : num(o.sessions),
@@ -308,7 +308,7 @@ const BENCHES: RecordBench[] = [
     options: [['--sessions <n>', 'sessions', '20'], ['--screen <WxH>', 'screen size', '1280x800'], OUT],
     progress: { line: 'bench', newline: false },
     run: async (o, { progress }) =>
-      (await import('../../bench/soak-bench.ts')).runRssProbe({ sessions: num(o.sessions), screen: String(o.screen), outDir: String(o.out), progress }),
+      (await import('../../../bench/soak-bench.ts')).runRssProbe({ sessions: num(o.sessions), screen: String(o.screen), outDir: String(o.out), progress }),
     report: (record: { perSessionMiB: unknown }) => `\n${JSON.stringify(record.perSessionMiB)}\n`,
   },
   {
@@ -325,7 +325,7 @@ const BENCHES: RecordBench[] = [
     daemon: true,
     progress: 'line',
     run: async (o, { progress, client }) =>
-      (await import('../../bench/sessions-bench.ts')).runSessionsBench({
+      (await import('../../../bench/sessions-bench.ts')).runSessionsBench({
         client: client!,
         image: String(o.image),
         quick: !!o.quick,
@@ -352,7 +352,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) => {
-      const { runA11yOsworldBench } = await import('../../bench/a11y-osworld-bench.ts');
+      const { runA11yOsworldBench } = await import('../../../bench/a11y-osworld-bench.ts');
       const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
       if (o.checkout === undefined) {
         const why = missingOsworldCheckout();
@@ -388,7 +388,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) => {
-      const { runOsworldScriptsBench } = await import('../../bench/osworld-scripts-bench.ts');
+      const { runOsworldScriptsBench } = await import('../../../bench/osworld-scripts-bench.ts');
       const { osworldCheckoutDir, missingOsworldCheckout } = await import('../../testing/osworld-data.ts');
       if (o.checkout === undefined) {
         const why = missingOsworldCheckout();
@@ -431,7 +431,7 @@ const BENCHES: RecordBench[] = [
     daemon: true,
     progress: 'log',
     run: async (o, { progress, client }) =>
-      (await import('../../bench/a11y-bench.ts')).runA11yBench({
+      (await import('../../../bench/a11y-bench.ts')).runA11yBench({
         client: client!,
         reads: num(o.reads),
         sessions: num(o.sessions),
@@ -456,7 +456,7 @@ const BENCHES: RecordBench[] = [
     daemon: true,
     progress: 'line',
     run: async (o, { progress, client }) =>
-      (await import('../../bench/ops-bench.ts')).runOpsBench({
+      (await import('../../../bench/ops-bench.ts')).runOpsBench({
         client: client!,
         quick: !!o.quick,
         outDir: String(o.out),
@@ -494,7 +494,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'line',
     run: async (o, { progress }) => {
-      const { runStepsBench, CEILING_ARM } = await import('../../bench/steps-bench.ts');
+      const { runStepsBench, CEILING_ARM } = await import('../../../bench/steps-bench.ts');
       const { resolve, join } = await import('node:path');
       const here = resolve(import.meta.dirname, '..', '..', '..');
       const arms: { name: string; bin: string; description: string; env?: NodeJS.ProcessEnv }[] = [
@@ -542,7 +542,7 @@ const BENCHES: RecordBench[] = [
     options: [['--screens <list>', 'screen sizes', '1280x800,1920x1080'], ['--steps <n>', 'steps per format and screen', '200'], OUT],
     progress: 'line',
     run: async (o, { progress }) => {
-      const { runFrameProfile } = await import('../../bench/frame-profile.ts');
+      const { runFrameProfile } = await import('../../../bench/frame-profile.ts');
       const { compareEncoders } = await import('../../display/encoder-compare.ts');
       return runFrameProfile({
         screens: String(o.screens).split(','),
@@ -570,7 +570,7 @@ const BENCHES: RecordBench[] = [
     ],
     progress: 'log',
     run: async (o, { progress }) =>
-      (await import('../../bench/episodes-bench.ts')).runEpisodesBench({
+      (await import('../../../bench/episodes-bench.ts')).runEpisodesBench({
         ns: list(o.ns),
         seconds: seconds(o.seconds, '--seconds'),
         trials: num(o.trials),
@@ -589,7 +589,7 @@ const BENCHES: RecordBench[] = [
     daemon: true,
     progress: { line: 'density', newline: true },
     run: async (o, { progress, client }) =>
-      (await import('../../bench/density-bench.ts')).runDensityBench({
+      (await import('../../../bench/density-bench.ts')).runDensityBench({
         client: client!,
         image: String(o.image),
         sessions: num(o.sessions),
@@ -637,7 +637,7 @@ export function registerBench(program: Command): void {
     .argument('<experiment>')
     .option('--force', 're-register (records measured against the old bars will be flagged)')
     .action(async (experiment: string, o: { force?: boolean }) => {
-      const { preregister } = await import('../../bench/bars.ts');
+      const { preregister } = await import('../../../bench/bars.ts');
       const r = preregister(experiment, { force: o.force });
       process.stdout.write(
         `fixed ${r.bars.bars.length} bars for '${experiment}' in ${r.file} at ${r.bars.fixedAt} (commit ${r.bars.fixedCommit.slice(0, 12)}${r.bars.fixedDirty ? ', dirty tree' : ''}; sha256 ${r.sha256.slice(0, 12)})\n`,
@@ -655,7 +655,7 @@ export function registerBench(program: Command): void {
     .option('--osworld-src <dir>', 'OSWorld checkout (enables seed-guest-server)')
     .option('--json', 'print the record')
     .action(async (experiment: string, o: { quick?: boolean; trials?: string; arms?: string; out?: string; osworldSrc?: string; json?: boolean }) => {
-      const { runExperiment } = await import('../../bench/runner.ts');
+      const { runExperiment } = await import('../../../bench/runner.ts');
       const tty = process.stderr.isTTY;
       const t0 = Date.now();
       const { record, file } = await runExperiment({
