@@ -28,10 +28,5 @@ export async function withDaemon<T>(fn: (c: DrumsClient) => Promise<T>): Promise
   }
 }
 
-/** One `PASS|FAIL  name value (bar b)` line per bar of a bench record. */
-export function printBars(bars: Record<string, { pass: boolean; value: unknown; bar: unknown }>): void {
-  for (const [k, v] of Object.entries(bars)) process.stdout.write(`${v.pass ? 'PASS' : 'FAIL'}  ${k.padEnd(26)} ${v.value} (bar ${v.bar})\n`);
-}
-
 /** A progress callback that rewrites one stderr line: `[tag] message`. */
 export const progressLine = (tag: string) => (m: string) => process.stderr.write(`\r\x1b[K[${tag}] ${m}`);
