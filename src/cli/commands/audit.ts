@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 
 /** `audit`: the isolation audit. */
@@ -8,6 +9,9 @@ export function registerAudit(program: Command): void {
     .option('--arms <list>', 'baseline, fork (a disk-forked pair), memfork (a memory-forked pair) and/or shared-browser', 'baseline')
     .option('--out <dir>', 'record directory (default bench/records)')
     .action(async (o: { arms: string; out?: string }) => {
+      // bench/ is not in the daemon's image (deploy/kubernetes/Dockerfile ships src/): the audit runs from a checkout.
+      if (!existsSync(new URL('../../../bench/audit.ts', import.meta.url)))
+        throw new Error('the audit is not installed here: bench/ comes with a checkout of the repository, not with the daemon');
       const { runAudit } = await import('../../../bench/audit.ts');
       const t0 = Date.now();
       const { record, file } = await runAudit({

@@ -1,7 +1,15 @@
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { DrumsClient } from '../../client/client.ts';
 import { progressLine, withDaemon } from '../util.ts';
-import { BENCHES, barLines, RUN, type BenchHost, type Opts, type RecordBench } from '../../../bench/registry.ts';
+import type { BenchHost, Opts, RecordBench } from '../../../bench/registry.ts';
+
+const REGISTRY = new URL('../../../bench/registry.ts', import.meta.url);
+/**
+ * The registry (two small modules; each bench's own module loads when it runs), or null where bench/
+ * is not installed: the daemon's image (deploy/kubernetes/Dockerfile) ships src/ without it.
+ */
+const registry = existsSync(REGISTRY) ? ((await import(REGISTRY.href)) as typeof import('../../../bench/registry.ts')) : null;
 
 /**
  * `drums bench`: the commands come from the bench's registry (bench/registry.ts), which declares
@@ -14,7 +22,7 @@ const HOST: BenchHost = {
 };
 
 /** Registers one record bench: its options, then run → (the record as JSON with --json) → report → `record: <file>` → its exit code. */
-function registerRecordBench(bench: Command, b: RecordBench): void {
+function registerRecordBench(bench: Command, b: RecordBench, barLines: (record: never) => string): void {
   const cmd = bench.command(b.name).description(b.description);
   if (b.argument) cmd.argument(...b.argument);
   for (const [flags, description, dflt] of b.options) cmd.option(flags, description, dflt);
@@ -47,7 +55,16 @@ function registerRecordBench(bench: Command, b: RecordBench): void {
 /** `bench ...`: the DrumsBench experiments and micro-benchmarks. */
 export function registerBench(program: Command): void {
   const bench = program.command('bench').description('benchmarks (records JSON under bench/records)');
-  for (const b of BENCHES) registerRecordBench(bench, b);
+  if (!registry) {
+    bench
+      .argument('[args...]')
+      .allowUnknownOption()
+      .action(() => {
+        throw new Error('the bench is not installed here: bench/ comes with a checkout of the repository, not with the daemon');
+      });
+    return;
+  }
+  for (const b of registry.BENCHES) registerRecordBench(bench, b, registry.barLines);
 
   bench
     .command('preregister')
@@ -62,5 +79,5 @@ export function registerBench(program: Command): void {
       );
     });
 
-  registerRecordBench(bench, RUN);
+  registerRecordBench(bench, registry.RUN, registry.barLines);
 }
