@@ -289,8 +289,6 @@ def concurrent(
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
 
-    from drums import osworld as ow
-
     ap = argparse.ArgumentParser(prog="python -m osworld_observe")
     ap.add_argument("--checkout", required=True)
     ap.add_argument("--apps", default=",".join(APPS))
@@ -301,6 +299,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--wait", type=float, default=120, help="seconds to wait for a window and for the tree")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    # After the arguments: --help works where desktop_env is not importable yet (the fast test tier, before set-up
+    # of OSWorld's checkout); drums.osworld registers its provider with desktop_env at import.
+    from drums import osworld as ow
+
     err = ow.check_osworld_src()
     if err:
         ap.error(err)
