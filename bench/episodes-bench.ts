@@ -26,6 +26,11 @@ export interface EpisodesBenchOptions {
   image: string;
   /** Steps of the exported episode. */
   exportSteps: number;
+  /**
+   * Each stepped session's diskMb. Admission counts every session's whole quota against the free disk: 100 sessions
+   * of the default 512 MiB did not fit a host with 27 GiB free, and a stepped session writes next to nothing.
+   */
+  diskMb: number;
   outDir: string;
   progress?: (msg: string) => void;
 }
@@ -91,7 +96,7 @@ export async function runEpisodesBench(o: EpisodesBenchOptions) {
         const order = t % 2 ? [...ARMS].reverse() : ARMS;
         for (const arm of order) {
           progress(`N=${n} trial ${t + 1}/${o.trials} arm ${arm.name}: creating`);
-          const sessions = await createMany(c, n, { image: o.image, ...(arm.record ? { record: arm.record } : {}) });
+          const sessions = await createMany(c, n, { image: o.image, diskMb: o.diskMb, ...(arm.record ? { record: arm.record } : {}) });
           try {
             const bytes0 = await episodeBytes(c, sessions);
             progress(`N=${n} trial ${t + 1}/${o.trials} arm ${arm.name}: stepping ${o.seconds}s`);
@@ -174,7 +179,7 @@ export async function runEpisodesBench(o: EpisodesBenchOptions) {
     kind: 'episodes',
     started,
     finished: new Date().toISOString(),
-    config: { ns: o.ns, seconds: o.seconds, trials: o.trials, image: o.image, exportSteps: o.exportSteps },
+    config: { ns: o.ns, seconds: o.seconds, trials: o.trials, image: o.image, exportSteps: o.exportSteps, diskMb: o.diskMb },
     host: hostFacts(),
     noise: { loadavgBefore: loadBefore, loadavgAfter: hostLoad() },
     method: {
